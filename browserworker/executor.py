@@ -1,0 +1,446 @@
+"""Runs one run's steps in order, journaling every effect before it is dispatched.
+
+One *pass* is a fresh browser context walking the steps from the top: actions are re-run,
+SUCCEEDED effects are skipped (their journaled results handed on), and an effect whose
+latest attempt is INTENT or UNKNOWN is recovered first (DESIGN section 4). A pass ends
+with the run done, or asks for a new pass (a replay needs fresh page state), for review,
+or for failure. The executor owns no lease logic beyond honouring it: every journal
+write is fenced, and a lost lease closes the context and stops the run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+from playwright.async_api import BrowserContext, Page
+from pydantic import BaseModel
+
+from . import faults
+from .browser import BrowserSession
+from .errors import LeaseLost
+from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
+from .gate import ActionGuard, DispatchGate
+from .hooks import ExecutorHooks, HookBus
+from .leases import Lease, LeaseSettings
+from .recovery import classify_attempt, default_judge, own_failures, plan_recovery, settle_deadline
+from .states import AttemptState, RunState
+from .store.aio import AsyncStore
+from .store.records import AttemptRecord, Owner, RunRecord
+
+__all__ = ["Executor", "PassOutcome"]
+
+log = structlog.get_logger("browserworker")
+
+MAX_BACKOFF = 10.0
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """How one pass over the steps ended."""
+
+    kind: Literal["done", "again", "review", "failed"]
+    reason: str | None = None
+    backoff: float = 0.0
+
+
+class _Again(Exception):
+    def __init__(self, reason: str, backoff: float = 0.0) -> None:
+        super().__init__(reason)
+        self.backoff = backoff
+
+
+class _Stop(Exception):
+    def __init__(self, kind: Literal["review", "failed"], reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+def _backoff(failures: int) -> float:
+    return min(MAX_BACKOFF, 0.5 * 2 ** max(0, failures - 1))
+
+
+class Executor:
+    """Executes one leased run to an end state (or until its lease is lost)."""
+
+    def __init__(self, flow: Flow[Any], store: AsyncStore, browser: BrowserSession, run: RunRecord,
+                 owner: Owner, lease: Lease, settings: LeaseSettings, *,
+                 hooks: ExecutorHooks | None = None) -> None:
+        self.flow = flow
+        self.store = store
+        self.browser = browser
+        self.run = run
+        self.owner = owner
+        self.lease = lease
+        self.settings = settings
+        self.hooks: ExecutorHooks = hooks or HookBus()
+        self.epoch = run.lease_epoch
+        self.inputs: BaseModel = flow.validate_inputs(run.inputs)
+        self._context: BrowserContext | None = None
+        self.log = log.bind(run_id=run.id, flow=flow.name, worker_id=owner.worker, lease_epoch=self.epoch)
+
+    # -- plumbing -------------------------------------------------------------------
+
+    async def _db(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a store method on the store thread; a lost lease stops everything."""
+        self.lease.check()
+        try:
+            return await self.store.call(getattr(self.store.store, method), *args, **kwargs)
+        except LeaseLost as exc:
+            self.lease.mark_lost(exc)
+            raise
+
+    def on_lease_lost(self, exc: BaseException) -> None:
+        """Close the run's context at once: nothing more may leave for this run."""
+        ctx = self._context
+        if ctx is not None:
+            asyncio.ensure_future(ctx.close())
+
+    def _ctx(self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str,
+             results: Mapping[str, Any]) -> StepContext[Any]:
+        key = f"{self.run.id}/{step_id}"
+        attempt_no = attempt.attempt_no if attempt else 0
+        return StepContext(page=page, inputs=self.inputs, run_id=self.run.id, step_id=step_id, attempt_no=attempt_no,
+                           request_key=key, fingerprint=fingerprint, results=dict(results),
+                           log=self.log.bind(step_id=step_id, attempt_no=attempt_no, request_key=key,
+                                             fingerprint=fingerprint))
+
+    # -- the run --------------------------------------------------------------------
+
+    async def execute(self) -> RunRecord:
+        """Run to SUCCEEDED, FAILED or NEEDS_REVIEW; raises LeaseLost if the run is taken away."""
+        journaled = {a.step_id for a in await self._db("attempts", self.run.id)}
+        missing = sorted(journaled - {s.id for s in self.flow.steps})
+        if missing:
+            await self._finish(RunState.NEEDS_REVIEW, f"journaled steps no longer in the flow: {', '.join(missing)}",
+                               "flow_changed")
+            return await self._db("get_run", self.run.id)
+        if self.run.state != RunState.RUNNING:
+            await self._db("set_run_state", self.run.id, self.epoch, RunState.RUNNING, worker=self.owner.worker,
+                           decision="started")
+        self.hooks.run_started(self.run)
+        while True:
+            outcome = await self._pass()
+            if outcome.kind == "done":
+                await self._finish(RunState.SUCCEEDED, None, "all steps succeeded")
+                break
+            if outcome.kind == "review":
+                await self._finish(RunState.NEEDS_REVIEW, outcome.reason, "needs_review")
+                break
+            if outcome.kind == "failed":
+                await self._finish(RunState.FAILED, outcome.reason, "failed")
+                break
+            self.log.info("starting a new pass", reason=outcome.reason, backoff=outcome.backoff)
+            if outcome.backoff:
+                await asyncio.sleep(outcome.backoff)
+        final: RunRecord = await self._db("get_run", self.run.id)
+        self.hooks.run_finished(final)
+        return final
+
+    async def _finish(self, state: RunState, error: str | None, decision: str) -> None:
+        await self._db("set_run_state", self.run.id, self.epoch, state, worker=self.owner.worker, error=error,
+                       decision=decision)
+
+    async def _pass(self) -> PassOutcome:
+        results: dict[str, Any] = {}
+        async with self.browser.context() as context:
+            self._context = context
+            try:
+                page = await context.new_page()
+                for step in self.flow.steps:
+                    self.lease.check()
+                    if isinstance(step, Effect):
+                        results[step.id] = await self._effect(step, context, page, results)
+                    else:
+                        assert isinstance(step, Action)
+                        results[step.id] = await self._action(step, context, page, results)
+            except _Again as again:
+                return PassOutcome("again", str(again), again.backoff)
+            except _Stop as stop:
+                return PassOutcome(stop.kind, str(stop))
+            finally:
+                self._context = None
+        return PassOutcome("done")
+
+    # -- actions ----------------------------------------------------------------------
+
+    async def _action(self, step: Action, context: BrowserContext, page: Page, results: dict[str, Any]) -> Any:
+        fp = self.flow.fingerprint(step, self.inputs, results)
+        self.hooks.step_started(self.run, step.id, "action")
+        attempt = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "action",
+                                 f"{self.run.id}/{step.id}", fp, worker=self.owner.worker)
+        ctx = self._ctx(page, step.id, attempt, fp, results)
+
+        def report(method: str, url: str) -> None:
+            ctx.log.warning("undeclared side effect: an action sent a non-GET request", method=method, url=url)
+            self.hooks.notice(self.run, step.id, f"undeclared side effect: {method} {url} (declare it with "
+                              "@flow.effect, or @flow.step(sends=True) if it is safe to repeat)")
+
+        guard = ActionGuard(step, mode=self.flow.undeclared_effects, report=report)
+        await guard.install(context)
+        try:
+            value = await step.fn(ctx)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            self.lease.check()
+            finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED,
+                                      decided_by="exception", error=f"{type(exc).__name__}: {exc}",
+                                      worker=self.owner.worker)
+            self.hooks.outcome(finished)
+            failures = own_failures(await self._db("attempts", self.run.id), step.id)
+            if failures > step.retries:
+                raise _Stop("failed", f"step {step.id} failed: {type(exc).__name__}: {exc}") from None
+            raise _Again(f"retrying {step.id} after {type(exc).__name__}", _backoff(failures)) from None
+        finally:
+            await guard.remove()
+        if guard.seen and self.flow.undeclared_effects == "fail":
+            await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED, decided_by="undeclared_effect",
+                           evidence={"requests": guard.seen}, worker=self.owner.worker)
+            raise _Stop("failed", f"action {step.id} sent non-GET requests: {', '.join(guard.seen)}")
+        finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.SUCCEEDED, decided_by="return",
+                                  result=_jsonable(value),
+                                  evidence={"undeclared_requests": guard.seen} if guard.seen else None,
+                                  worker=self.owner.worker)
+        self.hooks.outcome(finished)
+        return value
+
+    # -- effects ------------------------------------------------------------------------
+
+    def _judge(self, step: Effect) -> Any:
+        def judge(response: RecordedResponse) -> Verdict | None:
+            return step.judge(response) if step.confirm is not None else default_judge(response)
+
+        return judge
+
+    async def _effect(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any]) -> Any:
+        fp = self.flow.fingerprint(step, self.inputs, results)
+        latest: AttemptRecord | None = await self._db("latest_attempt", self.run.id, step.id)
+        if latest is not None:
+            if latest.state == AttemptState.SUCCEEDED:
+                self.hooks.step_skipped(self.run, latest)
+                return latest.result
+            if latest.state in (AttemptState.INTENT, AttemptState.UNKNOWN):
+                recovered = await self._recover(step, latest, page, results, fp)
+                if recovered is not _REPLAY_NOW:
+                    return recovered
+            await self._check_budget(step)
+            await self._check_fingerprint(step, fp)
+        return await self._attempt(step, context, page, results, fp)
+
+    async def _check_budget(self, step: Effect) -> None:
+        attempts = await self._db("attempts", self.run.id)
+        failures = own_failures(attempts, step.id)
+        if failures > step.retries:
+            last = next(a for a in reversed(attempts) if a.step_id == step.id)
+            raise _Stop("failed", f"effect {step.id} failed ({last.state}, {last.decided_by}): {last.error}")
+
+    async def _check_fingerprint(self, step: Effect, fp: str) -> None:
+        """A replay whose fingerprint differs from a dispatched intent is never dispatched."""
+        attempts = await self._db("attempts", self.run.id)
+        for prior in attempts:
+            if prior.step_id == step.id and prior.dispatched_at is not None and prior.request_fingerprint != fp:
+                attempt = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "effect",
+                                         f"{self.run.id}/{step.id}", fp, worker=self.owner.worker,
+                                         margin=self.settings.margin)
+                done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.UNKNOWN,
+                                      decided_by="fingerprint_mismatch",
+                                      evidence={"journaled": prior.request_fingerprint, "now": fp,
+                                                "journaled_attempt": prior.attempt_no},
+                                      worker=self.owner.worker)
+                self.hooks.outcome(done)
+                raise _Stop("review", f"effect {step.id}: what it would send now differs from what attempt "
+                                      f"{prior.attempt_no} dispatched (fingerprint changed); not replayed")
+
+    async def _attempt(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
+                       fp: str) -> Any:
+        self.hooks.step_started(self.run, step.id, "effect")
+        faults.hit("before_intent_commit", step.id)
+        attempt: AttemptRecord = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "effect",
+                                                f"{self.run.id}/{step.id}", fp, worker=self.owner.worker,
+                                                margin=self.settings.margin)
+        self.hooks.intent_committed(attempt)
+        ctx = self._ctx(page, step.id, attempt, fp, results)
+        ctx.log.info("intent committed", state=str(attempt.state))
+        faults.hit("after_intent_commit", step.id)
+        gate = DispatchGate(self.store, attempt, step, epoch=self.epoch, margin=self.settings.margin,
+                            hooks=self.hooks, is_alive=lambda: self.lease.lost is None)
+        await gate.install(context)
+        raised: BaseException | None = None
+        value: Any = None
+        try:
+            value = await step.fn(ctx)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            raised = exc
+        finally:
+            await gate.remove()
+        self.lease.check()
+        if gate.refusal is not None and not gate.dispatched:
+            # the gate could not commit a dispatch: nothing left; the lease or the store is gone
+            if isinstance(gate.refusal, LeaseLost):
+                self.lease.mark_lost(gate.refusal)
+                raise gate.refusal
+        faults.hit("before_outcome_commit", step.id)
+        outbox = await self._db("outbox", attempt.id)
+        verdict = classify_attempt(raised=raised, returned=_jsonable(value), dispatched=gate.dispatched,
+                                   outbox=outbox, judge=self._judge(step),
+                                   confirm=step.judge if step.confirm is not None else None)
+        error = None if raised is None else f"{type(raised).__name__}: {raised}"
+        evidence: dict[str, Any] = {"responses": [_response_evidence(o) for o in outbox]} if outbox else {}
+        if gate.blocked:
+            evidence["blocked"] = gate.blocked
+        if verdict.state == AttemptState.UNKNOWN:
+            # the request may still be in flight in this context: stop it, then reconcile in a new pass
+            await context.close()
+            evidence["stopped_at"] = time.time()
+            evidence["page_url"] = _safe_url(page)
+        finished = await self._db("finish_attempt", attempt, self.epoch, verdict.state, decided_by=verdict.decided_by,
+                                  result=verdict.result if verdict.state == AttemptState.SUCCEEDED else None,
+                                  evidence=evidence or None, error=error if verdict.state != AttemptState.SUCCEEDED
+                                  else None, worker=self.owner.worker)
+        ctx.log.info("effect finished", state=str(finished.state), decided_by=finished.decided_by)
+        self.hooks.outcome(finished)
+        if finished.state == AttemptState.SUCCEEDED:
+            return finished.result
+        if finished.state == AttemptState.UNKNOWN:
+            raise _Again(f"{step.id} dispatched but its outcome is unknown: reconciling")
+        failures = own_failures(await self._db("attempts", self.run.id), step.id)
+        if failures > step.retries:
+            raise _Stop("failed", f"effect {step.id} {finished.state} ({finished.decided_by}): {error}")
+        raise _Again(f"retrying {step.id} ({finished.state})", _backoff(failures))
+
+    # -- recovery -----------------------------------------------------------------------
+
+    async def _recover(self, step: Effect, attempt: AttemptRecord, page: Page, results: dict[str, Any],
+                       fp: str) -> Any:
+        """Recover an effect whose latest attempt is INTENT or UNKNOWN (DESIGN section 4)."""
+        outbox = await self._db("outbox", attempt.id)
+        plan = plan_recovery(attempt, outbox, judge=self._judge(step), has_verifier=step.verifier is not None,
+                             idempotent=step.idempotent)
+        rlog = self.log.bind(step_id=step.id, attempt_no=attempt.attempt_no, request_key=attempt.request_key,
+                             fingerprint=attempt.request_fingerprint)
+        rlog.info("recovering effect", state=str(attempt.state), plan=plan.action)
+        self.hooks.notice(self.run, step.id, f"recovering attempt {attempt.attempt_no} ({attempt.state}): "
+                          f"{plan.action} ({plan.decided_by})")
+        if plan.action == "replay":  # INTENT with no dispatch: nothing left, replay with the same key
+            done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED_BEFORE_SEND,
+                                  decided_by="recovery:no_dispatch", evidence={"reason": plan.reason},
+                                  worker=self.owner.worker)
+            self.hooks.outcome(done)
+            return _REPLAY_NOW
+        if attempt.state == AttemptState.INTENT:
+            attempt = await self._db("finish_attempt", attempt, self.epoch, AttemptState.UNKNOWN,
+                                     decided_by="recovery:dispatched",
+                                     evidence={"reason": "the owner stopped after dispatch, before an outcome",
+                                               "responses": [_response_evidence(o) for o in outbox]},
+                                     worker=self.owner.worker)
+            self.hooks.outcome(attempt)
+        if plan.action == "succeeded":
+            done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.SUCCEEDED, decided_by="outbox",
+                                  result=plan.result, evidence={"reason": plan.reason,
+                                                                "responses": [_response_evidence(o) for o in outbox]},
+                                  worker=self.owner.worker)
+            self.hooks.outcome(done)
+            return done.result
+        if plan.action == "failed":
+            done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED, decided_by="outbox",
+                                  evidence={"reason": plan.reason}, error=plan.reason, worker=self.owner.worker)
+            self.hooks.outcome(done)
+            raise _Stop("failed", f"effect {step.id} was refused downstream: {plan.reason}")
+        if plan.action == "replay_idempotent":
+            await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
+                           worker=self.owner.worker, epoch=self.epoch, decision="idempotent_replay",
+                           detail={"reason": plan.reason})
+            return _REPLAY_NOW
+        if plan.action == "park":
+            await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
+                           worker=self.owner.worker, epoch=self.epoch, decision="needs_review",
+                           detail={"reason": plan.reason, "page_url": _safe_url(page)})
+            raise _Stop("review", f"effect {step.id}: {plan.reason}")
+        return await self._verify(step, attempt, outbox, page, results, rlog)
+
+    def _stopped_at(self, attempt: AttemptRecord) -> float:
+        """When the attempt's sender was known to have stopped dispatching."""
+        if attempt.lease_epoch == self.epoch and isinstance(attempt.evidence, dict) and attempt.evidence.get(
+                "stopped_at"):
+            return float(attempt.evidence["stopped_at"])
+        return self.run.owner_stopped_at or time.time()
+
+    async def _verify(self, step: Effect, attempt: AttemptRecord, outbox: list[Any], page: Page,
+                      results: dict[str, Any], rlog: Any) -> Any:
+        assert step.verifier is not None
+        deadline = settle_deadline(outbox, self._stopped_at(attempt), step.settle)
+        ctx = self._ctx(page, step.id, attempt, attempt.request_fingerprint, results)
+        asked = 0
+        while True:
+            asked += 1
+            try:
+                verdict = await step.verifier(ctx)
+                if not isinstance(verdict, Verdict):
+                    verdict = Verdict.unknown(f"verifier returned {verdict!r}, not a Verdict")
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                verdict = Verdict.unknown(f"verifier raised {type(exc).__name__}: {exc}")
+            self.lease.check()
+            evidence = {"verdict": verdict.kind, "reason": verdict.reason, "page_url": _safe_url(page),
+                        "asked": asked}
+            if verdict.kind == "done":
+                done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.SUCCEEDED,
+                                      decided_by="verifier", result=_jsonable(verdict.result), evidence=evidence,
+                                      worker=self.owner.worker)
+                await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
+                               worker=self.owner.worker, epoch=self.epoch, decision="duplicate_prevented",
+                               detail={"by": "verifier"})
+                rlog.info("verifier: done, not replayed")
+                self.hooks.outcome(done)
+                return done.result
+            if verdict.kind == "unknown":
+                await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
+                               worker=self.owner.worker, epoch=self.epoch, decision="needs_review", detail=evidence)
+                raise _Stop("review", f"effect {step.id}: verifier could not tell ({verdict.reason})")
+            now = time.time()
+            if deadline is not None and now < deadline:
+                wait = deadline - now
+                rlog.info("verifier: not done yet; waiting for the settle time", wait=round(wait, 1))
+                self.hooks.notice(self.run, step.id, f"verifier says not done, but the request may still be in "
+                                  f"flight; asking again in {wait:.1f}s (settle {step.settle:g}s)")
+                await asyncio.sleep(wait)
+                continue
+            done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.NOT_DONE,
+                                  decided_by="verifier", evidence=evidence, error=attempt.error,
+                                  worker=self.owner.worker)
+            rlog.info("verifier: not done; replaying with the same key")
+            self.hooks.outcome(done)
+            raise _Again(f"{step.id} verified not done: replay with the same key")
+
+
+class _ReplayNow:
+    """Sentinel: recovery decided the effect is to be attempted again in this pass."""
+
+
+_REPLAY_NOW: Any = _ReplayNow()
+
+
+def _safe_url(page: Page) -> str | None:
+    try:
+        return page.url
+    except Exception:  # pragma: no cover
+        return None
+
+
+def _response_evidence(row: Any) -> dict[str, Any]:
+    return {"method": row.method, "url": row.url, "status": row.status, "location": (row.headers or {}).get("location"),
+            "answered": row.answered, "failure": row.failure}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value

@@ -1,0 +1,101 @@
+"""Named fault-injection points: zero cost when off.
+
+Switch on with the environment variable ``BROWSERWORKER_FAULTS`` or :func:`configure`::
+
+    BROWSERWORKER_FAULTS="after_dispatch:submit=kill,after_response=raise@2"
+
+Each rule is ``POINT[:STEP]=ACTION[@N]``: ``kill`` (SIGKILL this process), ``raise``
+(:class:`InjectedFault`), ``hang`` (block this process's thread forever, like a pause);
+``@N`` fires on the Nth hit only (default: the first).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+
+__all__ = ["POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse"]
+
+POINTS = (
+    "before_intent_commit",
+    "after_intent_commit",
+    "after_dispatch_commit",
+    "after_dispatch",
+    "after_response",
+    "before_outcome_commit",
+)
+ACTIONS = ("kill", "raise", "hang")
+ENV = "BROWSERWORKER_FAULTS"
+
+
+class InjectedFault(RuntimeError):
+    """Raised at a point configured with the ``raise`` action."""
+
+
+@dataclass
+class FaultRule:
+    point: str
+    step: str | None
+    action: str
+    nth: int = 1
+    hits: int = field(default=0, compare=False)
+
+
+def parse(spec: str) -> list[FaultRule]:
+    """Parse ``POINT[:STEP]=ACTION[@N],...``; ValueError names the bad rule."""
+    rules = []
+    for raw in filter(None, (part.strip() for part in spec.split(","))):
+        target, sep, action = raw.partition("=")
+        if not sep:
+            raise ValueError(f"fault rule {raw!r} must look like POINT[:STEP]=ACTION[@N]")
+        point, _, step = target.partition(":")
+        action, _, nth = action.partition("@")
+        if point not in POINTS:
+            raise ValueError(f"unknown fault point {point!r} (known: {', '.join(POINTS)})")
+        if action not in ACTIONS:
+            raise ValueError(f"unknown fault action {action!r} (known: {', '.join(ACTIONS)})")
+        if nth and (not nth.isdigit() or int(nth) < 1):
+            raise ValueError(f"fault rule {raw!r}: @N must be a positive whole number")
+        rules.append(FaultRule(point, step or None, action, int(nth) if nth else 1))
+    return rules
+
+
+_rules: list[FaultRule] | None = None
+_lock = threading.Lock()
+
+
+def configure(spec: str | None) -> None:
+    """Replace the active rules (``None`` or ``""`` switches injection off)."""
+    global _rules
+    _rules = parse(spec) if spec else None
+
+
+def hit(point: str, step: str | None = None) -> None:
+    """Mark that execution reached ``point`` (for ``step``); fire a matching rule."""
+    if _rules is None:
+        return
+    with _lock:
+        fire = None
+        for rule in _rules:
+            if rule.point == point and rule.step in (None, step):
+                rule.hits += 1
+                if rule.hits == rule.nth:
+                    fire = rule
+    if fire is None:
+        return
+    if fire.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fire.action == "raise":
+        raise InjectedFault(f"injected fault at {point} (step {step})")
+    threading.Event().wait()  # hang: never returns
+
+
+ENV_ERROR: str | None = None
+"""Why ``BROWSERWORKER_FAULTS`` could not be parsed, if it could not (checked by the runner)."""
+
+try:
+    configure(os.environ.get(ENV))
+except ValueError as _exc:
+    ENV_ERROR = f"{ENV}: {_exc}"

@@ -1,0 +1,370 @@
+"""The flow authoring API: :class:`Flow`, steps, effects, verdicts and the step context.
+
+A flow is an ordered list of steps. *Actions* (``@flow.step``) rebuild page state and
+are re-run on every attempt. *Effects* (``@flow.effect``) change the outside world:
+their intent is journaled before they run, the requests they send pass a dispatch
+gate, and an optional verifier (``@effect.verify``) decides after a crash whether the
+effect landed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationError
+
+from .canonical import canonical_json, fingerprint_of
+from .errors import FlowDefinitionError, InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from playwright.async_api import Page, Request
+    from structlog.typing import FilteringBoundLogger
+
+__all__ = [
+    "DEFAULT_SETTLE",
+    "Action",
+    "Effect",
+    "Flow",
+    "NoInputs",
+    "RecordedResponse",
+    "Step",
+    "StepContext",
+    "Verdict",
+    "canonical_json",
+    "fingerprint_of",
+]
+
+DEFAULT_SETTLE = 30.0
+"""Seconds a dispatched request may still be processed downstream after its sender stopped."""
+
+InputsT = TypeVar("InputsT", bound=BaseModel)
+StepFn = Callable[["StepContext[Any]"], Awaitable[Any]]
+VerifyFn = Callable[["StepContext[Any]"], Awaitable["Verdict"]]
+_STEP_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+class NoInputs(BaseModel):
+    """The inputs model of a flow that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a verifier (or a ``confirm`` predicate) concluded about an effect."""
+
+    kind: Literal["done", "not_done", "unknown"]
+    result: Any = None
+    reason: str | None = None
+
+    @classmethod
+    def done(cls, result: Any = None) -> Verdict:
+        """The effect landed; ``result`` is journaled as the step's result."""
+        return cls("done", result=result)
+
+    @classmethod
+    def not_done(cls, reason: str | None = None) -> Verdict:
+        """The effect did not land: safe to replay with the same request key."""
+        return cls("not_done", reason=reason)
+
+    @classmethod
+    def unknown(cls, reason: str) -> Verdict:
+        """The outcome cannot be proven: park the run for human review."""
+        return cls("unknown", reason=reason)
+
+
+@dataclass(frozen=True)
+class RecordedResponse:
+    """A response to a dispatched request, as recorded in the outbox."""
+
+    status: int
+    url: str
+    method: str
+    headers: Mapping[str, str]
+
+    @property
+    def location(self) -> str | None:
+        """The ``Location`` header of a redirect, if any."""
+        return self.headers.get("location")
+
+
+@dataclass
+class StepContext(Generic[InputsT]):
+    """Everything a step sees. ``request_key`` is stable across every attempt of a step."""
+
+    page: Page
+    inputs: InputsT
+    run_id: str
+    step_id: str
+    attempt_no: int
+    request_key: str
+    fingerprint: str
+    results: Mapping[str, Any]
+    log: FilteringBoundLogger
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return repr(fn)
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+@dataclass
+class Step:
+    """One step of a flow. Subclassed by :class:`Action` and :class:`Effect`."""
+
+    id: str
+    fn: StepFn
+    kind: Literal["action", "effect"] = "action"
+    retries: int = 0
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the step's function, for messages."""
+        return _where(self.fn)
+
+    def verify(self, fn: VerifyFn) -> VerifyFn:
+        raise FlowDefinitionError(
+            f"{_where(fn)}: a verifier on action step {self.id!r}: only @flow.effect steps "
+            "can have verifiers (actions are re-run on every attempt)"
+        )
+
+
+@dataclass
+class Action(Step):
+    """A step that rebuilds page state; re-run on every attempt, must be safe to repeat.
+
+    ``sends=True`` declares that the action sends non-GET requests that are safe to
+    repeat (a login form, a search POST): no undeclared-side-effect warning for them.
+    """
+
+    sends: bool = False
+
+
+@dataclass
+class Effect(Step):
+    """A step that changes the world: journaled as intent before it is dispatched."""
+
+    kind: Literal["action", "effect"] = "effect"
+    settle: float = DEFAULT_SETTLE
+    idempotent: bool = False
+    dispatch: Callable[[Request], bool] | str | None = None
+    confirm: Callable[[RecordedResponse], Verdict | bool | None] | None = None
+    fingerprint_fn: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None
+    verifier: VerifyFn | None = field(default=None, repr=False)
+
+    def verify(self, fn: VerifyFn) -> VerifyFn:
+        """Register the verifier that decides, after a crash, whether this effect landed."""
+        if not inspect.iscoroutinefunction(fn):
+            raise FlowDefinitionError(f"{_where(fn)}: verifier {fn.__name__!r} must be `async def`")
+        if self.verifier is not None:
+            raise FlowDefinitionError(f"{_where(fn)}: effect {self.id!r} already has a verifier")
+        self.verifier = fn
+        return fn
+
+    def is_dispatch(self, method: str, url: str, request: Any = None) -> bool:
+        """Whether a request counts as "sent" and must pass the dispatch gate."""
+        return is_dispatch(self.dispatch, method, url, request)
+
+    def judge(self, response: RecordedResponse) -> Verdict | None:
+        """Apply the ``confirm`` predicate to a recorded response (None: can't tell)."""
+        if self.confirm is None:
+            return None
+        verdict = self.confirm(response)
+        if verdict is None or isinstance(verdict, Verdict):
+            return verdict
+        return Verdict.done() if verdict else Verdict.not_done("confirm rejected the response")
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def is_dispatch(rule: Callable[[Request], bool] | str | None, method: str, url: str, request: Any = None) -> bool:
+    """The default rule: any method but GET/HEAD/OPTIONS; a glob matches the URL (non-safe methods)."""
+    if rule is None:
+        return method.upper() not in _SAFE_METHODS
+    if isinstance(rule, str):
+        return method.upper() not in _SAFE_METHODS and fnmatch.fnmatch(url, rule)
+    return bool(rule(request))
+
+
+class Flow(Generic[InputsT]):
+    """An ordered list of steps with a validated inputs model.
+
+    ``redact`` names input fields (or query/form parameters) that must never be written
+    to logs or recordings; ``SecretStr`` inputs are redacted without being named.
+    ``undeclared_effects`` says what happens when an action sends a non-GET request:
+    ``"warn"`` (default) or ``"fail"``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        inputs: type[InputsT] | None = None,
+        *,
+        redact: list[str] | tuple[str, ...] = (),
+        undeclared_effects: Literal["warn", "fail"] = "warn",
+    ) -> None:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+            raise FlowDefinitionError(f"flow name {name!r} must be 1-64 letters, digits, '-', '_' or '.'")
+        if inputs is not None and not (isinstance(inputs, type) and issubclass(inputs, BaseModel)):
+            raise FlowDefinitionError(f"flow {name!r}: inputs= must be a pydantic BaseModel subclass")
+        if undeclared_effects not in ("warn", "fail"):
+            raise FlowDefinitionError(f"flow {name!r}: undeclared_effects must be 'warn' or 'fail'")
+        self.name = name
+        self.inputs_model: type[BaseModel] = inputs or NoInputs
+        self.redact = tuple(redact)
+        self.undeclared_effects = undeclared_effects
+        self._steps: list[Step] = []
+
+    def __repr__(self) -> str:
+        return f"Flow({self.name!r}, steps={[s.id for s in self._steps]})"
+
+    # -- registration -------------------------------------------------------------
+
+    def _add(self, step: Step) -> None:
+        if not inspect.iscoroutinefunction(step.fn):
+            raise FlowDefinitionError(f"{step.where}: step {step.id!r} must be `async def`")
+        if not _STEP_ID.match(step.id):
+            raise FlowDefinitionError(
+                f"{step.where}: step id {step.id!r} must start with a letter and use letters, digits, '_', '.', '-'"
+            )
+        for other in self._steps:
+            if other.id == step.id:
+                raise FlowDefinitionError(
+                    f"{step.where}: duplicate step id {step.id!r} in flow {self.name!r} (first defined at {other.where})"
+                )
+        if step.retries < 0:
+            raise FlowDefinitionError(f"{step.where}: retries must be >= 0")
+        self._steps.append(step)
+
+    @overload
+    def step(self, fn: StepFn) -> Action: ...
+    @overload
+    def step(self, *, id: str | None = None, retries: int = 0, sends: bool = False) -> Callable[[StepFn], Action]: ...
+
+    def step(
+        self, fn: StepFn | None = None, *, id: str | None = None, retries: int = 0, sends: bool = False
+    ) -> Action | Callable[[StepFn], Action]:
+        """Register an action: re-run on every attempt, must be safe to repeat."""
+
+        def register(f: StepFn) -> Action:
+            action = Action(id=id or f.__name__, fn=f, retries=retries, sends=sends)
+            self._add(action)
+            return action
+
+        return register(fn) if fn is not None else register
+
+    @overload
+    def effect(self, fn: StepFn) -> Effect: ...
+    @overload
+    def effect(
+        self,
+        *,
+        id: str | None = None,
+        settle: float = DEFAULT_SETTLE,
+        confirm: Callable[[RecordedResponse], Verdict | bool | None] | None = None,
+        idempotent: bool = False,
+        dispatch: Callable[[Request], bool] | str | None = None,
+        retries: int = 0,
+        fingerprint: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None,
+    ) -> Callable[[StepFn], Effect]: ...
+
+    def effect(
+        self,
+        fn: StepFn | None = None,
+        *,
+        id: str | None = None,
+        settle: float = DEFAULT_SETTLE,
+        confirm: Callable[[RecordedResponse], Verdict | bool | None] | None = None,
+        idempotent: bool = False,
+        dispatch: Callable[[Request], bool] | str | None = None,
+        retries: int = 0,
+        fingerprint: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None,
+    ) -> Effect | Callable[[StepFn], Effect]:
+        """Register a side effect: its intent is journaled before it runs."""
+
+        def register(f: StepFn) -> Effect:
+            if settle < 0:
+                raise FlowDefinitionError(f"{_where(f)}: settle must be >= 0 seconds")
+            eff = Effect(
+                id=id or f.__name__,
+                fn=f,
+                retries=retries,
+                settle=float(settle),
+                idempotent=idempotent,
+                dispatch=dispatch,
+                confirm=confirm,
+                fingerprint_fn=fingerprint,
+            )
+            self._add(eff)
+            return eff
+
+        return register(fn) if fn is not None else register
+
+    # -- queries ------------------------------------------------------------------
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(self._steps)
+
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self._steps)
+
+    def get(self, step_id: str) -> Step | None:
+        return next((s for s in self._steps if s.id == step_id), None)
+
+    def preceding(self, step_id: str) -> list[Step]:
+        """The steps declared before ``step_id``."""
+        out: list[Step] = []
+        for s in self._steps:
+            if s.id == step_id:
+                return out
+            out.append(s)
+        raise KeyError(step_id)
+
+    # -- inputs and fingerprints ------------------------------------------------
+
+    def validate_inputs(self, data: Mapping[str, Any]) -> BaseModel:
+        """Validate raw inputs into the flow's model; :class:`InputError` names each problem."""
+        try:
+            return self.inputs_model.model_validate(dict(data))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(inputs)'}: {err['msg']}" for err in exc.errors()
+            )
+            raise InputError(f"invalid inputs for flow {self.name!r}: {problems}") from None
+
+    def dump_inputs(self, model: BaseModel) -> dict[str, Any]:
+        """Validated inputs as JSON data to store, with secret values revealed (the store needs them)."""
+        data = model.model_dump(mode="json")
+        for name in data:
+            value = getattr(model, name, None)
+            if isinstance(value, SecretStr | SecretBytes):
+                raw = value.get_secret_value()
+                data[name] = raw.decode() if isinstance(raw, bytes) else raw
+        return data
+
+    def secret_fields(self) -> set[str]:
+        """Input fields whose values must never be written out."""
+        names = set(self.redact)
+        for fname, finfo in self.inputs_model.model_fields.items():
+            ann = finfo.annotation
+            extra = finfo.json_schema_extra if isinstance(finfo.json_schema_extra, dict) else {}
+            if ann in (SecretStr, SecretBytes) or extra.get("secret"):
+                names.add(fname)
+        return names
+
+    def fingerprint(self, step: Step, inputs: BaseModel, results: Mapping[str, Any]) -> str:
+        """sha256 of what the step will send: flow name, step id, inputs (or the effect's own)."""
+        if isinstance(step, Effect) and step.fingerprint_fn is not None:
+            payload: Any = {"flow": self.name, "step": step.id, "custom": step.fingerprint_fn(inputs, results)}
+        else:
+            payload = {"flow": self.name, "step": step.id, "inputs": inputs.model_dump(mode="json")}
+        return fingerprint_of(payload)

@@ -1,0 +1,129 @@
+"""Leases: who owns a run (owner id, host, pid), heartbeats, and proving an owner is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from .errors import LeaseLost, StoreError
+from .store.aio import AsyncStore
+from .store.records import Owner, RunRecord
+
+__all__ = ["Lease", "LeaseSettings", "owner_is_gone", "pid_start_time", "this_owner"]
+
+log = structlog.get_logger("browserworker.leases")
+
+
+class LeaseSettings:
+    """Lease timing: TTL, dispatch margin (no intent or dispatch with less left), clock skew."""
+
+    def __init__(self, ttl: float = 30.0, margin: float | None = None, skew: float = 2.0) -> None:
+        if ttl <= 0:
+            raise ValueError("lease TTL must be positive")
+        self.ttl = ttl
+        self.margin = ttl / 6 if margin is None else margin
+        if not 0 <= self.margin < ttl * 2 / 3:
+            raise ValueError("dispatch margin must be >= 0 and leave room for heartbeats (< 2/3 of the TTL)")
+        self.skew = skew
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.ttl / 3
+
+
+def pid_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (Linux ``/proc``), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name may contain spaces; fields after the closing paren are fixed
+    return stat.rpartition(")")[2].split()[19]
+
+
+def this_owner(label: str = "run") -> Owner:
+    """An owner identity for this process."""
+    pid = os.getpid()
+    host = socket.gethostname()
+    return Owner(worker=f"{label}-{host}-{pid}-{uuid.uuid4().hex[:6]}", host=host, pid=pid,
+                 pid_start=pid_start_time(pid))
+
+
+def owner_is_gone(run: RunRecord, host: str | None = None) -> bool:
+    """True only when the owner provably stopped: same host and its process is gone."""
+    if run.owner_pid is None or run.owner_host != (host or socket.gethostname()):
+        return False
+    try:
+        os.kill(run.owner_pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    start = pid_start_time(run.owner_pid)
+    if run.owner_pid_start and start and start != run.owner_pid_start:
+        return True  # the pid was reused by another process
+    # a zombie (killed, not yet reaped by its parent) has stopped too
+    try:
+        state = Path(f"/proc/{run.owner_pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+class Lease:
+    """A held lease on one run; a background task heartbeats it every TTL/3.
+
+    The task does not depend on the page. When a heartbeat fails the lease is marked
+    lost and ``on_lost`` is called (the executor closes the run's context).
+    """
+
+    def __init__(self, store: AsyncStore, run_id: str, epoch: int, settings: LeaseSettings,
+                 on_lost: Callable[[BaseException], None] | None = None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.epoch = epoch
+        self.settings = settings
+        self.on_lost = on_lost
+        self.lost: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if the lease is known to be lost."""
+        if self.lost is not None:
+            raise LeaseLost(str(self.lost))
+
+    def mark_lost(self, exc: BaseException) -> None:
+        if self.lost is None:
+            self.lost = exc
+            log.warning("lease lost", run_id=self.run_id, lease_epoch=self.epoch, error=str(exc))
+            if self.on_lost is not None:
+                self.on_lost(exc)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_every)
+            try:
+                await self.store.call(self.store.store.heartbeat, self.run_id, self.epoch, self.settings.ttl)
+            except LeaseLost as exc:
+                self.mark_lost(exc)
+                return
+            except StoreError as exc:  # keep trying until the lease would have expired
+                log.warning("heartbeat failed", run_id=self.run_id, error=str(exc))
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._beat(), name=f"heartbeat-{self.run_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None

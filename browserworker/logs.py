@@ -1,0 +1,41 @@
+"""structlog set-up: JSON lines when stderr is not a terminal, readable output when it is."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+__all__ = ["SECRET_KEYS", "configure_logging", "redact_secrets"]
+
+SECRET_KEYS = frozenset({"password", "passwd", "secret", "token", "authorization", "cookie", "set-cookie",
+                         "proxy-authorization", "api_key", "apikey"})
+
+
+def redact_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A structlog processor that masks values of secret-looking keys."""
+    for key in list(event):
+        if key.lower() in SECRET_KEYS:
+            event[key] = "[redacted]"
+    return event
+
+
+def configure_logging(level: str = "warning", *, json: bool | None = None) -> None:
+    """Configure structlog for this process (idempotent)."""
+    use_json = not sys.stderr.isatty() if json is None else json
+    renderer: Any = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact_secrets,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )

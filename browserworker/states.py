@@ -1,0 +1,78 @@
+"""Run and attempt states, and which transitions between them are legal."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["AttemptState", "RunState", "TERMINAL_RUN_STATES", "check_attempt_transition", "check_run_transition"]
+
+
+class RunState(StrEnum):
+    """The life of a run (a job)."""
+
+    QUEUED = "QUEUED"
+    LEASED = "LEASED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+
+
+TERMINAL_RUN_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
+"""States a run never leaves by itself (NEEDS_REVIEW waits for a person instead)."""
+
+
+class AttemptState(StrEnum):
+    """One attempt of one step: the journal row's state.
+
+    Effects use INTENT → SUCCEEDED | FAILED_BEFORE_SEND | FAILED | UNKNOWN, and
+    UNKNOWN → SUCCEEDED | NOT_DONE | FAILED once reconciled. NOT_DONE means the attempt
+    was dispatched but a verifier proved (after the settle time) that it did not land;
+    the step is replayed with the same request key. Actions use RUNNING → SUCCEEDED | FAILED.
+    """
+
+    RUNNING = "RUNNING"
+    INTENT = "INTENT"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED_BEFORE_SEND = "FAILED_BEFORE_SEND"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+    NOT_DONE = "NOT_DONE"
+
+
+_RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    RunState.QUEUED: frozenset({RunState.LEASED, RunState.CANCELLED}),
+    RunState.LEASED: frozenset({RunState.RUNNING, RunState.QUEUED, RunState.LEASED, RunState.CANCELLED,
+                                RunState.NEEDS_REVIEW, RunState.FAILED}),
+    RunState.RUNNING: frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.NEEDS_REVIEW,
+                                 RunState.QUEUED, RunState.LEASED}),
+    RunState.NEEDS_REVIEW: frozenset({RunState.QUEUED, RunState.FAILED, RunState.CANCELLED}),
+    RunState.SUCCEEDED: frozenset(),
+    RunState.FAILED: frozenset(),
+    RunState.CANCELLED: frozenset(),
+}
+
+_ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
+    AttemptState.RUNNING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),
+    AttemptState.INTENT: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED,
+                                    AttemptState.UNKNOWN}),
+    AttemptState.UNKNOWN: frozenset({AttemptState.SUCCEEDED, AttemptState.NOT_DONE, AttemptState.FAILED,
+                                     AttemptState.FAILED_BEFORE_SEND}),
+    AttemptState.SUCCEEDED: frozenset(),
+    AttemptState.FAILED_BEFORE_SEND: frozenset(),
+    AttemptState.FAILED: frozenset(),
+    AttemptState.NOT_DONE: frozenset(),
+}
+
+
+def check_run_transition(old: RunState, new: RunState) -> None:
+    """Raise ValueError for a transition the run state machine does not allow."""
+    if new not in _RUN_TRANSITIONS[old]:
+        raise ValueError(f"illegal run transition {old} -> {new}")
+
+
+def check_attempt_transition(old: AttemptState, new: AttemptState) -> None:
+    """Raise ValueError for a transition the attempt state machine does not allow."""
+    if new not in _ATTEMPT_TRANSITIONS[old]:
+        raise ValueError(f"illegal attempt transition {old} -> {new}")

@@ -1,0 +1,303 @@
+"""The durable control plane: the :class:`Store` protocol and the shared SQL implementation.
+
+The executor only ever talks to a :class:`Store`. :class:`SQLStore` implements it once
+over named queries (``sql/queries.sql``); a dialect subclass supplies the connection,
+transactions, the clock and migrations (SQLite now, PostgreSQL later).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from importlib import resources
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import LeaseLost
+from ..canonical import canonical_json
+from ..states import AttemptState, RunState, check_attempt_transition, check_run_transition
+from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
+
+__all__ = ["SQLStore", "Store", "load_queries"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the executor and the CLI need from a durable store.
+
+    Every write that changes a run or its journal is *fenced*: it names the lease epoch
+    the caller holds and raises :class:`LeaseLost` when that epoch is no longer current
+    (or, with ``margin``, when the lease has less than ``margin`` seconds left).
+    """
+
+    def now(self) -> float: ...
+    def close(self) -> None: ...
+
+    # runs
+    def create_run(self, run: NewRun) -> RunRecord: ...
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+    def list_runs(self, state: RunState | None = None, limit: int = 100) -> list[RunRecord]: ...
+    def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
+                  takeover_epoch: int | None = None) -> RunRecord | None: ...
+    def heartbeat(self, run_id: str, epoch: int, ttl: float) -> None: ...
+    def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
+                      error: str | None = None, decision: str | None = None) -> None: ...
+    def clear_reconcile(self, run_id: str, epoch: int) -> None: ...
+
+    # journal
+    def begin_attempt(self, run_id: str, epoch: int, step_id: str, kind: str, request_key: str,
+                      fingerprint: str, *, worker: str | None = None, margin: float = 0.0) -> AttemptRecord: ...
+    def mark_dispatched(self, attempt: AttemptRecord, epoch: int, method: str, url: str, *,
+                        margin: float = 0.0) -> int: ...
+    def record_response(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None: ...
+    def record_request_failed(self, outbox_id: int, failure: str) -> None: ...
+    def finish_attempt(self, attempt: AttemptRecord, epoch: int, state: AttemptState, *,
+                       decided_by: str, result: Any = None, evidence: Any = None, error: str | None = None,
+                       worker: str | None = None) -> AttemptRecord: ...
+    def get_attempt(self, attempt_id: int) -> AttemptRecord: ...
+    def attempts(self, run_id: str) -> list[AttemptRecord]: ...
+    def latest_attempt(self, run_id: str, step_id: str) -> AttemptRecord | None: ...
+    def outbox(self, attempt_id: int) -> list[OutboxRecord]: ...
+    def events(self, run_id: str) -> list[EventRecord]: ...
+    def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
+                     worker: str | None = None, epoch: int | None = None, decision: str | None = None,
+                     detail: Any = None) -> None: ...
+
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
+
+
+def load_queries(package: str, filename: str) -> dict[str, str]:
+    """Parse a ``.sql`` file of ``-- name: X`` sections into ``{name: sql}``."""
+    text = resources.files(package).joinpath(filename).read_text()
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
+        queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+class SQLStore:
+    """The :class:`Store` logic, once, over named queries and a dialect's connection.
+
+    Subclasses implement :meth:`_transaction` (a context manager yielding a cursor-like
+    object with ``execute(sql, params)`` returning rows as mappings and ``rowcount``),
+    :meth:`_read` and :meth:`now`.
+    """
+
+    queries: dict[str, str]
+
+    # -- dialect hooks ------------------------------------------------------------
+
+    def now(self) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractContextManager[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _read(self, query: str, params: Mapping[str, Any]) -> list[Mapping[str, Any]]:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _exec(self, tx: Any, name: str, **params: Any) -> int:
+        return tx.execute(self.queries[name], params).rowcount
+
+    def _one(self, name: str, **params: Any) -> Mapping[str, Any] | None:
+        rows = self._read(self.queries[name], params)
+        return rows[0] if rows else None
+
+    def _event(self, tx: Any, run_id: str, kind: str, *, now: float, step_id: str | None = None,
+               attempt_no: int | None = None, worker: str | None = None, epoch: int | None = None,
+               from_state: str | None = None, to_state: str | None = None, decision: str | None = None,
+               detail: Any = None) -> None:
+        self._exec(tx, "insert_event", now=now, run_id=run_id, step_id=step_id, attempt_no=attempt_no,
+                   worker=worker, epoch=epoch, kind=kind, from_state=from_state, to_state=to_state,
+                   decision=decision, detail_json=None if detail is None else canonical_json(detail))
+
+    def _lease_lost(self, run_id: str, epoch: int, margin: float, what: str) -> LeaseLost:
+        run = self.get_run(run_id)
+        if run is None:
+            return LeaseLost(f"{what}: run {run_id} does not exist")
+        if run.lease_epoch != epoch:
+            return LeaseLost(f"{what}: run {run_id} is now at lease epoch {run.lease_epoch} (owner {run.owner}), "
+                             f"not {epoch}")
+        left = (run.lease_expires_at or 0) - self.now()
+        return LeaseLost(f"{what}: lease of run {run_id} has {left:.1f}s left, less than the {margin:.1f}s margin")
+
+    # -- runs -----------------------------------------------------------------------
+
+    def create_run(self, run: NewRun) -> RunRecord:
+        now = self.now()
+        with self._transaction() as tx:
+            self._exec(tx, "insert_run", id=run.id, flow_name=run.flow_name, flow_path=run.flow_path,
+                       flow_hash=run.flow_hash, inputs_json=canonical_json(dict(run.inputs)),
+                       secret_fields=canonical_json(sorted(run.secret_fields)), queue=run.queue,
+                       priority=run.priority, not_before=run.not_before, now=now)
+            self._event(tx, run.id, "run_created", now=now, to_state=RunState.QUEUED,
+                        detail={"flow": run.flow_name, "queue": run.queue})
+        created = self.get_run(run.id)
+        assert created is not None
+        return created
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._one("get_run", id=run_id)
+        return None if row is None else RunRecord.from_row(row)
+
+    def list_runs(self, state: RunState | None = None, limit: int = 100) -> list[RunRecord]:
+        if state is None:
+            rows = self._read(self.queries["list_runs"], {"limit": limit})
+        else:
+            rows = self._read(self.queries["list_runs_in_state"], {"state": str(state), "limit": limit})
+        return [RunRecord.from_row(r) for r in rows]
+
+    def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
+                  takeover_epoch: int | None = None) -> RunRecord | None:
+        """Atomically lease a run; None if someone else holds it. Bumps the lease epoch."""
+        now = self.now()
+        with self._transaction() as tx:
+            before = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
+            if before is None:
+                return None
+            n = self._exec(tx, "claim_run", id=run_id, owner=owner.worker, host=owner.host, pid=owner.pid,
+                           pid_start=owner.pid_start, now=now, ttl=ttl, skew=skew,
+                           takeover_epoch=-1 if takeover_epoch is None else takeover_epoch)
+            if n != 1:
+                return None
+            old_state = before["state"]
+            if old_state == RunState.QUEUED:
+                decision = "claimed"
+            elif takeover_epoch is not None and before["lease_epoch"] == takeover_epoch:
+                decision = "owner_dead"
+            else:
+                decision = "lease_expired"
+            self._event(tx, run_id, "lease_claimed", now=now, worker=owner.worker, epoch=before["lease_epoch"] + 1,
+                        from_state=old_state, to_state=RunState.LEASED, decision=decision,
+                        detail={"previous_owner": before["owner"], "previous_epoch": before["lease_epoch"],
+                                "ttl": ttl})
+        return self.get_run(run_id)
+
+    def heartbeat(self, run_id: str, epoch: int, ttl: float) -> None:
+        """Extend the lease; :class:`LeaseLost` if it is no longer ours or already expired."""
+        with self._transaction() as tx:
+            if self._exec(tx, "heartbeat", id=run_id, epoch=epoch, now=self.now(), ttl=ttl) != 1:
+                raise self._lease_lost(run_id, epoch, 0.0, "heartbeat")
+
+    def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
+                      error: str | None = None, decision: str | None = None) -> None:
+        now = self.now()
+        with self._transaction() as tx:
+            before = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
+            if before is not None and before["lease_epoch"] == epoch:
+                check_run_transition(RunState(before["state"]), state)
+            if self._exec(tx, "set_run_state", id=run_id, epoch=epoch, state=str(state), error=error, now=now) != 1:
+                raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
+            self._event(tx, run_id, "run_state", now=now, worker=worker, epoch=epoch,
+                        from_state=before["state"] if before else None, to_state=state, decision=decision,
+                        detail={"error": error} if error else None)
+
+    def clear_reconcile(self, run_id: str, epoch: int) -> None:
+        with self._transaction() as tx:
+            self._exec(tx, "clear_reconcile", id=run_id, epoch=epoch, now=self.now())
+
+    # -- journal --------------------------------------------------------------------
+
+    def begin_attempt(self, run_id: str, epoch: int, step_id: str, kind: str, request_key: str,
+                      fingerprint: str, *, worker: str | None = None, margin: float = 0.0) -> AttemptRecord:
+        """Journal a new attempt (INTENT for effects, RUNNING for actions), fenced."""
+        now = self.now()
+        state = AttemptState.INTENT if kind == "effect" else AttemptState.RUNNING
+        with self._transaction() as tx:
+            n = self._exec(tx, "insert_attempt", run_id=run_id, step_id=step_id, kind=kind, request_key=request_key,
+                           fingerprint=fingerprint, state=str(state), epoch=epoch, worker=worker, now=now,
+                           margin=margin)
+            if n != 1:
+                raise self._lease_lost(run_id, epoch, margin, f"intent for {step_id}")
+            row = tx.execute(self.queries["latest_attempt"], {"run_id": run_id, "step_id": step_id}).fetchone()
+            attempt = AttemptRecord.from_row(row)
+            if kind == "effect":
+                self._event(tx, run_id, "intent", now=now, step_id=step_id, attempt_no=attempt.attempt_no,
+                            worker=worker, epoch=epoch, to_state=state,
+                            detail={"request_key": request_key, "fingerprint": fingerprint})
+        return attempt
+
+    def mark_dispatched(self, attempt: AttemptRecord, epoch: int, method: str, url: str, *,
+                        margin: float = 0.0) -> int:
+        """The dispatch gate's commit: ``dispatched_at`` plus an outbox row, fenced. Returns the outbox id."""
+        now = self.now()
+        with self._transaction() as tx:
+            if self._exec(tx, "mark_dispatched", attempt_id=attempt.id, epoch=epoch, now=now, margin=margin) != 1:
+                raise self._lease_lost(attempt.run_id, epoch, margin, f"dispatch of {attempt.step_id}")
+            outbox_id = tx.execute(self.queries["insert_outbox"],
+                                   {"attempt_id": attempt.id, "run_id": attempt.run_id, "step_id": attempt.step_id,
+                                    "method": method, "url": url, "now": now}).lastrowid
+            self._event(tx, attempt.run_id, "dispatched", now=now, step_id=attempt.step_id,
+                        attempt_no=attempt.attempt_no, worker=attempt.worker, epoch=epoch,
+                        detail={"method": method, "url": url, "outbox_id": outbox_id})
+        return int(outbox_id)
+
+    def record_response(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None:
+        """Evidence, not a decision: written unfenced, in its own commit."""
+        with self._transaction() as tx:
+            self._exec(tx, "record_response", id=outbox_id, status=status, response_url=url,
+                       headers_json=canonical_json(dict(headers)), now=self.now())
+
+    def record_request_failed(self, outbox_id: int, failure: str) -> None:
+        with self._transaction() as tx:
+            self._exec(tx, "record_request_failed", id=outbox_id, failure=failure, now=self.now())
+
+    def finish_attempt(self, attempt: AttemptRecord, epoch: int, state: AttemptState, *,
+                       decided_by: str, result: Any = None, evidence: Any = None, error: str | None = None,
+                       worker: str | None = None) -> AttemptRecord:
+        """Move an attempt out of INTENT/RUNNING/UNKNOWN, fenced by the run's current epoch."""
+        check_attempt_transition(attempt.state, state)
+        now = self.now()
+        with self._transaction() as tx:
+            n = self._exec(tx, "finish_attempt", attempt_id=attempt.id, from_state=str(attempt.state),
+                           state=str(state), now=now, epoch=epoch,
+                           result_json=None if result is None else canonical_json(result),
+                           decided_by=decided_by, evidence=None if evidence is None else canonical_json(evidence),
+                           error=error)
+            if n != 1:
+                current = tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone()
+                if current is not None and current["state"] != attempt.state:
+                    raise LeaseLost(f"attempt {attempt.request_key}#{attempt.attempt_no} is already "
+                                    f"{current['state']}, not {attempt.state}")
+                raise self._lease_lost(attempt.run_id, epoch, 0.0, f"outcome of {attempt.step_id}")
+            self._event(tx, attempt.run_id, "attempt_state", now=now, step_id=attempt.step_id,
+                        attempt_no=attempt.attempt_no, worker=worker, epoch=epoch, from_state=attempt.state,
+                        to_state=state, decision=decided_by,
+                        detail={"evidence": evidence, "error": error} if (evidence or error) else None)
+        return self.get_attempt(attempt.id)
+
+    def get_attempt(self, attempt_id: int) -> AttemptRecord:
+        row = self._one("get_attempt", id=attempt_id)
+        if row is None:
+            raise KeyError(attempt_id)
+        return AttemptRecord.from_row(row)
+
+    def attempts(self, run_id: str) -> list[AttemptRecord]:
+        return [AttemptRecord.from_row(r) for r in self._read(self.queries["attempts_of_run"], {"run_id": run_id})]
+
+    def latest_attempt(self, run_id: str, step_id: str) -> AttemptRecord | None:
+        row = self._one("latest_attempt", run_id=run_id, step_id=step_id)
+        return None if row is None else AttemptRecord.from_row(row)
+
+    def outbox(self, attempt_id: int) -> list[OutboxRecord]:
+        rows = self._read(self.queries["outbox_of_attempt"], {"attempt_id": attempt_id})
+        return [OutboxRecord.from_row(r) for r in rows]
+
+    def events(self, run_id: str) -> list[EventRecord]:
+        return [EventRecord.from_row(r) for r in self._read(self.queries["events_of_run"], {"run_id": run_id})]
+
+    def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
+                     worker: str | None = None, epoch: int | None = None, decision: str | None = None,
+                     detail: Any = None) -> None:
+        with self._transaction() as tx:
+            self._event(tx, run_id, kind, now=self.now(), step_id=step_id, attempt_no=attempt_no, worker=worker,
+                        epoch=epoch, decision=decision, detail=detail)
+

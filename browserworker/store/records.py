@@ -1,0 +1,185 @@
+"""Typed records read from the store (runs, journal attempts, outbox rows, events)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..states import AttemptState, RunState
+
+REDACTED = "[redacted]"
+
+__all__ = ["REDACTED", "AttemptRecord", "EventRecord", "NewRun", "OutboxRecord", "Owner", "RunRecord"]
+
+
+def _json(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a lease: a worker id plus where it runs (host, pid, pid start time)."""
+
+    worker: str
+    host: str
+    pid: int
+    pid_start: str | None = None
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What is needed to create a run."""
+
+    id: str
+    flow_name: str
+    inputs: Mapping[str, Any]
+    flow_path: str | None = None
+    flow_hash: str | None = None
+    queue: str = "default"
+    priority: int = 0
+    not_before: float | None = None
+    secret_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run (a job) as stored."""
+
+    id: str
+    flow_name: str
+    flow_path: str | None
+    flow_hash: str | None
+    inputs: dict[str, Any]
+    secret_fields: list[str]
+    queue: str
+    priority: int
+    state: RunState
+    owner: str | None
+    owner_host: str | None
+    owner_pid: int | None
+    owner_pid_start: str | None
+    lease_epoch: int
+    lease_expires_at: float | None
+    owner_stopped_at: float | None
+    needs_reconcile: bool
+    created_at: float
+    not_before: float | None
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
+        data = dict(row)
+        data["inputs"] = json.loads(data.pop("inputs_json"))
+        data["secret_fields"] = json.loads(data["secret_fields"])
+        data["state"] = RunState(data["state"])
+        data["needs_reconcile"] = bool(data["needs_reconcile"])
+        return cls(**data)
+
+    def public_inputs(self) -> dict[str, Any]:
+        """The inputs with secret fields masked, for display."""
+        return {k: (REDACTED if k in self.secret_fields else v) for k, v in self.inputs.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (secret inputs masked)."""
+        data = asdict(self)
+        data["inputs"] = self.public_inputs()
+        return data
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One journal row: an attempt of one step."""
+
+    id: int
+    run_id: str
+    step_id: str
+    kind: str
+    attempt_no: int
+    request_key: str
+    request_fingerprint: str
+    state: AttemptState
+    lease_epoch: int
+    worker: str | None
+    intent_at: float
+    dispatched_at: float | None
+    finished_at: float | None
+    result: Any
+    decided_by: str | None
+    evidence: Any
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> AttemptRecord:
+        data = dict(row)
+        data["state"] = AttemptState(data["state"])
+        data["result"] = _json(data.pop("result_json"))
+        data["evidence"] = _json(data["evidence"])
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OutboxRecord:
+    """A request released by the dispatch gate, and its response once recorded."""
+
+    id: int
+    attempt_id: int
+    run_id: str
+    step_id: str
+    method: str
+    url: str
+    released_at: float
+    status: int | None
+    response_url: str | None
+    headers: dict[str, str] | None
+    response_at: float | None
+    failure: str | None
+    failed_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> OutboxRecord:
+        data = dict(row)
+        data["headers"] = _json(data.pop("headers_json"))
+        return cls(**data)
+
+    @property
+    def answered(self) -> bool:
+        """A response was recorded: the request is no longer in flight."""
+        return self.response_at is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One state transition or decision."""
+
+    id: int
+    at: float
+    run_id: str
+    step_id: str | None
+    attempt_no: int | None
+    worker: str | None
+    lease_epoch: int | None
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    decision: str | None
+    detail: Any
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> EventRecord:
+        data = dict(row)
+        data["detail"] = _json(data.pop("detail_json"))
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""SQL files: numbered migrations and named queries."""

@@ -1,0 +1,159 @@
+"""The SQLite store: WAL, ``synchronous=FULL``, a busy timeout, versioned migrations.
+
+One host, one file. The store's clock is this process's clock. Connections are opened
+with ``isolation_level=None`` and every write runs in ``BEGIN IMMEDIATE`` so that a
+fenced check and its write are one atomic step across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ..errors import StoreError
+from .base import SQLStore, load_queries
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+_SQL_PACKAGE = "browserworker.store.sql"
+
+
+def _migrations() -> list[tuple[int, str]]:
+    """``[(version, sql)]`` from the numbered ``NNNN_*.sql`` files, in order."""
+    found = []
+    for entry in resources.files(_SQL_PACKAGE).iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            found.append((int(name[:4]), entry.read_text()))
+    return sorted(found)
+
+
+SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+
+class SQLiteStore(SQLStore):
+    """A :class:`~browserworker.store.base.Store` in one SQLite file.
+
+    ``SQLiteStore(path)`` creates the file and applies migrations; ``create=False``
+    refuses to create a missing database (for read-only commands such as ``show``).
+    """
+
+    queries = load_queries(_SQL_PACKAGE, "queries.sql")
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"no database at {self.path} (nothing has run here yet; use --db to point at one)")
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+        conn.row_factory = sqlite3.Row
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":  # pragma: no cover - e.g. a read-only medium
+                raise StoreError(f"{self.path}: could not switch to WAL (journal_mode is {mode})")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+
+    # -- dialect hooks ------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.time()
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
+            try:
+                yield self.conn
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise StoreError(f"{self.path}: commit failed: {exc}") from exc
+
+    def _read(self, query: str, params: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        with self._lock:
+            try:
+                return list(self.conn.execute(query, params).fetchall())
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: read failed: {exc}") from exc
+
+    # -- schema ---------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        current = self.schema_version
+        if current > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {current}, newer than this browserworker "
+                             f"({SCHEMA_VERSION}); upgrade browserworker")
+        for version, sql in _migrations():
+            if version <= current:
+                continue
+            with self._lock:
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _split_statements(sql):
+                        self.conn.execute(statement)
+                    self.conn.execute(f"PRAGMA user_version = {version}")
+                    self.conn.execute("COMMIT")
+                except BaseException:
+                    self.conn.execute("ROLLBACK")
+                    raise
+
+    def integrity_check(self) -> str:
+        with self._lock:
+            return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _split_statements(sql: str) -> list[str]:
+    """Split a migration script into statements (executescript would commit implicitly)."""
+    statements, buf = [], []
+    for line in sql.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buf.append(line)
+        candidate = "\n".join(buf).strip()
+        if candidate.endswith(";") and sqlite3.complete_statement(candidate):
+            statements.append(candidate)
+            buf = []
+    rest = "\n".join(buf).strip()
+    if rest:
+        statements.append(rest)
+    return statements

@@ -1,0 +1,151 @@
+"""What the CLI prints: per-step progress lines, and the run/journal views for ``show``/``runs``."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from .hooks import NoHooks
+from .states import AttemptState
+from .store.base import Store
+from .store.records import AttemptRecord, RunRecord
+
+__all__ = ["Progress", "journal_view", "print_journal", "print_runs", "run_summary"]
+
+_MARK = {
+    AttemptState.SUCCEEDED: "ok",
+    AttemptState.FAILED: "FAILED",
+    AttemptState.FAILED_BEFORE_SEND: "not sent",
+    AttemptState.UNKNOWN: "UNKNOWN",
+    AttemptState.NOT_DONE: "not done",
+}
+
+
+def _ts(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Progress(NoHooks):
+    """One line per step on ``stream`` (stderr), as the executor reports it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._started: dict[str, float] = {}
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def step_started(self, run: RunRecord, step_id: str, kind: str) -> None:
+        self._started[step_id] = time.monotonic()
+
+    def step_skipped(self, run: RunRecord, attempt: AttemptRecord) -> None:
+        self._say(f"  = {attempt.step_id}: already SUCCEEDED (attempt {attempt.attempt_no}, {attempt.decided_by}); "
+                  "skipped")
+
+    def intent_committed(self, attempt: AttemptRecord) -> None:
+        self._say(f"  > {attempt.step_id}: intent committed (attempt {attempt.attempt_no}, key {attempt.request_key})")
+
+    def outcome(self, attempt: AttemptRecord) -> None:
+        took = time.monotonic() - self._started.pop(attempt.step_id, time.monotonic())
+        mark = _MARK.get(attempt.state, str(attempt.state))
+        detail = f" by {attempt.decided_by}" if attempt.kind == "effect" and attempt.decided_by else ""
+        extra = f": {attempt.error}" if attempt.error and attempt.state != AttemptState.SUCCEEDED else ""
+        result = f" -> {attempt.result}" if attempt.kind == "effect" and attempt.result is not None else ""
+        self._say(f"  {'+' if attempt.state == AttemptState.SUCCEEDED else '!'} {attempt.step_id} "
+                  f"[{attempt.kind} #{attempt.attempt_no}] {mark}{detail}{result}{extra} ({took:.1f}s)")
+
+    def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> None:
+        where = f"{step_id}: " if step_id else ""
+        self._say(f"  * {where}{message}")
+
+
+def journal_view(store: Store, run: RunRecord) -> dict[str, Any]:
+    """The run, its journal and its events as JSON-ready data."""
+    attempts = store.attempts(run.id)
+    view = run.to_dict()
+    for key in ("created_at", "started_at", "finished_at", "updated_at", "lease_expires_at", "owner_stopped_at",
+                "not_before"):
+        view[key] = _ts(view[key])
+    journal = []
+    for a in attempts:
+        row = a.to_dict()
+        for key in ("intent_at", "dispatched_at", "finished_at"):
+            row[key] = _ts(row[key])
+        if a.kind == "effect":
+            row["outbox"] = [
+                {**o.to_dict(), "released_at": _ts(o.released_at), "response_at": _ts(o.response_at),
+                 "failed_at": _ts(o.failed_at)}
+                for o in store.outbox(a.id)
+            ]
+        journal.append(row)
+    events = [{**e.to_dict(), "at": _ts(e.at)} for e in store.events(run.id)]
+    return {"run": view, "journal": journal, "events": events}
+
+
+def run_summary(run: RunRecord) -> dict[str, Any]:
+    return {"id": run.id, "flow": run.flow_name, "state": str(run.state), "queue": run.queue,
+            "created_at": _ts(run.created_at), "finished_at": _ts(run.finished_at), "error": run.error}
+
+
+def _detail(a: dict[str, Any]) -> str:
+    """The result, else a short account of the evidence, of one journal row."""
+    parts = []
+    if a["result"] is not None:
+        parts.append(f"result {a['result']}")
+    ev = a["evidence"] if isinstance(a["evidence"], dict) else {}
+    if ev.get("verdict"):
+        parts.append(f"verifier said {ev['verdict']} (asked {ev.get('asked', 1)}x) at {ev.get('page_url')}")
+    for r in ev.get("responses") or []:
+        parts.append(f"{r['method']} -> {r['status'] or r['failure'] or 'no response'}"
+                     + (f" {r['location']}" if r.get("location") else ""))
+    if ev.get("reason") and not ev.get("verdict"):
+        parts.append(str(ev["reason"]))
+    if a["error"]:
+        parts.append(f"error {a['error']}")
+    return "; ".join(parts)
+
+
+def print_journal(view: dict[str, Any], console: Console) -> None:
+    run = view["run"]
+    console.print(f"[bold]run {run['id']}[/bold]  flow {run['flow_name']}  [bold]{run['state']}[/bold]  "
+                  f"lease epoch {run['lease_epoch']}  owner {run['owner'] or '-'}")
+    console.print(f"inputs {run['inputs']}")
+    console.print(f"request keys {run['id']}/<step>")
+    if run["error"]:
+        console.print(f"error {run['error']}")
+    console.print("[bold]journal[/bold] (step #attempt kind state, decided by, dispatched, fingerprint)")
+    width = max((len(a["step_id"]) for a in view["journal"]), default=4)
+    for a in view["journal"]:
+        sent = "sent" if a["dispatched_at"] else "    "
+        console.print(f"  {a['step_id']:<{width}} #{a['attempt_no']:<2} {a['kind']:<6} {a['state']:<18} "
+                      f"by {a['decided_by'] or '-':<22} {sent} fp {a['request_fingerprint'][:12]}",
+                      soft_wrap=True, highlight=False)
+        detail = _detail(a)
+        if detail:
+            console.print(f"  {'':<{width}}   {detail}", soft_wrap=True, highlight=False)
+    decisions = [e for e in view["events"] if e["decision"] and e["kind"] in ("attempt_state", "decision",
+                                                                              "lease_claimed", "run_state")]
+    if decisions:
+        console.print("[bold]decisions[/bold]")
+        for e in decisions:
+            step = f" {e['step_id']}#{e['attempt_no']}" if e["step_id"] else ""
+            move = f" {e['from_state']}->{e['to_state']}" if e["to_state"] else ""
+            console.print(f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}"
+                          f"{' (epoch ' + str(e['lease_epoch']) + ')' if e['lease_epoch'] else ''}", soft_wrap=True)
+
+
+def print_runs(runs: list[RunRecord], console: Console) -> None:
+    table = Table()
+    for col in ("run id", "flow", "state", "queue", "created", "finished", "error"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        s = run_summary(r)
+        table.add_row(s["id"], s["flow"], s["state"], s["queue"], s["created_at"] or "", s["finished_at"] or "",
+                      (s["error"] or "")[:80])
+    console.print(table)

@@ -1,0 +1,135 @@
+"""A `run` process SIGKILLed at the dangerous boundaries, then resumed with `run --run-id`.
+
+Each case checks the business outcome on the sandbox (exactly one order for the
+reference) and what the journal says decided it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import BW, sigkill
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def inputs(shop: Any) -> tuple[str, ...]:
+    return ("--input", f"base_url={shop.url}", "--input", "item=tea")
+
+
+def submit_attempts(bw: BW, run_id: str) -> list[dict[str, Any]]:
+    return [a for a in bw.show(run_id)["journal"] if a["step_id"] == "submit"]
+
+
+def resume(bw: BW, flow: str, run_id: str, expect: int = 0) -> str:
+    done = bw.run_flow(flow, "--run-id", run_id)
+    assert done.returncode == expect, done.stderr
+    return done.stderr
+
+
+def test_a_killed_after_intent_before_click_replays_without_verifying(bw: BW, shop: Any, run_id: str) -> None:
+    """(a) Intent committed, killed before the click: the gate released nothing, so the step is
+    FAILED_BEFORE_SEND and replayed with the same key, without asking the verifier."""
+    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
+                         env={"BROWSERWORKER_FAULTS": "after_intent_commit:submit=kill"})
+    assert killed.returncode == -9
+    [intent] = submit_attempts(bw, run_id)
+    assert intent["state"] == "INTENT" and intent["dispatched_at"] is None
+    assert shop.orders(f"{run_id}/submit") == []
+
+    err = resume(bw, "place_order.py", run_id)
+    assert "is gone: reclaimed at once" in err
+    first, second = submit_attempts(bw, run_id)
+    assert (first["state"], first["decided_by"]) == ("FAILED_BEFORE_SEND", "recovery:no_dispatch")
+    assert (second["state"], second["decided_by"]) == ("SUCCEEDED", "return")
+    assert first["request_key"] == second["request_key"] == f"{run_id}/submit"
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def test_b_killed_after_the_post_reached_the_sandbox_is_verified(bw: BW, shop: Any, run_id: str) -> None:
+    """(b) The POST was committed by the sandbox but its response never came back: the
+    verifier finds the order, the step is SUCCEEDED without a replay."""
+    shop.set_faults(delay_after_commit=60, times=1)
+    proc = bw.start_flow("place_order.py", *inputs(shop), "--run-id", run_id)
+    shop.wait_for_orders(f"{run_id}/submit", 1, timeout=60)
+    sigkill(proc)
+    [attempt] = submit_attempts(bw, run_id)
+    assert attempt["state"] == "INTENT" and attempt["dispatched_at"] and not attempt["outbox"][0]["status"]
+
+    resume(bw, "place_order.py", run_id)
+    [attempt] = submit_attempts(bw, run_id)
+    assert (attempt["state"], attempt["decided_by"]) == ("SUCCEEDED", "verifier")
+    assert attempt["result"]["order_id"] == str(shop.orders(f"{run_id}/submit")[0]["id"])
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    decisions = [e["decision"] for e in bw.show(run_id)["events"] if e["kind"] == "decision"]
+    assert "duplicate_prevented" in decisions
+
+
+def test_c_killed_after_response_before_journal_uses_the_outbox(bw: BW, shop: Any, run_id: str) -> None:
+    """(c) The 303 was recorded in the outbox, then the worker died before the journal update:
+    recovery confirms from the outbox without touching the site."""
+    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
+                         env={"BROWSERWORKER_FAULTS": "after_response:submit=kill"})
+    assert killed.returncode == -9
+    [attempt] = submit_attempts(bw, run_id)
+    assert attempt["state"] == "INTENT" and attempt["outbox"][0]["status"] == 303
+
+    resume(bw, "place_order.py", run_id)
+    [attempt] = submit_attempts(bw, run_id)
+    assert (attempt["state"], attempt["decided_by"]) == ("SUCCEEDED", "outbox")
+    orders = shop.orders(f"{run_id}/submit")
+    assert len(orders) == 1 and attempt["result"] == {"order_id": str(orders[0]["id"])}
+
+
+def test_d_killed_while_in_flight_waits_for_settle(bw: BW, shop: Any, run_id: str) -> None:
+    """(d) Killed while the POST was in flight; the sandbox commits seconds later. The
+    verifier's early not_done does not count before stopped_at + settle: it is asked
+    again, finds the order, and nothing is replayed."""
+    shop.set_faults(delay_before_commit=6, times=1)
+    received = shop.inflight()["received"]
+    proc = bw.start_flow("place_order.py", *inputs(shop), "--run-id", run_id)
+    shop.wait_for_received(received + 1, timeout=60)
+    sigkill(proc)
+    assert shop.orders(f"{run_id}/submit") == []  # not committed yet
+
+    err = resume(bw, "place_order.py", run_id)
+    [attempt] = submit_attempts(bw, run_id)
+    assert (attempt["state"], attempt["decided_by"]) == ("SUCCEEDED", "verifier")
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    if attempt["evidence"]["asked"] == 2:  # the usual case: the first look came before the commit
+        assert "asking again in" in err
+
+
+def test_no_verifier_flow_killed_after_commit_needs_review(bw: BW, shop: Any, run_id: str) -> None:
+    """Case (b) for a flow with neither verifier nor idempotency: UNKNOWN, NEEDS_REVIEW (exit 3),
+    never retried; still exactly one order."""
+    shop.set_faults(delay_after_commit=60, times=1)
+    proc = bw.start_flow("place_order_unverified.py", *inputs(shop), "--run-id", run_id)
+    shop.wait_for_orders(f"{run_id}/submit", 1, timeout=60)
+    sigkill(proc)
+
+    resume(bw, "place_order_unverified.py", run_id, expect=3)
+    view = bw.show(run_id)
+    assert view["run"]["state"] == "NEEDS_REVIEW"
+    [attempt] = [a for a in view["journal"] if a["step_id"] == "submit"]
+    assert attempt["state"] == "UNKNOWN"
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    # resuming again does not retry it either
+    resume(bw, "place_order_unverified.py", run_id, expect=3)
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def test_idempotent_flow_killed_after_commit_replays_with_the_same_key(bw: BW, shop: Any, run_id: str) -> None:
+    """Case (b) for an idempotent=True effect: replayed with the same key; the shop dedupes."""
+    shop.set_faults(delay_after_commit=60, times=1)
+    proc = bw.start_flow("place_order_api.py", *inputs(shop), "--run-id", run_id)
+    shop.wait_for_orders(f"{run_id}/submit", 1, timeout=60)
+    sigkill(proc)
+
+    resume(bw, "place_order_api.py", run_id)
+    first, second = submit_attempts(bw, run_id)
+    assert first["state"] == "UNKNOWN" and second["state"] == "SUCCEEDED"
+    assert second["outbox"][0]["status"] == 200  # the existing order, not a new one
+    assert len(shop.orders(f"{run_id}/submit")) == 1

@@ -1,0 +1,211 @@
+"""The flow authoring API and flow-file loading (no browser)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from browserworker import Flow, FlowDefinitionError, FlowLoadError, InputError, Verdict
+from browserworker.flow import Effect, RecordedResponse
+from browserworker.loader import load_flow, parse_inputs
+
+
+class Inputs(BaseModel):
+    item: str
+    quantity: int = 1
+    password: SecretStr = SecretStr("x")
+
+
+def make_flow() -> Flow[Inputs]:
+    flow = Flow("f", inputs=Inputs)
+
+    @flow.step
+    async def open_form(ctx): ...
+
+    @flow.effect(settle=5, idempotent=True, retries=2)
+    async def submit(ctx): ...
+
+    @submit.verify
+    async def landed(ctx):
+        return Verdict.done()
+
+    return flow
+
+
+def test_steps_keep_declaration_order_and_options() -> None:
+    """Steps run in declaration order; effect options are kept on the step."""
+    flow = make_flow()
+    assert [s.id for s in flow.steps] == ["open_form", "submit"]
+    submit = flow.get("submit")
+    assert isinstance(submit, Effect)
+    assert (submit.settle, submit.idempotent, submit.retries) == (5.0, True, 2)
+    assert submit.verifier is not None
+    assert [s.id for s in flow.preceding("submit")] == ["open_form"]
+
+
+def test_explicit_step_id() -> None:
+    """`@flow.step(id=...)` overrides the function name."""
+    flow = Flow("f")
+
+    @flow.step(id="first")
+    async def whatever(ctx): ...
+
+    assert flow.steps[0].id == "first"
+
+
+def test_duplicate_step_id_names_both_places() -> None:
+    """A duplicate id is refused with the file:line of both definitions."""
+    flow = Flow("f")
+
+    @flow.step
+    async def a(ctx): ...
+
+    with pytest.raises(FlowDefinitionError, match=r"duplicate step id 'a'.*test_flow.py:\d+"):
+        @flow.effect(id="a")
+        async def b(ctx): ...
+
+
+def test_verifier_on_an_action_is_refused() -> None:
+    """Only effects can have verifiers."""
+    flow = Flow("f")
+
+    @flow.step
+    async def a(ctx): ...
+
+    with pytest.raises(FlowDefinitionError, match="verifier on action step 'a'"):
+        @a.verify
+        async def v(ctx): ...
+
+
+def test_steps_must_be_async() -> None:
+    """A plain function is refused with its location."""
+    flow = Flow("f")
+    with pytest.raises(FlowDefinitionError, match="must be `async def`"):
+        flow.step(lambda ctx: None)
+
+
+def test_validate_inputs_names_each_problem() -> None:
+    """Input errors name the field and the problem."""
+    flow = make_flow()
+    with pytest.raises(InputError, match=r"quantity: .*integer"):
+        flow.validate_inputs({"item": "tea", "quantity": "many"})
+    with pytest.raises(InputError, match=r"item: Field required"):
+        flow.validate_inputs({})
+    assert flow.validate_inputs({"item": "tea", "quantity": "3"}).quantity == 3
+
+
+def test_fingerprint_is_stable_and_input_sensitive() -> None:
+    """The fingerprint depends on flow, step and inputs, never on secret values."""
+    flow = make_flow()
+    step = flow.get("submit")
+    a = flow.fingerprint(step, flow.validate_inputs({"item": "tea"}), {})
+    assert a == flow.fingerprint(step, flow.validate_inputs({"item": "tea"}), {})
+    assert a != flow.fingerprint(step, flow.validate_inputs({"item": "coffee"}), {})
+    assert a != flow.fingerprint(flow.get("open_form"), flow.validate_inputs({"item": "tea"}), {})
+    assert a == flow.fingerprint(step, flow.validate_inputs({"item": "tea", "password": "other"}), {})
+
+
+def test_secret_fields_come_from_secretstr_and_redact() -> None:
+    """SecretStr fields and names given in redact= are secret."""
+    flow = Flow("f", inputs=Inputs, redact=["item"])
+    assert flow.secret_fields() == {"password", "item"}
+
+
+def test_confirm_predicate_booleans_become_verdicts() -> None:
+    """confirm may return a bool, a Verdict or None."""
+    flow = Flow("f")
+
+    @flow.effect(confirm=lambda r: r.status == 303)
+    async def submit(ctx): ...
+
+    ok = RecordedResponse(status=303, url="u", method="POST", headers={"location": "/orders/1"})
+    bad = RecordedResponse(status=200, url="u", method="POST", headers={})
+    assert submit.judge(ok) == Verdict.done()
+    assert submit.judge(bad).kind == "not_done"
+
+
+def test_default_dispatch_rule() -> None:
+    """By default every method but GET/HEAD/OPTIONS is a dispatch; a glob narrows it to URLs."""
+    flow = Flow("f")
+
+    @flow.effect
+    async def a(ctx): ...
+
+    @flow.effect(dispatch="*/api/*")
+    async def b(ctx): ...
+
+    assert a.is_dispatch("POST", "http://x/orders") and not a.is_dispatch("GET", "http://x/orders")
+    assert b.is_dispatch("PUT", "http://x/api/orders") and not b.is_dispatch("POST", "http://x/track")
+
+
+def write(tmp_path: Path, text: str, name: str = "flow.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_load_flow_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    """A syntax error is reported as file:line."""
+    path = write(tmp_path, "from browserworker import Flow\nflow = Flow('x'\n\ndef (:\n")
+    with pytest.raises(FlowLoadError, match=rf"{path}:\d+: syntax error"):
+        load_flow(path)
+
+
+def test_load_flow_import_error_names_line(tmp_path: Path) -> None:
+    """An exception raised while importing the flow names the line in the flow file."""
+    path = write(tmp_path, "from browserworker import Flow\nflow = Flow('x')\nraise ValueError('boom')\n")
+    with pytest.raises(FlowLoadError, match=rf"{path}:3: ValueError: boom"):
+        load_flow(path)
+
+
+def test_load_flow_missing_and_empty(tmp_path: Path) -> None:
+    """Missing file, no Flow, no steps: each a clear error."""
+    with pytest.raises(FlowLoadError, match="no such flow file"):
+        load_flow(tmp_path / "nope.py")
+    with pytest.raises(FlowLoadError, match="no Flow defined"):
+        load_flow(write(tmp_path, "x = 1\n"))
+    with pytest.raises(FlowLoadError, match="has no steps"):
+        load_flow(write(tmp_path, "from browserworker import Flow\nflow = Flow('x')\n", "empty.py"))
+
+
+def test_load_flow_two_flows_need_a_name(tmp_path: Path) -> None:
+    """Two flows in one file need --flow; an unknown name lists the known ones."""
+    path = write(tmp_path, """
+        from browserworker import Flow
+        a = Flow('a')
+        b = Flow('b')
+        @a.step
+        async def s(ctx): ...
+        @b.step
+        async def t(ctx): ...
+    """)
+    with pytest.raises(FlowLoadError, match=r"defines 2 flows \(a, b\)"):
+        load_flow(path)
+    assert load_flow(path, "b").flow.name == "b"
+    with pytest.raises(FlowLoadError, match="no flow named 'c'"):
+        load_flow(path, "c")
+
+
+def test_load_flow_definition_error_points_at_the_flow_file(tmp_path: Path) -> None:
+    """A duplicate step id in a flow file is reported with that file's line."""
+    path = write(tmp_path, """
+        from browserworker import Flow
+        flow = Flow('x')
+        @flow.step
+        async def s(ctx): ...
+        @flow.step(id='s')
+        async def t(ctx): ...
+    """)
+    with pytest.raises(FlowDefinitionError, match=rf"{path}:\d+: duplicate step id 's'"):
+        load_flow(path)
+
+
+def test_parse_inputs() -> None:
+    """--input pairs override --inputs-json; malformed values are refused."""
+    assert parse_inputs(["a=1", "b=x=y"], '{"a": 0, "c": true}') == {"a": "1", "b": "x=y", "c": True}
+    for bad_pairs, bad_json in ((["novalue"], None), (["=x"], None), ([], "[1]"), ([], "{oops")):
+        with pytest.raises(InputError):
+            parse_inputs(bad_pairs, bad_json)

@@ -1,0 +1,68 @@
+"""The public surface and browser discovery."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+import browserworker
+from browserworker.browser import find_chromium
+from browserworker.errors import BrowserNotFound
+
+
+def test_all_is_complete_and_importable() -> None:
+    """Every public name is in __all__ and every name in __all__ exists."""
+    public = {n for n in vars(browserworker) if not n.startswith("_") and n[0].isupper()}
+    assert public <= set(browserworker.__all__)
+    for name in browserworker.__all__:
+        assert hasattr(browserworker, name), name
+
+
+def fake_exe(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_env_override_wins(tmp_path: Path) -> None:
+    """BROWSERWORKER_CHROMIUM is used first, and must be an executable."""
+    exe = fake_exe(tmp_path / "my-chrome")
+    assert find_chromium({"BROWSERWORKER_CHROMIUM": str(exe), "PATH": ""}) == str(exe)
+    with pytest.raises(BrowserNotFound, match="not an executable"):
+        find_chromium({"BROWSERWORKER_CHROMIUM": str(tmp_path / "nope"), "PATH": ""})
+
+
+def test_managed_browser_before_system(tmp_path: Path) -> None:
+    """Playwright's downloaded Chromium (newest revision) comes before the system one."""
+    old = fake_exe(tmp_path / "pw" / "chromium-1100" / "chrome-linux" / "chrome")
+    new = fake_exe(tmp_path / "pw" / "chromium-1200" / "chrome-linux" / "chrome")
+    system = fake_exe(tmp_path / "bin" / "chromium")
+    env = {"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "pw"), "PATH": str(system.parent)}
+    assert find_chromium(env) == str(new) != str(old)
+    assert find_chromium({"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "none"), "PATH": str(system.parent)}) == str(system)
+
+
+def test_no_browser_says_how_to_fix(tmp_path: Path) -> None:
+    """With nothing found, the message names the fix."""
+    with pytest.raises(BrowserNotFound) as err:
+        find_chromium({"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path), "PATH": str(tmp_path)})
+    assert "apt-get install chromium" in str(err.value) and "BROWSERWORKER_CHROMIUM" in str(err.value)
+
+
+def test_cli_reports_missing_browser(tmp_path: Path) -> None:
+    """`run` without any browser: exit 2 with the fix, nothing written."""
+    from click.testing import CliRunner
+
+    from browserworker.cli import main
+
+    flow = Path(__file__).resolve().parents[1] / "flows" / "place_order.py"
+    env = {**os.environ, "PATH": str(tmp_path), "PLAYWRIGHT_BROWSERS_PATH": str(tmp_path),
+           "BROWSERWORKER_CHROMIUM": "", "BROWSERWORKER_DB": str(tmp_path / "bw.db")}
+    result = CliRunner().invoke(main, ["run", str(flow), "--input", "base_url=http://127.0.0.1:1",
+                                       "--input", "item=tea"], env=env)
+    assert result.exit_code == 2 and "no Chromium found" in result.output
+    assert not (tmp_path / "bw.db").exists()

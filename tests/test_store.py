@@ -1,0 +1,185 @@
+"""The SQLite store: schema, claims, fencing, the dispatch margin, the outbox and events."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from browserworker.errors import LeaseLost, StoreError
+from browserworker.states import AttemptState, RunState
+from browserworker.store import SCHEMA_VERSION, NewRun, Owner, SQLiteStore
+
+A = Owner("worker-a", "host", 1)
+B = Owner("worker-b", "host", 2)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    s = SQLiteStore(tmp_path / "bw.db")
+    s.create_run(NewRun(id="r1", flow_name="f", inputs={"item": "tea"}))
+    return s
+
+
+def backdate_lease(store: SQLiteStore, run_id: str, seconds: float) -> None:
+    """Move a lease's expiry into the past instead of sleeping."""
+    store.conn.execute("UPDATE runs SET lease_expires_at = lease_expires_at - ? WHERE id = ?", (seconds, run_id))
+
+
+def test_pragmas_and_schema_version(store: SQLiteStore) -> None:
+    """WAL, synchronous=FULL, and the schema version are set on open."""
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert store.schema_version == SCHEMA_VERSION >= 1
+    assert store.integrity_check() == "ok"
+
+
+def test_reopen_does_not_migrate_twice(tmp_path: Path) -> None:
+    """Opening an existing database keeps its rows and version."""
+    SQLiteStore(tmp_path / "x.db").create_run(NewRun(id="a", flow_name="f", inputs={}))
+    again = SQLiteStore(tmp_path / "x.db")
+    assert again.get_run("a") is not None and again.schema_version == SCHEMA_VERSION
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A database from a newer browserworker is not touched."""
+    path = tmp_path / "new.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer than this browserworker"):
+        SQLiteStore(path)
+
+
+def test_create_false_does_not_create(tmp_path: Path) -> None:
+    """Read-only commands never create a database."""
+    with pytest.raises(StoreError, match="no database"):
+        SQLiteStore(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_claim_is_exclusive_and_bumps_epoch(store: SQLiteStore) -> None:
+    """Only one owner can claim; the epoch grows with every claim."""
+    first = store.claim_run("r1", A, ttl=30)
+    assert first is not None and first.state == RunState.LEASED and first.lease_epoch == 1
+    assert store.claim_run("r1", B, ttl=30) is None
+
+
+def test_expired_lease_is_reclaimed_only_after_skew(store: SQLiteStore) -> None:
+    """An expired lease is taken over once it is older than the skew tolerance."""
+    store.claim_run("r1", A, ttl=30)
+    backdate_lease(store, "r1", 31)  # expired 1 s ago
+    assert store.claim_run("r1", B, ttl=30, skew=5) is None
+    backdate_lease(store, "r1", 5)
+    taken = store.claim_run("r1", B, ttl=30, skew=5)
+    assert taken is not None and taken.owner == "worker-b" and taken.lease_epoch == 2
+    assert taken.needs_reconcile and taken.owner_stopped_at is not None
+    kinds = [(e.kind, e.decision) for e in store.events("r1")]
+    assert ("lease_claimed", "lease_expired") in kinds
+
+
+def test_takeover_of_a_dead_owner_needs_the_current_epoch(store: SQLiteStore) -> None:
+    """A proven-dead owner's run is taken at once, but only at the epoch that was seen."""
+    store.claim_run("r1", A, ttl=30)
+    assert store.claim_run("r1", B, ttl=30, takeover_epoch=0) is None
+    taken = store.claim_run("r1", B, ttl=30, takeover_epoch=1)
+    assert taken is not None and taken.lease_epoch == 2
+    assert [e.decision for e in store.events("r1") if e.kind == "lease_claimed"] == ["claimed", "owner_dead"]
+
+
+def test_stale_epoch_writes_are_rejected(store: SQLiteStore) -> None:
+    """Once another owner holds the run, every write of the old epoch fails and changes nothing."""
+    store.claim_run("r1", A, ttl=30)
+    attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", margin=5)
+    store.claim_run("r1", B, ttl=30, takeover_epoch=1)
+    with pytest.raises(LeaseLost, match="epoch 2"):
+        store.mark_dispatched(attempt, 1, "POST", "http://x/orders", margin=5)
+    with pytest.raises(LeaseLost):
+        store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp")
+    with pytest.raises(LeaseLost):
+        store.finish_attempt(attempt, 1, AttemptState.SUCCEEDED, decided_by="return")
+    with pytest.raises(LeaseLost):
+        store.heartbeat("r1", 1, ttl=30)
+    with pytest.raises(LeaseLost):
+        store.set_run_state("r1", 1, RunState.SUCCEEDED)
+    assert store.get_attempt(attempt.id).dispatched_at is None
+    assert store.outbox(attempt.id) == []
+    assert store.get_run("r1").state == RunState.LEASED
+
+
+def test_intent_and_dispatch_need_the_margin(store: SQLiteStore) -> None:
+    """With less than the dispatch margin left, no intent and no dispatch is committed."""
+    store.claim_run("r1", A, ttl=30)
+    attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", margin=5)
+    backdate_lease(store, "r1", 27)  # 3 s left
+    with pytest.raises(LeaseLost, match="margin"):
+        store.mark_dispatched(attempt, 1, "POST", "http://x/orders", margin=5)
+    with pytest.raises(LeaseLost, match="margin"):
+        store.begin_attempt("r1", 1, "other", "effect", "r1/other", "fp", margin=5)
+    store.heartbeat("r1", 1, ttl=30)  # renewing restores the margin
+    assert store.mark_dispatched(attempt, 1, "POST", "http://x/orders", margin=5) > 0
+
+
+def test_attempt_numbers_and_outbox(store: SQLiteStore) -> None:
+    """Attempts of a step are numbered; the outbox keeps one row per released request."""
+    store.claim_run("r1", A, ttl=30)
+    first = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", margin=5)
+    oid = store.mark_dispatched(first, 1, "POST", "http://x/orders", margin=5)
+    store.record_response(oid, 303, "http://x/orders", {"location": "/orders/7"})
+    store.record_response(oid, 500, "http://x/orders", {})  # a second write never overwrites
+    store.finish_attempt(first, 1, AttemptState.UNKNOWN, decided_by="exception_after_dispatch")
+    second = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", margin=5)
+    assert (first.attempt_no, second.attempt_no) == (1, 2)
+    assert store.latest_attempt("r1", "submit").id == second.id
+    [row] = store.outbox(first.id)
+    assert (row.status, row.headers, row.answered) == (303, {"location": "/orders/7"}, True)
+    assert store.get_attempt(first.id).dispatched_at is not None
+
+
+def test_finish_attempt_checks_the_state_it_moves_from(store: SQLiteStore) -> None:
+    """Two deciders cannot both move the same attempt."""
+    store.claim_run("r1", A, ttl=30)
+    attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp")
+    store.finish_attempt(attempt, 1, AttemptState.SUCCEEDED, decided_by="return")
+    with pytest.raises(LeaseLost, match="already SUCCEEDED"):
+        store.finish_attempt(attempt, 1, AttemptState.FAILED, decided_by="return")
+
+
+def test_every_transition_is_an_event(store: SQLiteStore) -> None:
+    """Run creation, claims, intents, dispatches, outcomes and run states are journaled as events."""
+    store.claim_run("r1", A, ttl=30)
+    store.set_run_state("r1", 1, RunState.RUNNING, worker="worker-a")
+    attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", worker="worker-a")
+    store.mark_dispatched(attempt, 1, "POST", "http://x", margin=0)
+    store.finish_attempt(attempt, 1, AttemptState.SUCCEEDED, decided_by="return", worker="worker-a")
+    store.set_run_state("r1", 1, RunState.SUCCEEDED, worker="worker-a")
+    events = store.events("r1")
+    assert [e.kind for e in events] == ["run_created", "lease_claimed", "run_state", "intent", "dispatched",
+                                        "attempt_state", "run_state"]
+    assert events[-1].to_state == "SUCCEEDED" and events[-1].lease_epoch == 1
+    run = store.get_run("r1")
+    assert run.owner is None and run.finished_at is not None
+
+
+def test_secret_inputs_are_masked_in_views(tmp_path: Path) -> None:
+    """Secret input fields are kept for execution but masked in every view."""
+    s = SQLiteStore(tmp_path / "s.db")
+    run = s.create_run(NewRun(id="s", flow_name="f", inputs={"user": "u", "password": "hunter2"},
+                              secret_fields=("password",)))
+    assert run.inputs["password"] == "hunter2"
+    assert run.to_dict()["inputs"] == {"user": "u", "password": "[redacted]"}
+
+
+def test_busy_database_is_a_store_error(tmp_path: Path) -> None:
+    """A write that cannot get the lock within the busy timeout raises StoreError."""
+    path = tmp_path / "busy.db"
+    s = SQLiteStore(path, busy_timeout=0.1)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match="cannot start a write transaction"):
+            s.create_run(NewRun(id="x", flow_name="f", inputs={}))
+    finally:
+        blocker.execute("ROLLBACK")
+    assert s.get_run("x") is None
