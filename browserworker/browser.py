@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,8 +91,10 @@ class BrowserSettings:
 class BrowserSession:
     """One Playwright driver and one Chromium for this process; contexts on demand."""
 
-    def __init__(self, settings: BrowserSettings) -> None:
+    def __init__(self, settings: BrowserSettings,
+                 on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = ()) -> None:
         self.settings = settings
+        self.on_context = list(on_context)
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
 
@@ -131,6 +133,8 @@ class BrowserSession:
         options = {"service_workers": "block", **self.settings.context_options, **overrides}
         ctx = await self.browser.new_context(**options)
         try:
+            for setup in self.on_context:  # e.g. a replay router, installed before any step runs
+                await setup(ctx)
             yield ctx
         finally:
             try:

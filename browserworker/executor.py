@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,7 +25,7 @@ from .browser import BrowserSession
 from .errors import LeaseLost
 from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
 from .gate import ActionGuard, DispatchGate
-from .hooks import ExecutorHooks, HookBus
+from .hooks import ExecutorHooks, HookBus, StepObserver
 from .leases import Lease, LeaseSettings
 from .recovery import classify_attempt, default_judge, own_failures, plan_recovery, settle_deadline
 from .states import AttemptState, RunState
@@ -69,7 +69,7 @@ class Executor:
 
     def __init__(self, flow: Flow[Any], store: AsyncStore, browser: BrowserSession, run: RunRecord,
                  owner: Owner, lease: Lease, settings: LeaseSettings, *,
-                 hooks: ExecutorHooks | None = None) -> None:
+                 hooks: ExecutorHooks | None = None, observers: Sequence[StepObserver] = ()) -> None:
         self.flow = flow
         self.store = store
         self.browser = browser
@@ -78,6 +78,7 @@ class Executor:
         self.lease = lease
         self.settings = settings
         self.hooks: ExecutorHooks = hooks or HookBus()
+        self.observers = list(observers)
         self.epoch = run.lease_epoch
         self.inputs: BaseModel = flow.validate_inputs(run.inputs)
         self._context: BrowserContext | None = None
@@ -93,6 +94,15 @@ class Executor:
         except LeaseLost as exc:
             self.lease.mark_lost(exc)
             raise
+
+    async def _before(self, ctx: StepContext[Any], step: Any, context: BrowserContext) -> None:
+        for observer in self.observers:
+            await observer.before_step(ctx, step, context)
+
+    async def _after(self, ctx: StepContext[Any], step: Any, context: BrowserContext,
+                     attempt: AttemptRecord | None) -> None:
+        for observer in self.observers:
+            await observer.after_step(ctx, step, context, attempt)
 
     def on_lease_lost(self, exc: BaseException) -> None:
         """Close the run's context at once: nothing more may leave for this run."""
@@ -181,6 +191,7 @@ class Executor:
                               "@flow.effect, or @flow.step(sends=True) if it is safe to repeat)")
 
         guard = ActionGuard(step, mode=self.flow.undeclared_effects, report=report)
+        await self._before(ctx, step, context)
         await guard.install(context)
         try:
             value = await step.fn(ctx)
@@ -192,6 +203,8 @@ class Executor:
                                       decided_by="exception", error=f"{type(exc).__name__}: {exc}",
                                       worker=self.owner.worker)
             self.hooks.outcome(finished)
+            await guard.remove()
+            await self._after(ctx, step, context, finished)
             failures = own_failures(await self._db("attempts", self.run.id), step.id)
             if failures > step.retries:
                 raise _Stop("failed", f"step {step.id} failed: {type(exc).__name__}: {exc}") from None
@@ -199,14 +212,17 @@ class Executor:
         finally:
             await guard.remove()
         if guard.seen and self.flow.undeclared_effects == "fail":
-            await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED, decided_by="undeclared_effect",
-                           evidence={"requests": guard.seen}, worker=self.owner.worker)
+            finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED,
+                                      decided_by="undeclared_effect", evidence={"requests": guard.seen},
+                                      worker=self.owner.worker)
+            await self._after(ctx, step, context, finished)
             raise _Stop("failed", f"action {step.id} sent non-GET requests: {', '.join(guard.seen)}")
         finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.SUCCEEDED, decided_by="return",
                                   result=_jsonable(value),
                                   evidence={"undeclared_requests": guard.seen} if guard.seen else None,
                                   worker=self.owner.worker)
         self.hooks.outcome(finished)
+        await self._after(ctx, step, context, finished)
         return value
 
     # -- effects ------------------------------------------------------------------------
@@ -267,6 +283,7 @@ class Executor:
         ctx = self._ctx(page, step.id, attempt, fp, results)
         ctx.log.info("intent committed", state=str(attempt.state))
         faults.hit("after_intent_commit", step.id)
+        await self._before(ctx, step, context)
         gate = DispatchGate(self.store, attempt, step, epoch=self.epoch, margin=self.settings.margin,
                             hooks=self.hooks, is_alive=lambda: self.lease.lost is None)
         await gate.install(context)
@@ -296,8 +313,7 @@ class Executor:
         if gate.blocked:
             evidence["blocked"] = gate.blocked
         if verdict.state == AttemptState.UNKNOWN:
-            # the request may still be in flight in this context: stop it, then reconcile in a new pass
-            await context.close()
+            # this attempt dispatches nothing more from now on; reconcile in a new pass
             evidence["stopped_at"] = time.time()
             evidence["page_url"] = _safe_url(page)
         finished = await self._db("finish_attempt", attempt, self.epoch, verdict.state, decided_by=verdict.decided_by,
@@ -306,9 +322,11 @@ class Executor:
                                   else None, worker=self.owner.worker)
         ctx.log.info("effect finished", state=str(finished.state), decided_by=finished.decided_by)
         self.hooks.outcome(finished)
+        await self._after(ctx, step, context, finished)
         if finished.state == AttemptState.SUCCEEDED:
             return finished.result
         if finished.state == AttemptState.UNKNOWN:
+            await context.close()  # end whatever is still in flight in this context
             raise _Again(f"{step.id} dispatched but its outcome is unknown: reconciling")
         failures = own_failures(await self._db("attempts", self.run.id), step.id)
         if failures > step.retries:

@@ -93,7 +93,7 @@ class DispatchGate:
         self.released[request] = outbox_id
         faults.hit("after_dispatch_commit", self.effect.id)
         self.hooks.dispatched(self.attempt, request.method, request.url)
-        await route.continue_()
+        await route.fallback()  # to the network, or to a replay router registered before the gate
         faults.hit("after_dispatch", self.effect.id)
 
     async def _abort(self, route: Route, request: Request, why: BaseException) -> None:

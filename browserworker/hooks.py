@@ -4,11 +4,31 @@ logging subscribe to them, so the executor imports none of those."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .store.records import AttemptRecord, RunRecord
 
-__all__ = ["ExecutorHooks", "HookBus", "NoHooks"]
+if TYPE_CHECKING:  # pragma: no cover
+    from playwright.async_api import BrowserContext
+
+    from .flow import Step, StepContext
+
+__all__ = ["ExecutorHooks", "HookBus", "NoHooks", "StepObserver"]
+
+
+class StepObserver(Protocol):
+    """An async subscriber that may use the page: called around every step of a pass.
+
+    ``before_step`` runs after an effect's intent is committed and before the step function
+    (so before anything is dispatched); ``after_step`` runs once the step's attempt has its
+    outcome (``attempt`` is the finished journal row; None if the step raised past it).
+    Recording uses this to capture the network per step and to self-test verifiers.
+    """
+
+    async def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> None: ...
+
+    async def after_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext,
+                         attempt: AttemptRecord | None) -> None: ...
 
 
 class ExecutorHooks(Protocol):

@@ -10,17 +10,18 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from playwright.async_api import BrowserContext
 
 from . import faults
 from .browser import BrowserSession, BrowserSettings
 from .errors import UsageError
 from .executor import Executor
-from .hooks import ExecutorHooks, HookBus
+from .hooks import ExecutorHooks, HookBus, StepObserver
 from .leases import Lease, LeaseSettings, owner_is_gone, this_owner
 from .loader import LoadedFlow
 from .states import TERMINAL_RUN_STATES, RunState
@@ -117,8 +118,13 @@ async def _acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, h
 
 
 async def run_flow(store: Store, loaded: LoadedFlow, run: RunRecord, *, browser: BrowserSettings,
-                   lease: LeaseSettings | None = None, hooks: ExecutorHooks | None = None) -> RunRecord:
+                   lease: LeaseSettings | None = None, hooks: ExecutorHooks | None = None,
+                   observers: Sequence[StepObserver] = (),
+                   on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = ()) -> RunRecord:
     """Lease ``run`` and execute it to its end in this process; returns the final run.
+
+    ``observers`` see every step (recording); ``on_context`` prepares every new browser
+    context before any step runs in it (a replay router).
 
     A terminal or NEEDS_REVIEW run is returned as it is. Raises
     :class:`~browserworker.errors.LeaseLost` if another owner takes the run away.
@@ -132,8 +138,9 @@ async def run_flow(store: Store, loaded: LoadedFlow, run: RunRecord, *, browser:
     try:
         leased = await _acquire(astore, run, settings, hooks, owner)
         held = Lease(astore, leased.id, leased.lease_epoch, settings)
-        async with BrowserSession(browser) as session:
-            executor = Executor(loaded.flow, astore, session, leased, owner, held, settings, hooks=hooks)
+        async with BrowserSession(browser, on_context=on_context) as session:
+            executor = Executor(loaded.flow, astore, session, leased, owner, held, settings, hooks=hooks,
+                                observers=observers)
             held.on_lost = executor.on_lease_lost
             held.start()
             try:
