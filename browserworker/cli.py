@@ -10,22 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import click
 from rich.console import Console
 
 from .browser import BrowserSettings
-from .errors import BrowserNotFound, BrowserworkerError, LeaseLost, StoreError, UsageError
+from . import jobs
+from .chaos import CHAOS_POINTS, run_chaos
+from .errors import BrowserNotFound, LeaseLost, QueueFull, StoreError, UsageError
 from .leases import LeaseSettings
 from .loader import load_flow, parse_inputs
 from .logs import configure_logging
 from .runner import RunRequest, prepare_run, run_flow, validate_run_id
 from .states import RunState
 from .store.sqlite import SQLiteStore
-from .views import Progress, journal_view, print_journal, print_runs, run_summary
+from .views import Progress, journal_view, print_chaos, print_journal, print_runs, run_summary
+from .worker import Worker, WorkerSettings
 
 EXIT_CODES = {
     RunState.SUCCEEDED: 0,
@@ -35,6 +41,7 @@ EXIT_CODES = {
 }
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 5
+EXIT_QUEUE_FULL = 6
 DEFAULT_DB = "browserworker.db"
 
 db_option = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), envvar="BROWSERWORKER_DB",
@@ -49,6 +56,11 @@ class UsageFailure(click.ClickException):
 
 def _fail(message: str) -> NoReturn:
     raise UsageFailure(message)
+
+
+def _evidence_dir(db: Path) -> Path:
+    """Screenshots kept as review evidence live beside the database."""
+    return db.parent / f"{db.name}.evidence"
 
 
 def _open_store(db: Path, *, create: bool = True) -> SQLiteStore:
@@ -82,13 +94,18 @@ def main(log_level: str) -> None:
 @click.option("--lease-ttl", type=click.FloatRange(min=1), default=30.0, show_default=True,
               help="Lease time-to-live in seconds (heartbeats every TTL/3).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run and journal as JSON on stdout.")
+@click.option("--record", "record_name", metavar="NAME",
+              help="Record the run into recordings/NAME (or a path) for offline replay in tests.")
+@click.option("--trace", is_flag=True, help="With --record: also keep a Playwright trace (screenshots) per step.")
 def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_json: str | None, run_id: str | None,
-        db: Path, headed: bool, lease_ttl: float, as_json: bool) -> None:
+        db: Path, headed: bool, lease_ttl: float, as_json: bool, record_name: str | None, trace: bool) -> None:
     """Run FLOW_FILE to the end in this process (or resume --run-id).
 
     Exit codes: 0 SUCCEEDED, 1 FAILED, 2 bad usage/input/flow (nothing written),
     3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost, store failure).
     """
+    if trace and not record_name:
+        _fail("--trace needs --record NAME")
     try:
         loaded = load_flow(flow_file, flow_name)
         inputs = parse_inputs(pairs, inputs_json)
@@ -112,8 +129,15 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
     if not as_json:
         click.echo(record.id)
     try:
-        final = asyncio.run(run_flow(store, loaded, record, browser=browser, lease=LeaseSettings(ttl=lease_ttl),
-                                     hooks=Progress(err)))
+        if record_name:  # the same run, with its network, journal and verifier self-tests recorded
+            from .recording import record_run
+            work = record_run(store, loaded, record, name=record_name, trace=trace, browser=browser,
+                              lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err), evidence_dir=_evidence_dir(db))
+            final = asyncio.run(work)
+        else:
+            final = asyncio.run(_with_signals(lambda stop: run_flow(
+                store, loaded, record, browser=browser, lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err),
+                evidence_dir=_evidence_dir(db), stop=stop)))
     except LeaseLost as exc:
         click.echo(f"error: lease lost, stopped without dispatching anything more: {exc}", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -122,13 +146,262 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
         sys.exit(EXIT_INTERRUPTED)
     except UsageError as exc:
         _fail(str(exc))
-    finally:
-        pass
-    click.echo(f"run {final.id}: {final.state}" + (f" ({final.error})" if final.error else ""), err=True)
+    if final.state == RunState.QUEUED:
+        click.echo(f"run {final.id} stopped and handed back (QUEUED); resume with --run-id {final.id}", err=True)
+    else:
+        click.echo(f"run {final.id}: {final.state}" + (f" ({final.error})" if final.error else ""), err=True)
     if as_json:
         click.echo(json.dumps(journal_view(store, final), indent=2, default=str))
     store.close()
     sys.exit(EXIT_CODES.get(final.state, EXIT_INTERRUPTED))
+
+
+@main.command()
+@click.argument("flow_file", type=click.Path(path_type=Path))
+@click.option("--flow", "flow_name", help="Which flow, when the file defines several.")
+@click.option("--input", "pairs", multiple=True, metavar="KEY=VALUE", help="An input field (repeatable).")
+@click.option("--inputs-json", metavar="JSON", help="All inputs as a JSON object (--input wins).")
+@click.option("--run-id", help="Name the run (default: a fresh id).")
+@click.option("--queue", default="default", show_default=True, help="The queue to put it on.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before it may start.")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the queued run as JSON.")
+def enqueue(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_json: str | None,
+            run_id: str | None, queue: str, priority: int, delay: float, db: Path, as_json: bool) -> None:
+    """Queue a run of FLOW_FILE for the workers; prints its run id.
+
+    Inputs are validated now (bad input: exit 2, nothing queued). A full queue refuses the
+    run with exit 6 (backpressure), nothing written.
+    """
+    try:
+        loaded = load_flow(flow_file, flow_name)
+        inputs = parse_inputs(pairs, inputs_json)
+        loaded.flow.validate_inputs(inputs)
+        if run_id:
+            validate_run_id(run_id)
+    except UsageError as exc:
+        _fail(str(exc))
+    store = _open_store(db)
+    try:
+        record = jobs.enqueue(store, loaded, inputs, run_id=run_id, queue=queue, priority=priority, delay=delay)
+    except QueueFull as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_QUEUE_FULL)
+    except UsageError as exc:
+        _fail(str(exc))
+    finally:
+        store.close()
+    click.echo(json.dumps(run_summary(record)) if as_json else record.id)
+
+
+@main.command()
+@click.option("--flows", "flow_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directories of flow files (repeatable); default: each run's own flow file.")
+@click.option("--queue", "queues", multiple=True, help="Queues to serve (repeatable).  [default: default]")
+@click.option("--concurrency", "-n", type=click.IntRange(min=1, max=64), default=1, show_default=True,
+              help="Runs at once, each in its own context of one Chromium.")
+@click.option("--lease-ttl", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Lease time-to-live in seconds; heartbeats every TTL/3.")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds in-flight steps may take to finish after SIGTERM/SIGINT.")
+@click.option("--max-lease-losses", type=click.IntRange(min=1), default=3, show_default=True,
+              help="A run that lost its lease more often goes to NEEDS_REVIEW.")
+@click.option("--once", is_flag=True, help="Exit when the queues are empty and nothing is running.")
+@db_option
+@click.option("--headed", is_flag=True, help="Show the browser window.")
+def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: int, lease_ttl: float, grace: float,
+           max_lease_losses: int, once: bool, db: Path, headed: bool) -> None:
+    """Drain the queue: claim runs and execute up to --concurrency at once on one Chromium.
+
+    SIGTERM/SIGINT: stop claiming, let in-flight steps finish within --grace, and hand runs
+    back at their next step boundary (no waiting for lease expiry). A second signal exits
+    at once.
+    """
+    try:
+        browser = BrowserSettings.discover(headless=not headed)
+        for q in queues:
+            jobs.validate_queue(q)
+        settings = WorkerSettings(queues=list(queues) or ["default"], concurrency=concurrency,
+                                  lease=LeaseSettings(ttl=lease_ttl), grace=grace, max_lease_losses=max_lease_losses,
+                                  once=once, flow_dirs=list(flow_dirs), evidence_dir=_evidence_dir(db))
+        store = _open_store(db)
+        fleet_worker = Worker(store, settings, browser)
+    except (UsageError, BrowserNotFound, ValueError) as exc:
+        _fail(str(exc))
+    click.echo(f"worker {fleet_worker.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, db {db})",
+               err=True)
+    stats = asyncio.run(_serve(fleet_worker))
+    click.echo(f"worker {fleet_worker.id} stopped: claimed {stats.claimed}, finished {stats.finished}, "
+               f"released {stats.released}, lease lost {stats.lease_lost}, reclaimed {stats.reclaimed}", err=True)
+    store.close()
+
+
+async def _with_signals(start: Callable[[asyncio.Event], Awaitable[Any]]) -> Any:
+    """Run ``start(stop)``; the first SIGTERM/SIGINT sets ``stop``, a second exits at once."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            os._exit(EXIT_INTERRUPTED)
+        click.echo("stopping at the next step boundary (again to quit at once)", err=True)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    return await start(stop)
+
+
+async def _serve(fleet_worker: Worker) -> Any:
+    loop = asyncio.get_running_loop()
+    signals = {"count": 0}
+
+    def on_signal() -> None:
+        signals["count"] += 1
+        if signals["count"] > 1:
+            os._exit(EXIT_INTERRUPTED)  # a second signal: exit at once, leases expire
+        fleet_worker.request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    return await fleet_worker.run()
+
+
+@main.command()
+@click.argument("flow_file", type=click.Path(path_type=Path))
+@click.option("--flow", "flow_name", help="Which flow, when the file defines several.")
+@click.option("--input", "pairs", multiple=True, metavar="KEY=VALUE", help="An input field (repeatable).")
+@click.option("--inputs-json", metavar="JSON", help="All inputs as a JSON object (--input wins).")
+@click.option("--points", default="all", show_default=True,
+              help=f"Comma-separated fault points, or 'all' ({', '.join(CHAOS_POINTS)}).")
+@click.option("--step", "steps", multiple=True, help="Only these effect steps (repeatable).")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per step and point.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def chaos(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_json: str | None, points: str,
+          steps: tuple[str, ...], rounds: int, as_json: bool) -> None:
+    """Crash FLOW_FILE at every fault point of every effect, resume it, and check the target.
+
+    Uses the effect's @effect.count probe (or its verifier) on the real target. Exits 1 on
+    any duplicate or lost run. Each scenario runs in a throw-away database.
+    """
+    try:
+        loaded = load_flow(flow_file, flow_name)
+        loaded.flow.validate_inputs(parse_inputs(pairs, inputs_json))
+        browser = BrowserSettings.discover()
+        chosen = list(CHAOS_POINTS) if points == "all" else [p.strip() for p in points.split(",") if p.strip()]
+        inputs_args = [a for pair in pairs for a in ("--input", pair)] + (
+            ["--inputs-json", inputs_json] if inputs_json is not None else [])
+        results = run_chaos(loaded, inputs_args, points=chosen, rounds=rounds, browser=browser, steps=steps,
+                            progress=None if as_json else lambda r: click.echo(
+                                f"  {r.step} @ {r.point} #{r.round}: {r.verdict} ({r.decision}, landings {r.landings})",
+                                err=True))
+    except (UsageError, BrowserNotFound) as exc:
+        _fail(str(exc))
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print_chaos(results, Console())
+    bad = [r for r in results if r.verdict not in ("ok", "not reached")]
+    sys.exit(1 if bad else 0)
+
+
+@main.command()
+@click.argument("run_id")
+@db_option
+def cancel(run_id: str, db: Path) -> None:
+    """Cancel a run: a queued one at once; a running one at its next step boundary
+    (never between an effect's intent and its outcome)."""
+    store = _open_store(db, create=False)
+    try:
+        outcome = jobs.cancel(store, run_id)
+    except UsageError as exc:
+        _fail(str(exc))
+    finally:
+        store.close()
+    messages = {"cancelled": f"run {run_id} CANCELLED",
+                "requested": f"run {run_id} is running: it stops at its next step boundary"}
+    if outcome not in messages:
+        _fail(f"run {run_id} is already {outcome}")
+    click.echo(messages[outcome])
+
+
+@main.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def review(db: Path, as_json: bool) -> None:
+    """List runs waiting for a person (NEEDS_REVIEW), with their UNKNOWN steps and evidence."""
+    store = _open_store(db, create=False)
+    try:
+        items = jobs.review_items(store)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps([i.to_dict() for i in items], indent=2, default=str))
+        return
+    if not items:
+        click.echo("nothing to review")
+    for item in items:
+        click.echo(f"run {item.run_id} ({item.flow}): {item.reason or ''}")
+        if item.step_id:
+            ev = item.evidence
+            click.echo(f"  step {item.step_id} #{item.attempt_no}  key {item.request_key}  fp {item.fingerprint}")
+            for resp in ev.get("responses", []):
+                click.echo(f"    {resp['method']} {resp['url']} -> {resp['status'] or resp['failure'] or 'no response'}")
+            for key in ("page_url", "screenshot", "reason"):
+                if ev.get(key):
+                    click.echo(f"    {key}: {ev[key]}")
+            click.echo(f"  resolve: browserworker resolve {item.run_id} {item.step_id} --done|--not-done|--failed")
+
+
+@main.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--done", "decision", flag_value="done", help="It landed: skip the step on re-run.")
+@click.option("--not-done", "decision", flag_value="not_done", help="It did not land: replay with the same key.")
+@click.option("--failed", "decision", flag_value="failed", help="End the run FAILED.")
+@click.option("--result", "result_json", metavar="JSON", help="With --done: the step's result.")
+@db_option
+def resolve(run_id: str, step: str, decision: str | None, result_json: str | None, db: Path) -> None:
+    """Decide an UNKNOWN step of a NEEDS_REVIEW run; the decision (who, when) is journaled
+    and the run is re-queued (or ends FAILED)."""
+    if decision is None:
+        _fail("say what happened: --done, --not-done or --failed")
+    if result_json is not None and decision != "done":
+        _fail("--result goes with --done")
+    try:
+        result = json.loads(result_json) if result_json is not None else None
+    except json.JSONDecodeError as exc:
+        _fail(f"--result is not valid JSON: {exc.msg}")
+    store = _open_store(db, create=False)
+    try:
+        run = jobs.resolve(store, run_id, step, decision, result=result)
+    except UsageError as exc:
+        _fail(str(exc))
+    finally:
+        store.close()
+    click.echo(f"run {run_id} {run.state}" + (" (a worker will pick it up)" if run.state == RunState.QUEUED else ""))
+
+
+@main.command("queue")
+@click.argument("name")
+@click.option("--max-depth", type=click.IntRange(min=0), help="Refuse enqueues beyond this many QUEUED runs.")
+@click.option("--unlimited", is_flag=True, help="Remove the depth limit.")
+@db_option
+def queue_command(name: str, max_depth: int | None, unlimited: bool, db: Path) -> None:
+    """Show or set a queue's maximum depth (backpressure)."""
+    try:
+        jobs.validate_queue(name)
+    except UsageError as exc:
+        _fail(str(exc))
+    store = _open_store(db)
+    try:
+        if unlimited or max_depth is not None:
+            store.set_queue_limit(name, None if unlimited else max_depth)
+        limit = store.queue_limits().get(name)
+    finally:
+        store.close()
+    click.echo(f"queue {name}: max depth {'unlimited' if limit is None else limit}")
 
 
 @main.command()
@@ -184,6 +457,30 @@ def sandbox(host: str, port: int, db: Path, dedupe: bool) -> None:
         click.echo(f"sandbox listening on {url} (orders in {db}); Ctrl-C to stop", err=False)
 
     serve(host=host, port=port, db_path=str(db), dedupe=dedupe, ready=ready)
+
+
+@main.command()
+@click.argument("recording")
+@click.option("--crash-at", metavar="STEP:POINT",
+              help="Crash the replay there (SIGKILL; e.g. submit:after_dispatch, submit:reply_lost) and resume it.")
+@click.option("--settle", type=click.FloatRange(min=0), help="Override every effect's settle time (seconds).")
+@click.option("--headed", is_flag=True, help="Show the browser window.")
+@click.option("--json", "as_json", is_flag=True, help="Print the replayed run and journal as JSON on stdout.")
+def replay(recording: str, crash_at: str | None, settle: float | None, headed: bool, as_json: bool) -> None:
+    """Replay RECORDING (recordings/NAME or NAME) offline and compare it with the recording.
+
+    Nothing leaves the machine. Exit 0 if the replay matches, 1 with a readable diff if not;
+    with --crash-at, the resumed run's exit code (0 SUCCEEDED, 1 FAILED, 3 NEEDS_REVIEW).
+    """
+    from .recording import ReplayError, replay as replay_recording
+
+    try:
+        result = replay_recording(recording, crash_at=crash_at, settle=settle,
+                                  browser=BrowserSettings.discover(headless=not headed), hooks=Progress(sys.stderr))
+    except (UsageError, BrowserNotFound, ReplayError) as exc:
+        _fail(str(exc))
+    click.echo(json.dumps(result.journal, indent=2, default=str) if as_json else result.report())
+    sys.exit(result.exit_code)
 
 
 def run_cli(args: list[str] | None = None) -> Any:  # pragma: no cover - convenience for python -m

@@ -31,6 +31,10 @@ class RunNotFound(UsageError):
     """No run with that id in the store."""
 
 
+class QueueFull(BrowserworkerError):
+    """Enqueue refused: the queue is at its maximum depth (backpressure). Nothing was written."""
+
+
 class StoreError(BrowserworkerError):
     """The store could not be opened or written (locked, full, read-only...)."""
 

@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -43,7 +44,7 @@ MAX_BACKOFF = 10.0
 class PassOutcome:
     """How one pass over the steps ended."""
 
-    kind: Literal["done", "again", "review", "failed"]
+    kind: Literal["done", "again", "review", "failed", "cancelled", "released"]
     reason: str | None = None
     backoff: float = 0.0
 
@@ -55,7 +56,7 @@ class _Again(Exception):
 
 
 class _Stop(Exception):
-    def __init__(self, kind: Literal["review", "failed"], reason: str) -> None:
+    def __init__(self, kind: Literal["review", "failed", "cancelled", "released"], reason: str) -> None:
         super().__init__(reason)
         self.kind = kind
 
@@ -69,7 +70,8 @@ class Executor:
 
     def __init__(self, flow: Flow[Any], store: AsyncStore, browser: BrowserSession, run: RunRecord,
                  owner: Owner, lease: Lease, settings: LeaseSettings, *,
-                 hooks: ExecutorHooks | None = None, observers: Sequence[StepObserver] = ()) -> None:
+                 hooks: ExecutorHooks | None = None, observers: Sequence[StepObserver] = (),
+                 evidence_dir: Path | None = None) -> None:
         self.flow = flow
         self.store = store
         self.browser = browser
@@ -79,6 +81,8 @@ class Executor:
         self.settings = settings
         self.hooks: ExecutorHooks = hooks or HookBus()
         self.observers = list(observers)
+        self.evidence_dir = evidence_dir
+        self.stop_requested = False  # set by a stopping worker: release the run at the next step boundary
         self.epoch = run.lease_epoch
         self.inputs: BaseModel = flow.validate_inputs(run.inputs)
         self._context: BrowserContext | None = None
@@ -144,6 +148,13 @@ class Executor:
             if outcome.kind == "failed":
                 await self._finish(RunState.FAILED, outcome.reason, "failed")
                 break
+            if outcome.kind == "cancelled":
+                await self._finish(RunState.CANCELLED, outcome.reason, "cancelled")
+                break
+            if outcome.kind == "released":
+                await self._db("release_run", self.run.id, self.epoch, worker=self.owner.worker)
+                self.log.info("run released at a step boundary")
+                return await self._db("get_run", self.run.id)
             self.log.info("starting a new pass", reason=outcome.reason, backoff=outcome.backoff)
             if outcome.backoff:
                 await asyncio.sleep(outcome.backoff)
@@ -162,7 +173,7 @@ class Executor:
             try:
                 page = await context.new_page()
                 for step in self.flow.steps:
-                    self.lease.check()
+                    await self._boundary()
                     if isinstance(step, Effect):
                         results[step.id] = await self._effect(step, context, page, results)
                     else:
@@ -175,6 +186,28 @@ class Executor:
             finally:
                 self._context = None
         return PassOutcome("done")
+
+    async def _boundary(self) -> None:
+        """Between steps (never between an effect's intent and its outcome): honour a lost
+        lease, a cancel request, or a stopping worker."""
+        self.lease.check()
+        if self.stop_requested:
+            raise _Stop("released", "the worker is stopping")
+        current: RunRecord = await self._db("get_run", self.run.id)
+        if current.cancel_requested:
+            raise _Stop("cancelled", "cancelled on request")
+
+    async def _screenshot(self, page: Page, name: str) -> str | None:
+        """Keep what the page showed when a step was parked for review."""
+        if self.evidence_dir is None:
+            return None
+        path = self.evidence_dir / self.run.id.replace(":", "_") / f"{name}.png"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(path), full_page=True, timeout=5000)
+        except Exception:  # evidence is best effort: the page may be gone
+            return None
+        return str(path)
 
     # -- actions ----------------------------------------------------------------------
 
@@ -316,6 +349,7 @@ class Executor:
             # this attempt dispatches nothing more from now on; reconcile in a new pass
             evidence["stopped_at"] = time.time()
             evidence["page_url"] = _safe_url(page)
+            evidence["screenshot"] = await self._screenshot(page, f"{step.id}-{attempt.attempt_no}-after-error")
         finished = await self._db("finish_attempt", attempt, self.epoch, verdict.state, decided_by=verdict.decided_by,
                                   result=verdict.result if verdict.state == AttemptState.SUCCEEDED else None,
                                   evidence=evidence or None, error=error if verdict.state != AttemptState.SUCCEEDED
@@ -359,6 +393,7 @@ class Executor:
                                                "responses": [_response_evidence(o) for o in outbox]},
                                      worker=self.owner.worker)
             self.hooks.outcome(attempt)
+        faults.hit("reclaimer_startup", step.id)
         if plan.action == "succeeded":
             done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.SUCCEEDED, decided_by="outbox",
                                   result=plan.result, evidence={"reason": plan.reason,
@@ -377,9 +412,10 @@ class Executor:
                            detail={"reason": plan.reason})
             return _REPLAY_NOW
         if plan.action == "park":
+            shot = await self._screenshot(page, f"{step.id}-{attempt.attempt_no}")
             await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
                            worker=self.owner.worker, epoch=self.epoch, decision="needs_review",
-                           detail={"reason": plan.reason, "page_url": _safe_url(page)})
+                           detail={"reason": plan.reason, "page_url": _safe_url(page), "screenshot": shot})
             raise _Stop("review", f"effect {step.id}: {plan.reason}")
         return await self._verify(step, attempt, outbox, page, results, rlog)
 
@@ -420,6 +456,7 @@ class Executor:
                 self.hooks.outcome(done)
                 return done.result
             if verdict.kind == "unknown":
+                evidence["screenshot"] = await self._screenshot(page, f"{step.id}-{attempt.attempt_no}")
                 await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
                                worker=self.owner.worker, epoch=self.epoch, decision="needs_review", detail=evidence)
                 raise _Stop("review", f"effect {step.id}: verifier could not tell ({verdict.reason})")

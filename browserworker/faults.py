@@ -4,7 +4,8 @@ Switch on with the environment variable ``BROWSERWORKER_FAULTS`` or :func:`confi
 
     BROWSERWORKER_FAULTS="after_dispatch:submit=kill,after_response=raise@2"
 
-Each rule is ``POINT[:STEP]=ACTION[@N]``: ``kill`` (SIGKILL this process), ``raise``
+Each rule is ``POINT[:STEP]=ACTION[@N]``: ``kill`` (SIGKILL this process), ``stop`` (SIGSTOP this
+process: it stays paused until someone sends SIGCONT), ``raise``
 (:class:`InjectedFault`), ``hang`` (block this process's thread forever, like a pause);
 ``@N`` fires on the Nth hit only (default: the first).
 """
@@ -19,14 +20,16 @@ from dataclasses import dataclass, field
 __all__ = ["POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse"]
 
 POINTS = (
-    "before_intent_commit",
-    "after_intent_commit",
-    "after_dispatch_commit",
-    "after_dispatch",
-    "after_response",
-    "before_outcome_commit",
+    "before_intent_commit",  # the effect is about to journal its intent
+    "after_intent_commit",  # intent committed, the effect function not yet run
+    "lease_expired_while_alive",  # the gate holds a dispatch, before its fenced commit
+    "after_dispatch_commit",  # dispatched_at committed, the request not yet released
+    "after_dispatch",  # the request released, no response yet
+    "after_response",  # the response recorded in the outbox, the journal not yet updated
+    "before_outcome_commit",  # the effect returned, its outcome not yet journaled
+    "reclaimer_startup",  # recovery has marked an attempt UNKNOWN, no decision yet
 )
-ACTIONS = ("kill", "raise", "hang")
+ACTIONS = ("kill", "stop", "raise", "hang")
 ENV = "BROWSERWORKER_FAULTS"
 
 
@@ -87,6 +90,9 @@ def hit(point: str, step: str | None = None) -> None:
         return
     if fire.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fire.action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     if fire.action == "raise":
         raise InjectedFault(f"injected fault at {point} (step {step})")
     threading.Event().wait()  # hang: never returns

@@ -45,6 +45,7 @@ DEFAULT_SETTLE = 30.0
 InputsT = TypeVar("InputsT", bound=BaseModel)
 StepFn = Callable[["StepContext[Any]"], Awaitable[Any]]
 VerifyFn = Callable[["StepContext[Any]"], Awaitable["Verdict"]]
+CountFn = Callable[["StepContext[Any]"], Awaitable[int]]
 _STEP_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -158,6 +159,17 @@ class Effect(Step):
     confirm: Callable[[RecordedResponse], Verdict | bool | None] | None = None
     fingerprint_fn: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None
     verifier: VerifyFn | None = field(default=None, repr=False)
+    counter: CountFn | None = field(default=None, repr=False)
+
+    def count(self, fn: CountFn) -> CountFn:
+        """Register a probe that counts how many times this effect landed for ``ctx.request_key``.
+
+        Used by ``browserworker chaos`` to detect duplicates (a verifier can only say yes/no).
+        """
+        if not inspect.iscoroutinefunction(fn):
+            raise FlowDefinitionError(f"{_where(fn)}: count probe {fn.__name__!r} must be `async def`")
+        self.counter = fn
+        return fn
 
     def verify(self, fn: VerifyFn) -> VerifyFn:
         """Register the verifier that decides, after a crash, whether this effect landed."""

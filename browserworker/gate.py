@@ -83,6 +83,7 @@ class DispatchGate:
         if self.refusal is not None or not self.is_alive():
             await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
             return
+        faults.hit("lease_expired_while_alive", self.effect.id)  # chaos pauses here past the lease
         try:
             outbox_id = await self.store.call(self.store.store.mark_dispatched, self.attempt, self.epoch,
                                               request.method, request.url, margin=self.margin)

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -117,14 +118,21 @@ async def _acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, h
         await asyncio.sleep(min(wait, 5.0))
 
 
+async def _watch_stop(stop: asyncio.Event, executor: Executor) -> None:
+    await stop.wait()
+    executor.stop_requested = True
+
+
 async def run_flow(store: Store, loaded: LoadedFlow, run: RunRecord, *, browser: BrowserSettings,
                    lease: LeaseSettings | None = None, hooks: ExecutorHooks | None = None,
                    observers: Sequence[StepObserver] = (),
-                   on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = ()) -> RunRecord:
+                   on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = (),
+                   evidence_dir: Path | None = None, stop: asyncio.Event | None = None) -> RunRecord:
     """Lease ``run`` and execute it to its end in this process; returns the final run.
 
     ``observers`` see every step (recording); ``on_context`` prepares every new browser
-    context before any step runs in it (a replay router).
+    context before any step runs in it (a replay router). Setting ``stop`` hands the run
+    back (QUEUED) at its next step boundary; the returned run is then QUEUED.
 
     A terminal or NEEDS_REVIEW run is returned as it is. Raises
     :class:`~browserworker.errors.LeaseLost` if another owner takes the run away.
@@ -140,12 +148,15 @@ async def run_flow(store: Store, loaded: LoadedFlow, run: RunRecord, *, browser:
         held = Lease(astore, leased.id, leased.lease_epoch, settings)
         async with BrowserSession(browser, on_context=on_context) as session:
             executor = Executor(loaded.flow, astore, session, leased, owner, held, settings, hooks=hooks,
-                                observers=observers)
+                                observers=observers, evidence_dir=evidence_dir)
             held.on_lost = executor.on_lease_lost
             held.start()
+            watcher = asyncio.create_task(_watch_stop(stop, executor)) if stop is not None else None
             try:
                 return await executor.execute()
             finally:
+                if watcher is not None:
+                    watcher.cancel()
                 await held.stop()
     finally:
         astore.close()

@@ -149,3 +149,15 @@ def print_runs(runs: list[RunRecord], console: Console) -> None:
         table.add_row(s["id"], s["flow"], s["state"], s["queue"], s["created_at"] or "", s["finished_at"] or "",
                       (s["error"] or "")[:80])
     console.print(table)
+
+
+def print_chaos(results: list[Any], console: Console) -> None:
+    """The chaos table: step × point → classification, decision, landings, verdict."""
+    table = Table(title="browserworker chaos")
+    for col in ("step", "point", "#", "crashed attempt", "decision", "landings", "verdict"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        colour = "green" if r.verdict == "ok" else ("yellow" if r.verdict == "not reached" else "red")
+        table.add_row(r.step, r.point, str(r.round), r.classification, f"{r.decision} [{r.run_state}]",
+                      f"{r.landings} ({r.probe})", f"[{colour}]{r.verdict}[/{colour}]")
+    console.print(table)

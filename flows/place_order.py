@@ -50,6 +50,13 @@ async def submit_landed(ctx: StepContext[Order]) -> Verdict:
     return Verdict.not_done()
 
 
+@submit.count
+async def orders_placed(ctx: StepContext[Order]) -> int:
+    """How many orders carry this request key: 1 is right, 2 would be a duplicate."""
+    reply = await ctx.page.request.get(f"{ctx.inputs.base_url}/api/orders?reference={quote(ctx.request_key, safe='')}")
+    return len((await reply.json())["orders"])
+
+
 @flow.step
 async def read_confirmation(ctx: StepContext[Order]) -> dict:
     order_id = ctx.results["submit"]["order_id"]

@@ -8,15 +8,15 @@ transactions, the clock and migrations (SQLite now, PostgreSQL later).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import LeaseLost
+from ..errors import LeaseLost, QueueFull, UsageError
 from ..canonical import canonical_json
 from ..states import AttemptState, RunState, check_attempt_transition, check_run_transition
-from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
+from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord
 
 __all__ = ["SQLStore", "Store", "load_queries"]
 
@@ -63,6 +63,22 @@ class Store(Protocol):
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,
                      detail: Any = None) -> None: ...
 
+    # the fleet
+    def enqueue(self, run: NewRun) -> RunRecord: ...
+    def set_queue_limit(self, queue: str, max_depth: int | None) -> None: ...
+    def queue_limits(self) -> dict[str, int | None]: ...
+    def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None: ...
+    def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
+                        limit: int = 100) -> list[RunRecord]: ...
+    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None: ...
+    def cancel(self, run_id: str) -> str: ...
+    def resolve(self, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str) -> RunRecord: ...
+    def register_worker(self, owner: Owner, queues: Sequence[str], concurrency: int) -> None: ...
+    def worker_heartbeat(self, worker_id: str) -> None: ...
+    def mark_worker(self, worker_id: str, health: str) -> None: ...
+    def workers(self) -> list[WorkerRecord]: ...
+    def runs_needing_review(self, limit: int = 100) -> list[RunRecord]: ...
+
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -104,11 +120,11 @@ class SQLStore:
 
     # -- helpers ------------------------------------------------------------------
 
-    def _exec(self, tx: Any, name: str, **params: Any) -> int:
-        return tx.execute(self.queries[name], params).rowcount
+    def _exec(self, tx: Any, _query: str, **params: Any) -> int:
+        return tx.execute(self.queries[_query], params).rowcount
 
-    def _one(self, name: str, **params: Any) -> Mapping[str, Any] | None:
-        rows = self._read(self.queries[name], params)
+    def _one(self, _query: str, **params: Any) -> Mapping[str, Any] | None:
+        rows = self._read(self.queries[_query], params)
         return rows[0] if rows else None
 
     def _event(self, tx: Any, run_id: str, kind: str, *, now: float, step_id: str | None = None,
@@ -301,3 +317,176 @@ class SQLStore:
             self._event(tx, run_id, kind, now=self.now(), step_id=step_id, attempt_no=attempt_no, worker=worker,
                         epoch=epoch, decision=decision, detail=detail)
 
+
+    # -- the fleet --------------------------------------------------------------------
+
+    def enqueue(self, run: NewRun) -> RunRecord:
+        """Create a queued run, refusing (:class:`QueueFull`, nothing written) past the queue's max depth."""
+        now = self.now()
+        with self._transaction() as tx:
+            limit = tx.execute(self.queries["get_queue"], {"name": run.queue}).fetchone()
+            if limit is not None and limit["max_depth"] is not None:
+                depth = tx.execute(self.queries["queued_depth"], {"queue": run.queue}).fetchone()["depth"]
+                if depth >= limit["max_depth"]:
+                    raise QueueFull(f"queue {run.queue!r} is full ({depth} queued, max depth {limit['max_depth']}); "
+                                    "nothing was enqueued")
+            if tx.execute(self.queries["get_run"], {"id": run.id}).fetchone() is not None:
+                raise UsageError(f"a run with id {run.id!r} already exists")
+            self._exec(tx, "insert_run", id=run.id, flow_name=run.flow_name, flow_path=run.flow_path,
+                       flow_hash=run.flow_hash, inputs_json=canonical_json(dict(run.inputs)),
+                       secret_fields=canonical_json(sorted(run.secret_fields)), queue=run.queue,
+                       priority=run.priority, not_before=run.not_before, now=now)
+            self._event(tx, run.id, "run_created", now=now, to_state=RunState.QUEUED,
+                        detail={"flow": run.flow_name, "queue": run.queue, "priority": run.priority,
+                                "not_before": run.not_before})
+        created = self.get_run(run.id)
+        assert created is not None
+        return created
+
+    def set_queue_limit(self, queue: str, max_depth: int | None) -> None:
+        with self._transaction() as tx:
+            self._exec(tx, "set_queue", name=queue, max_depth=max_depth)
+
+    def queue_limits(self) -> dict[str, int | None]:
+        return {r["name"]: r["max_depth"] for r in self._read(self.queries["list_queues"], {})}
+
+    def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
+        """Atomically lease the next run of ``queues``: highest priority, then oldest."""
+        now = self.now()
+        with self._transaction() as tx:
+            best = None
+            for queue in queues:
+                row = tx.execute(self.queries["next_queued"], {"queue": queue, "now": now}).fetchone()
+                if row is None:
+                    continue
+                cand = tx.execute(self.queries["get_run"], {"id": row["id"]}).fetchone()
+                key = (-cand["priority"], cand["created_at"], cand["id"])
+                if best is None or key < best[0]:
+                    best = (key, cand)
+            if best is None:
+                return None
+            cand = best[1]
+            n = self._exec(tx, "claim_run", id=cand["id"], owner=owner.worker, host=owner.host, pid=owner.pid,
+                           pid_start=owner.pid_start, now=now, ttl=ttl, skew=0.0, takeover_epoch=-1)
+            if n != 1:  # pragma: no cover - impossible inside BEGIN IMMEDIATE
+                return None
+            self._event(tx, cand["id"], "lease_claimed", now=now, worker=owner.worker, epoch=cand["lease_epoch"] + 1,
+                        from_state=cand["state"], to_state=RunState.LEASED, decision="claimed",
+                        detail={"ttl": ttl, "waited": now - cand["created_at"]})
+        return self.get_run(cand["id"])
+
+    def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
+                        limit: int = 100) -> list[RunRecord]:
+        """Send runs whose lease expired (plus ``skew``) back to QUEUED, flagged for reconciliation.
+
+        A run that has lost its lease more than ``max_lease_losses`` times goes to NEEDS_REVIEW
+        instead (a poison run). The owning worker is marked unhealthy.
+        """
+        now = self.now()
+        reclaimed = []
+        for row in self._read(self.queries["expired_leases"], {"now": now, "skew": skew, "limit": limit}):
+            poison = row["lease_losses"] + 1 > max_lease_losses
+            state = RunState.NEEDS_REVIEW if poison else RunState.QUEUED
+            error = (f"lost its lease {row['lease_losses'] + 1} times (last owner {row['owner']})" if poison
+                     else None)
+            with self._transaction() as tx:
+                n = self._exec(tx, "requeue_expired", id=row["id"], epoch=row["lease_epoch"], state=str(state),
+                               error=error, now=now, skew=skew)
+                if n != 1:
+                    continue  # renewed or taken meanwhile
+                self._event(tx, row["id"], "lease_expired", now=now, worker=worker, epoch=row["lease_epoch"] + 1,
+                            from_state=row["state"], to_state=state, decision="poison" if poison else "requeued",
+                            detail={"previous_owner": row["owner"], "expired_at": row["lease_expires_at"],
+                                    "detected_at": now, "lease_losses": row["lease_losses"] + 1})
+                if row["owner"]:
+                    self._exec(tx, "mark_worker", id=row["owner"], health="unhealthy", now=now)
+            reclaimed.append(self.get_run(row["id"]))
+        return [r for r in reclaimed if r is not None]
+
+    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None:
+        """Hand a run back (QUEUED now, no expiry wait); bumps the epoch so this owner is fenced off."""
+        now = self.now()
+        with self._transaction() as tx:
+            before = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
+            if self._exec(tx, "release_run", id=run_id, epoch=epoch, now=now) != 1:
+                raise self._lease_lost(run_id, epoch, 0.0, "release")
+            self._event(tx, run_id, "lease_released", now=now, worker=worker, epoch=epoch,
+                        from_state=before["state"], to_state=RunState.QUEUED, decision="released")
+
+    def cancel(self, run_id: str) -> str:
+        """Cancel a run: queued or waiting for review → CANCELLED now ('cancelled'); leased or
+        running → asked to stop at its next step boundary ('requested'); else its state."""
+        now = self.now()
+        with self._transaction() as tx:
+            before = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
+            if before is None:
+                raise UsageError(f"no run {run_id!r}")
+            if self._exec(tx, "cancel_queued", id=run_id, now=now) == 1:
+                self._event(tx, run_id, "run_state", now=now, from_state=before["state"], to_state=RunState.CANCELLED,
+                            decision="cancelled")
+                return "cancelled"
+            if self._exec(tx, "request_cancel", id=run_id, now=now) == 1:
+                self._event(tx, run_id, "cancel_requested", now=now, decision="cancel_requested")
+                return "requested"
+        return str(before["state"])
+
+    def resolve(self, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str) -> RunRecord:
+        """A person's decision on an UNKNOWN step of a NEEDS_REVIEW run.
+
+        ``done`` → SUCCEEDED (skipped on re-run), ``not_done`` → NOT_DONE (replayed with the
+        same key), ``failed`` → FAILED and the run ends FAILED. The run is re-queued unless failed.
+        """
+        if decision not in ("done", "not_done", "failed"):
+            raise UsageError(f"unknown decision {decision!r}")
+        now = self.now()
+        with self._transaction() as tx:
+            run = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
+            if run is None:
+                raise UsageError(f"no run {run_id!r}")
+            if run["state"] != RunState.NEEDS_REVIEW:
+                raise UsageError(f"run {run_id} is {run['state']}, not NEEDS_REVIEW")
+            latest = tx.execute(self.queries["latest_attempt"], {"run_id": run_id, "step_id": step_id}).fetchone()
+            state = {"done": AttemptState.SUCCEEDED, "not_done": AttemptState.NOT_DONE,
+                     "failed": AttemptState.FAILED}[decision]
+            evidence = {"who": who, "decision": decision, "at": now,
+                        "before": None if latest is None else {"state": latest["state"], "error": latest["error"],
+                                                               "evidence": latest["evidence"]}}
+            if latest is not None and latest["state"] in (AttemptState.UNKNOWN, AttemptState.INTENT):
+                self._exec(tx, "resolve_attempt", attempt_id=latest["id"], state=str(state), now=now,
+                           result_json=None if result is None else canonical_json(result), decided_by=f"human:{who}",
+                           evidence=canonical_json(evidence))
+                self._event(tx, run_id, "attempt_state", now=now, step_id=step_id, attempt_no=latest["attempt_no"],
+                            worker=who, from_state=latest["state"], to_state=state, decision=f"human:{decision}",
+                            detail=evidence)
+            elif decision != "failed":
+                raise UsageError(f"step {step_id!r} of run {run_id} has no UNKNOWN attempt to resolve")
+            if decision == "failed":
+                self._exec(tx, "fail_reviewed", id=run_id, error=f"resolved as failed by {who}", now=now)
+                to = RunState.FAILED
+            else:
+                self._exec(tx, "requeue_reviewed", id=run_id, now=now)
+                to = RunState.QUEUED
+            self._event(tx, run_id, "run_state", now=now, worker=who, from_state=RunState.NEEDS_REVIEW, to_state=to,
+                        decision=f"resolved:{decision}", detail=evidence)
+        resolved = self.get_run(run_id)
+        assert resolved is not None
+        return resolved
+
+    def register_worker(self, owner: Owner, queues: Sequence[str], concurrency: int) -> None:
+        with self._transaction() as tx:
+            self._exec(tx, "register_worker", id=owner.worker, host=owner.host, pid=owner.pid,
+                       queues=canonical_json(list(queues)), concurrency=concurrency, now=self.now())
+
+    def worker_heartbeat(self, worker_id: str) -> None:
+        with self._transaction() as tx:
+            self._exec(tx, "worker_heartbeat", id=worker_id, now=self.now())
+
+    def mark_worker(self, worker_id: str, health: str) -> None:
+        with self._transaction() as tx:
+            self._exec(tx, "mark_worker", id=worker_id, health=health, now=self.now())
+
+    def workers(self) -> list[WorkerRecord]:
+        return [WorkerRecord.from_row(r) for r in self._read(self.queries["list_workers"], {})]
+
+    def runs_needing_review(self, limit: int = 100) -> list[RunRecord]:
+        return [RunRecord.from_row(r) for r in self._read(self.queries["runs_needing_review"], {"limit": limit})]

@@ -11,7 +11,7 @@ from ..states import AttemptState, RunState
 
 REDACTED = "[redacted]"
 
-__all__ = ["REDACTED", "AttemptRecord", "EventRecord", "NewRun", "OutboxRecord", "Owner", "RunRecord"]
+__all__ = ["REDACTED", "AttemptRecord", "EventRecord", "NewRun", "OutboxRecord", "Owner", "RunRecord", "WorkerRecord"]
 
 
 def _json(value: str | None) -> Any:
@@ -70,6 +70,8 @@ class RunRecord:
     finished_at: float | None
     updated_at: float
     error: str | None
+    cancel_requested: bool = False
+    lease_losses: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
@@ -78,6 +80,7 @@ class RunRecord:
         data["secret_fields"] = json.loads(data["secret_fields"])
         data["state"] = RunState(data["state"])
         data["needs_reconcile"] = bool(data["needs_reconcile"])
+        data["cancel_requested"] = bool(data.get("cancel_requested", 0))
         return cls(**data)
 
     def public_inputs(self) -> dict[str, Any]:
@@ -153,6 +156,30 @@ class OutboxRecord:
     def answered(self) -> bool:
         """A response was recorded: the request is no longer in flight."""
         return self.response_at is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A worker process in the registry."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    started_at: float
+    last_heartbeat: float
+    health: str
+    stopped_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WorkerRecord:
+        data = dict(row)
+        data["queues"] = json.loads(data["queues"])
+        return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -113,3 +113,86 @@ VALUES (:now, :run_id, :step_id, :attempt_no, :worker, :epoch, :kind, :from_stat
 
 -- name: events_of_run
 SELECT * FROM events WHERE run_id = :run_id ORDER BY id
+
+-- name: queued_depth
+SELECT COUNT(*) AS depth FROM runs WHERE queue = :queue AND state = 'QUEUED'
+
+-- name: get_queue
+SELECT * FROM queues WHERE name = :name
+
+-- name: set_queue
+INSERT INTO queues (name, max_depth) VALUES (:name, :max_depth)
+ON CONFLICT (name) DO UPDATE SET max_depth = excluded.max_depth
+
+-- name: list_queues
+SELECT * FROM queues ORDER BY name
+
+-- name: next_queued
+-- The next claimable run of one queue: highest priority, then oldest.
+SELECT id FROM runs
+WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
+ORDER BY priority DESC, created_at, id
+LIMIT 1
+
+-- name: expired_leases
+SELECT * FROM runs WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
+ORDER BY lease_expires_at LIMIT :limit
+
+-- name: requeue_expired
+-- The reclaimer: an expired lease goes back to QUEUED (or to review once it was lost too
+-- often), flagged for reconciliation; the epoch is bumped so the old owner is fenced off.
+UPDATE runs
+SET state = :state, owner = NULL, lease_expires_at = NULL, lease_epoch = lease_epoch + 1,
+    owner_stopped_at = MIN(lease_expires_at, :now), needs_reconcile = 1, lease_losses = lease_losses + 1,
+    error = :error, finished_at = CASE WHEN :state = 'NEEDS_REVIEW' THEN :now ELSE finished_at END,
+    updated_at = :now
+WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
+
+-- name: release_run
+-- A stopping worker hands a run back at a step boundary: QUEUED at once, no expiry wait.
+UPDATE runs
+SET state = 'QUEUED', owner = NULL, lease_expires_at = NULL, lease_epoch = lease_epoch + 1, updated_at = :now
+WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING')
+
+-- name: cancel_queued
+UPDATE runs SET state = 'CANCELLED', finished_at = :now, updated_at = :now, owner = NULL, lease_expires_at = NULL
+WHERE id = :id AND state IN ('QUEUED', 'NEEDS_REVIEW')
+
+-- name: request_cancel
+UPDATE runs SET cancel_requested = 1, updated_at = :now WHERE id = :id AND state IN ('LEASED', 'RUNNING')
+
+-- name: requeue_reviewed
+UPDATE runs SET state = 'QUEUED', error = NULL, finished_at = NULL, updated_at = :now, lease_losses = 0
+WHERE id = :id AND state = 'NEEDS_REVIEW'
+
+-- name: fail_reviewed
+UPDATE runs SET state = 'FAILED', error = :error, finished_at = :now, updated_at = :now
+WHERE id = :id AND state = 'NEEDS_REVIEW'
+
+-- name: resolve_attempt
+UPDATE attempts
+SET state = :state, finished_at = :now, result_json = :result_json, decided_by = :decided_by, evidence = :evidence,
+    error = NULL
+WHERE id = :attempt_id AND state IN ('UNKNOWN', 'INTENT')
+  AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.state = 'NEEDS_REVIEW')
+
+-- name: register_worker
+INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_heartbeat, health)
+VALUES (:id, :host, :pid, :queues, :concurrency, :now, :now, 'healthy')
+
+-- name: worker_heartbeat
+UPDATE workers SET last_heartbeat = :now, health = CASE WHEN health = 'stopped' THEN health ELSE 'healthy' END
+WHERE id = :id
+
+-- name: mark_worker
+UPDATE workers SET health = :health, stopped_at = CASE WHEN :health = 'stopped' THEN :now ELSE stopped_at END
+WHERE id = :id
+
+-- name: list_workers
+SELECT * FROM workers ORDER BY started_at DESC
+
+-- name: runs_needing_review
+SELECT * FROM runs WHERE state = 'NEEDS_REVIEW' ORDER BY finished_at, id LIMIT :limit
+
+-- name: count_by_state
+SELECT queue, state, COUNT(*) AS n, MIN(created_at) AS oldest FROM runs GROUP BY queue, state

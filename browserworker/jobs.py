@@ -1,0 +1,111 @@
+"""Queue-level operations: enqueue, cancel, human review and resolution.
+
+Library functions the CLI (and users' Python code) call; each validates everything before
+it writes, so a refused call leaves the store untouched.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import UsageError
+from .loader import LoadedFlow
+from .runner import new_run_id, validate_run_id
+from .states import AttemptState, RunState
+from .store.base import Store
+from .store.records import NewRun, RunRecord
+
+__all__ = ["ReviewItem", "cancel", "enqueue", "resolve", "review_items"]
+
+_QUEUE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def validate_queue(name: str) -> str:
+    if not name or len(name) > 64 or not set(name) <= _QUEUE_NAME_CHARS:
+        raise UsageError(f"invalid queue name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    return name
+
+
+def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_id: str | None = None,
+            queue: str = "default", priority: int = 0, delay: float = 0.0) -> RunRecord:
+    """Validate inputs and queue a run of ``loaded``; durable once this returns.
+
+    Raises :class:`~browserworker.errors.InputError` / :class:`UsageError` (nothing written)
+    or :class:`~browserworker.errors.QueueFull` (backpressure, nothing written).
+    """
+    flow = loaded.flow
+    validated = flow.validate_inputs(inputs)
+    validate_queue(queue)
+    if delay < 0:
+        raise UsageError("--delay must be >= 0 seconds")
+    rid = validate_run_id(run_id) if run_id else new_run_id()
+    return store.enqueue(NewRun(id=rid, flow_name=flow.name, inputs=flow.dump_inputs(validated),
+                                flow_path=str(loaded.path), flow_hash=loaded.file_hash, queue=queue,
+                                priority=priority, not_before=store.now() + delay if delay else None,
+                                secret_fields=tuple(flow.secret_fields())))
+
+
+def cancel(store: Store, run_id: str) -> str:
+    """Cancel a run: 'cancelled' (it was queued or in review), 'requested' (it stops at its
+    next step boundary, never between an effect's intent and its outcome), or its final state."""
+    return store.cancel(run_id)
+
+
+@dataclass(frozen=True)
+class ReviewItem:
+    """One UNKNOWN step of a NEEDS_REVIEW run, with what was known when it was parked."""
+
+    run_id: str
+    flow: str
+    step_id: str | None
+    attempt_no: int | None
+    request_key: str | None
+    fingerprint: str | None
+    reason: str | None
+    evidence: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def review_items(store: Store, limit: int = 100) -> list[ReviewItem]:
+    """NEEDS_REVIEW runs with their UNKNOWN steps and the evidence captured when classified."""
+    items = []
+    for run in store.runs_needing_review(limit):
+        unknown = [a for a in store.attempts(run.id) if a.state in (AttemptState.UNKNOWN, AttemptState.INTENT)
+                   and store.latest_attempt(run.id, a.step_id) == a]
+        events = store.events(run.id)
+        if not unknown:
+            items.append(ReviewItem(run.id, run.flow_name, None, None, None, None, run.error, {}))
+        for a in unknown:
+            evidence: dict[str, Any] = dict(a.evidence) if isinstance(a.evidence, dict) else {}
+            for e in events:
+                if e.step_id == a.step_id and e.attempt_no == a.attempt_no and e.decision == "needs_review" \
+                        and isinstance(e.detail, dict):
+                    evidence.update({k: v for k, v in e.detail.items() if v is not None})
+            evidence["responses"] = [{"method": o.method, "url": o.url, "status": o.status, "failure": o.failure}
+                                     for o in store.outbox(a.id)]
+            items.append(ReviewItem(run.id, run.flow_name, a.step_id, a.attempt_no, a.request_key,
+                                    a.request_fingerprint, run.error, evidence))
+    return items
+
+
+def resolve(store: Store, run_id: str, step_id: str, decision: str, *, result: Any = None,
+            who: str | None = None) -> RunRecord:
+    """Journal a person's decision and re-queue the run (or end it FAILED)."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise UsageError(f"no run {run_id!r}")
+    if run.state != RunState.NEEDS_REVIEW:
+        raise UsageError(f"run {run_id} is {run.state}, not NEEDS_REVIEW")
+    return store.resolve(run_id, step_id, decision, result=result, who=who or _who())
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # pragma: no cover
+        return "unknown"

@@ -1,0 +1,252 @@
+"""The worker: claims runs from the durable queue and executes up to N at once on one Chromium.
+
+- claims are atomic (``BEGIN IMMEDIATE``), by priority then age;
+- every run has its own lease, heartbeated every TTL/3 by a task independent of the page;
+  a lost lease closes that run's context at once;
+- the reclaimer sends others' expired leases (plus a clock-skew tolerance) back to the
+  queue, flagged for reconciliation, and marks their worker unhealthy;
+- :meth:`Worker.request_stop` (SIGTERM/SIGINT) stops claiming, lets in-flight steps finish
+  within a grace period and releases runs at their next step boundary, so another worker
+  takes them without waiting for expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from .browser import BrowserSession, BrowserSettings
+from .errors import BrowserworkerError, LeaseLost, StoreError, UsageError
+from .executor import Executor
+from .hooks import ExecutorHooks, HookBus
+from .leases import Lease, LeaseSettings, this_owner
+from .loader import LoadedFlow, file_hash, load_flow
+from .states import RunState
+from .store.aio import AsyncStore
+from .store.base import Store
+from .store.records import RunRecord
+
+__all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats"]
+
+log = structlog.get_logger("browserworker.worker")
+
+
+@dataclass
+class WorkerSettings:
+    """How a worker behaves."""
+
+    queues: list[str] = field(default_factory=lambda: ["default"])
+    concurrency: int = 1
+    lease: LeaseSettings = field(default_factory=LeaseSettings)
+    poll_interval: float = 0.5
+    grace: float = 30.0
+    max_lease_losses: int = 3
+    once: bool = False
+    flow_dirs: list[Path] = field(default_factory=list)
+    evidence_dir: Path | None = None
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, for its closing line and for tests."""
+
+    claimed: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+    released: int = 0
+    lease_lost: int = 0
+    reclaimed: int = 0
+    errors: int = 0
+
+
+class FlowResolver:
+    """Finds the flow of a run: by name in ``--flows`` directories, else the run's own file."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.by_name: dict[str, LoadedFlow] = {}
+        self._by_path: dict[tuple[str, str], LoadedFlow] = {}
+        for d in dirs:
+            if not d.is_dir():
+                raise UsageError(f"--flows {d}: not a directory")
+            for path in sorted(d.glob("*.py")):
+                if path.name.startswith("_"):
+                    continue
+                loaded = load_flow(path)
+                if loaded.flow.name in self.by_name:
+                    raise UsageError(f"flow {loaded.flow.name!r} is defined twice: {self.by_name[loaded.flow.name].path} "
+                                     f"and {path}")
+                self.by_name[loaded.flow.name] = loaded
+
+    def resolve(self, run: RunRecord) -> LoadedFlow:
+        if run.flow_name in self.by_name:
+            return self.by_name[run.flow_name]
+        if not run.flow_path:
+            raise UsageError(f"run {run.id}: flow {run.flow_name!r} is not in --flows and the run names no file")
+        path = Path(run.flow_path)
+        if not path.is_file():
+            raise UsageError(f"run {run.id}: flow file {path} no longer exists")
+        key = (str(path), file_hash(path))
+        if key not in self._by_path:
+            self._by_path[key] = load_flow(path, run.flow_name)
+        return self._by_path[key]
+
+
+class Worker:
+    """One worker process's loop. Use ``await Worker(...).run()``."""
+
+    def __init__(self, store: Store, settings: WorkerSettings, browser: BrowserSettings, *,
+                 hooks: ExecutorHooks | None = None, label: str = "worker") -> None:
+        self.store = store
+        self.settings = settings
+        self.browser = browser
+        self.hooks = hooks or HookBus()
+        self.owner = this_owner(label)
+        self.resolver = FlowResolver(settings.flow_dirs)
+        self.stats = WorkerStats()
+        self._stop = asyncio.Event()
+        self._active: dict[asyncio.Task[None], Executor | None] = {}
+        self.log = log.bind(worker_id=self.owner.worker)
+
+    @property
+    def id(self) -> str:
+        return self.owner.worker
+
+    def request_stop(self) -> None:
+        """Stop claiming; in-flight runs are released at their next step boundary."""
+        if not self._stop.is_set():
+            self.log.info("stopping: no more claims; releasing runs at their next step boundary")
+        self._stop.set()
+        for executor in self._active.values():
+            if executor is not None:
+                executor.stop_requested = True
+
+    async def run(self) -> WorkerStats:
+        astore = AsyncStore(self.store)
+        s = self.settings
+        await astore.call(self.store.register_worker, self.owner, s.queues, s.concurrency)
+        self.log.info("worker started", queues=s.queues, concurrency=s.concurrency, ttl=s.lease.ttl)
+        beat = asyncio.create_task(self._heartbeat(astore), name="worker-heartbeat")
+        try:
+            async with BrowserSession(self.browser) as session:
+                await self._loop(astore, session)
+                await self._drain()
+        finally:
+            beat.cancel()
+            try:
+                await astore.call(self.store.mark_worker, self.id, "stopped")
+            except StoreError:  # pragma: no cover - the store is gone; nothing more to record
+                pass
+            astore.close()
+        self.log.info("worker stopped", **self.stats.__dict__)
+        return self.stats
+
+    async def _heartbeat(self, astore: AsyncStore) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease.heartbeat_every)
+            try:
+                await astore.call(self.store.worker_heartbeat, self.id)
+            except StoreError as exc:
+                self.log.warning("worker heartbeat failed", error=str(exc))
+
+    async def _loop(self, astore: AsyncStore, session: BrowserSession) -> None:
+        s = self.settings
+        last_reclaim = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - last_reclaim >= min(1.0, s.lease.heartbeat_every):
+                last_reclaim = now
+                await self._reclaim(astore)
+            claimed_any = False
+            while len(self._active) < s.concurrency and not self._stop.is_set():
+                try:
+                    run = await astore.call(self.store.claim_next, self.owner, s.queues, s.lease.ttl)
+                except StoreError as exc:
+                    self.log.warning("claim failed", error=str(exc))
+                    break
+                if run is None:
+                    break
+                claimed_any = True
+                self.stats.claimed += 1
+                task = asyncio.create_task(self._execute(astore, session, run), name=f"run-{run.id}")
+                self._active[task] = None
+                task.add_done_callback(self._active.pop)
+            if s.once and not self._active and not claimed_any:
+                return
+            waiters: set[asyncio.Future[Any]] = set(self._active)
+            stop_wait = asyncio.ensure_future(self._stop.wait())
+            waiters.add(stop_wait)
+            await asyncio.wait(waiters, timeout=s.poll_interval, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+
+    async def _drain(self) -> None:
+        if not self._active:
+            return
+        self.request_stop()
+        tasks = list(self._active)
+        done, pending = await asyncio.wait(tasks, timeout=self.settings.grace)
+        for task in pending:  # still inside an effect after the grace period: its lease will expire
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    async def _reclaim(self, astore: AsyncStore) -> None:
+        s = self.settings
+        try:
+            runs = await astore.call(self.store.reclaim_expired, skew=s.lease.skew,
+                                     max_lease_losses=s.max_lease_losses, worker=self.id)
+        except StoreError as exc:
+            self.log.warning("reclaim failed", error=str(exc))
+            return
+        for run in runs:
+            self.stats.reclaimed += 1
+            self.log.warning("reclaimed an expired lease", run_id=run.id, state=str(run.state))
+
+    async def _execute(self, astore: AsyncStore, session: BrowserSession, run: RunRecord) -> None:
+        rlog = self.log.bind(run_id=run.id, lease_epoch=run.lease_epoch)
+        started = time.monotonic()
+        try:
+            loaded = self.resolver.resolve(run)
+        except BrowserworkerError as exc:
+            rlog.error("cannot load the run's flow", error=str(exc))
+            await astore.call(self.store.set_run_state, run.id, run.lease_epoch, RunState.NEEDS_REVIEW,
+                              worker=self.id, error=str(exc), decision="flow_unavailable")
+            self.stats.finished["NEEDS_REVIEW"] = self.stats.finished.get("NEEDS_REVIEW", 0) + 1
+            return
+        if run.flow_hash and loaded.file_hash != run.flow_hash:
+            rlog.warning("the flow file changed since this run was enqueued", flow=str(loaded.path))
+            await astore.call(self.store.record_event, run.id, "flow_changed", worker=self.id,
+                              epoch=run.lease_epoch, decision="warning",
+                              detail={"enqueued_hash": run.flow_hash, "current_hash": loaded.file_hash})
+        lease = Lease(astore, run.id, run.lease_epoch, self.settings.lease)
+        executor = Executor(loaded.flow, astore, session, run, self.owner, lease, self.settings.lease,
+                            hooks=self.hooks, evidence_dir=self.settings.evidence_dir)
+        executor.stop_requested = self._stop.is_set()
+        lease.on_lost = executor.on_lease_lost
+        current = asyncio.current_task()
+        if current is not None:
+            self._active[current] = executor
+        lease.start()
+        try:
+            final = await executor.execute()
+            state = str(final.state)
+            if final.state == RunState.QUEUED:
+                self.stats.released += 1
+                state = "released"
+            else:
+                self.stats.finished[state] = self.stats.finished.get(state, 0) + 1
+            rlog.info("run ended", state=state, seconds=round(time.monotonic() - started, 2))
+        except LeaseLost as exc:
+            self.stats.lease_lost += 1
+            rlog.warning("lease lost: stopped this run, dispatching nothing more", error=str(exc))
+        except asyncio.CancelledError:
+            rlog.warning("run cancelled at shutdown; its lease will expire")
+            raise
+        except Exception as exc:  # a bug or a dead browser: stop heartbeating, let the lease expire
+            self.stats.errors += 1
+            rlog.exception("run crashed; its lease will expire and it will be reconciled", error=str(exc))
+        finally:
+            await lease.stop()

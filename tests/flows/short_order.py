@@ -1,0 +1,55 @@
+"""Test flow: a short real order — log in, POST the order from the page, verify by reference.
+
+The POST carries no Idempotency-Key, so the shop would take a replay as a second order:
+only the journal and the verifier stand between a crash and a duplicate.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from browserworker import Flow, StepContext, Verdict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "flows"))
+from _shop import Order  # noqa: E402
+
+flow = Flow("short-order", inputs=Order)
+
+POST_ORDER = """async ([item, quantity, reference]) => {
+    const r = await fetch('/api/orders', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                          body: JSON.stringify({item, quantity, reference})});
+    return {status: r.status, body: await r.json()};
+}"""
+FIND_ORDER = """async (reference) => {
+    const r = await fetch('/api/orders?reference=' + encodeURIComponent(reference));
+    return (await r.json()).orders;
+}"""
+
+
+@flow.step(sends=True)
+async def login(ctx: StepContext[Order]) -> None:
+    """Sign in over HTTP (the context's cookie jar), then open a light page on the shop."""
+    base = ctx.inputs.base_url
+    form = await ctx.page.request.get(f"{base}/login")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text())
+    assert token, "no CSRF token on the login page"
+    await ctx.page.request.post(f"{base}/login", form={
+        "csrf_token": token.group(1), "username": ctx.inputs.username,
+        "password": ctx.inputs.password.get_secret_value(), "next": "/healthz"})
+    await ctx.page.goto(f"{base}/healthz")
+
+
+@flow.effect(settle=3)
+async def submit(ctx: StepContext[Order]) -> dict:
+    reply = await ctx.page.evaluate(POST_ORDER, [ctx.inputs.item, ctx.inputs.quantity, ctx.request_key])
+    if reply["status"] != 201:
+        raise RuntimeError(f"order API answered {reply['status']}")
+    return {"order_id": str(reply["body"]["id"])}
+
+
+@submit.verify
+async def landed(ctx: StepContext[Order]) -> Verdict:
+    orders = await ctx.page.evaluate(FIND_ORDER, ctx.request_key)
+    return Verdict.done({"order_id": str(orders[0]["id"])}) if orders else Verdict.not_done()
