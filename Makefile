@@ -11,6 +11,7 @@ test: setup
 	.venv/bin/python -m pytest
 
 bench: setup
+	.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,bench]"
 	.venv/bin/python benchmarks/run.py
 
 clean:

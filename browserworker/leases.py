@@ -23,7 +23,7 @@ log = structlog.get_logger("browserworker.leases")
 class LeaseSettings:
     """Lease timing: TTL, dispatch margin (no intent or dispatch with less left), clock skew."""
 
-    def __init__(self, ttl: float = 30.0, margin: float | None = None, skew: float = 2.0) -> None:
+    def __init__(self, ttl: float = 30.0, margin: float | None = None, skew: float = 0.5) -> None:
         if ttl <= 0:
             raise ValueError("lease TTL must be positive")
         self.ttl = ttl

@@ -24,7 +24,7 @@ from .browser import BrowserSession, BrowserSettings
 from .errors import BrowserworkerError, LeaseLost, StoreError, UsageError
 from .executor import Executor
 from .hooks import ExecutorHooks, HookBus
-from .leases import Lease, LeaseSettings, this_owner
+from .leases import Lease, LeaseSettings, owner_is_gone, this_owner
 from .loader import LoadedFlow, file_hash, load_flow
 from .states import RunState
 from .store.aio import AsyncStore
@@ -157,7 +157,7 @@ class Worker:
         last_reclaim = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            if now - last_reclaim >= min(1.0, s.lease.heartbeat_every):
+            if now - last_reclaim >= min(0.5, s.lease.heartbeat_every):
                 last_reclaim = now
                 await self._reclaim(astore)
             claimed_any = False
@@ -201,9 +201,14 @@ class Worker:
         except StoreError as exc:
             self.log.warning("reclaim failed", error=str(exc))
             return
+        try:  # same host: an owner whose process is gone is proven dead now, not at expiry
+            runs += await astore.call(self.store.reclaim_dead_owners, self.owner.host, owner_is_gone,
+                                      max_lease_losses=s.max_lease_losses, worker=self.id)
+        except StoreError as exc:
+            self.log.warning("reclaim failed", error=str(exc))
         for run in runs:
             self.stats.reclaimed += 1
-            self.log.warning("reclaimed an expired lease", run_id=run.id, state=str(run.state))
+            self.log.warning("reclaimed a lost lease", run_id=run.id, state=str(run.state))
 
     async def _execute(self, astore: AsyncStore, session: BrowserSession, run: RunRecord) -> None:
         rlog = self.log.bind(run_id=run.id, lease_epoch=run.lease_epoch)
@@ -245,6 +250,10 @@ class Worker:
         except asyncio.CancelledError:
             rlog.warning("run cancelled at shutdown; its lease will expire")
             raise
+        except StoreError as exc:  # locked, full, read-only: nothing uncommitted was dispatched
+            self.stats.errors += 1
+            rlog.error("store unavailable: stopped this run; its lease will expire and it will be reconciled",
+                       error=str(exc))
         except Exception as exc:  # a bug or a dead browser: stop heartbeating, let the lease expire
             self.stats.errors += 1
             rlog.exception("run crashed; its lease will expire and it will be reconciled", error=str(exc))

@@ -8,7 +8,7 @@ transactions, the clock and migrations (SQLite now, PostgreSQL later).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol, runtime_checkable
@@ -67,9 +67,35 @@ class Store(Protocol):
     def enqueue(self, run: NewRun) -> RunRecord: ...
     def set_queue_limit(self, queue: str, max_depth: int | None) -> None: ...
     def queue_limits(self) -> dict[str, int | None]: ...
-    def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None: ...
+    def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
+        """Atomically lease the next run of ``queues``: highest priority, then oldest."""
+        now = self.now()
+        who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
+               "now": now, "ttl": ttl}
+        with self._transaction() as tx:
+            if len(queues) == 1:
+                row = tx.execute(self.queries["claim_next_in_queue"], {**who, "queue": queues[0]}).fetchone()
+            else:
+                best = None
+                for queue in queues:
+                    cand = tx.execute(self.queries["next_queued_full"], {"queue": queue, "now": now}).fetchone()
+                    if cand is not None:
+                        key = (-cand["priority"], cand["created_at"], cand["id"])
+                        if best is None or key < best[0]:
+                            best = (key, cand["id"])
+                row = None if best is None else tx.execute(self.queries["claim_queued_by_id"],
+                                                           {**who, "id": best[1]}).fetchone()
+            if row is None:
+                return None
+            self._event(tx, row["id"], "lease_claimed", now=now, worker=owner.worker, epoch=row["lease_epoch"],
+                        from_state=RunState.QUEUED, to_state=RunState.LEASED, decision="claimed",
+                        detail={"ttl": ttl, "waited": now - row["created_at"]})
+            return RunRecord.from_row(row)
+
     def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
                         limit: int = 100) -> list[RunRecord]: ...
+    def reclaim_dead_owners(self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int,
+                            worker: str | None = None) -> list[RunRecord]: ...
     def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None: ...
     def cancel(self, run_id: str) -> str: ...
     def resolve(self, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str) -> RunRecord: ...
@@ -126,6 +152,10 @@ class SQLStore:
     def _one(self, _query: str, **params: Any) -> Mapping[str, Any] | None:
         rows = self._read(self.queries[_query], params)
         return rows[0] if rows else None
+
+    def ops_rows(self, _query: str, **params: Any) -> list[Mapping[str, Any]]:
+        """Rows of a read-only named query of the ``-- ops`` section (metrics, status, health)."""
+        return self._read(self.queries[_query], params)
 
     def _event(self, tx: Any, run_id: str, kind: str, *, now: float, step_id: str | None = None,
                attempt_no: int | None = None, worker: str | None = None, epoch: int | None = None,
@@ -228,12 +258,12 @@ class SQLStore:
         now = self.now()
         state = AttemptState.INTENT if kind == "effect" else AttemptState.RUNNING
         with self._transaction() as tx:
-            n = self._exec(tx, "insert_attempt", run_id=run_id, step_id=step_id, kind=kind, request_key=request_key,
-                           fingerprint=fingerprint, state=str(state), epoch=epoch, worker=worker, now=now,
-                           margin=margin)
-            if n != 1:
+            row = tx.execute(self.queries["insert_attempt"],
+                             {"run_id": run_id, "step_id": step_id, "kind": kind, "request_key": request_key,
+                              "fingerprint": fingerprint, "state": str(state), "epoch": epoch, "worker": worker,
+                              "now": now, "margin": margin}).fetchone()
+            if row is None:
                 raise self._lease_lost(run_id, epoch, margin, f"intent for {step_id}")
-            row = tx.execute(self.queries["latest_attempt"], {"run_id": run_id, "step_id": step_id}).fetchone()
             attempt = AttemptRecord.from_row(row)
             if kind == "effect":
                 self._event(tx, run_id, "intent", now=now, step_id=step_id, attempt_no=attempt.attempt_no,
@@ -273,12 +303,14 @@ class SQLStore:
         check_attempt_transition(attempt.state, state)
         now = self.now()
         with self._transaction() as tx:
-            n = self._exec(tx, "finish_attempt", attempt_id=attempt.id, from_state=str(attempt.state),
-                           state=str(state), now=now, epoch=epoch,
-                           result_json=None if result is None else canonical_json(result),
-                           decided_by=decided_by, evidence=None if evidence is None else canonical_json(evidence),
-                           error=error)
-            if n != 1:
+            row = tx.execute(self.queries["finish_attempt"],
+                             {"attempt_id": attempt.id, "from_state": str(attempt.state), "state": str(state),
+                              "now": now, "epoch": epoch,
+                              "result_json": None if result is None else canonical_json(result),
+                              "decided_by": decided_by,
+                              "evidence": None if evidence is None else canonical_json(evidence),
+                              "error": error}).fetchone()
+            if row is None:
                 current = tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone()
                 if current is not None and current["state"] != attempt.state:
                     raise LeaseLost(f"attempt {attempt.request_key}#{attempt.attempt_no} is already "
@@ -288,7 +320,7 @@ class SQLStore:
                         attempt_no=attempt.attempt_no, worker=worker, epoch=epoch, from_state=attempt.state,
                         to_state=state, decision=decided_by,
                         detail={"evidence": evidence, "error": error} if (evidence or error) else None)
-        return self.get_attempt(attempt.id)
+            return AttemptRecord.from_row(row)
 
     def get_attempt(self, attempt_id: int) -> AttemptRecord:
         row = self._one("get_attempt", id=attempt_id)
@@ -402,6 +434,35 @@ class SQLStore:
                     self._exec(tx, "mark_worker", id=row["owner"], health="unhealthy", now=now)
             reclaimed.append(self.get_run(row["id"]))
         return [r for r in reclaimed if r is not None]
+
+    def reclaim_dead_owners(self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int,
+                            worker: str | None = None) -> list[RunRecord]:
+        """Requeue runs held on ``host`` by owners ``is_gone`` proves dead, without waiting for
+        expiry; ``owner_stopped_at`` is now, for the settle rule."""
+        reclaimed = []
+        for row in self._read(self.queries["owned_on_host"], {"host": host}):
+            run = RunRecord.from_row(row)
+            if not is_gone(run):
+                continue
+            now = self.now()
+            poison = run.lease_losses + 1 > max_lease_losses
+            state = RunState.NEEDS_REVIEW if poison else RunState.QUEUED
+            with self._transaction() as tx:
+                n = self._exec(tx, "requeue_dead_owner", id=run.id, epoch=run.lease_epoch, state=str(state), now=now,
+                               error=f"lost its owner {run.lease_losses + 1} times" if poison else None)
+                if n != 1:
+                    continue
+                self._event(tx, run.id, "lease_expired", now=now, worker=worker, epoch=run.lease_epoch + 1,
+                            from_state=run.state, to_state=state, decision="poison" if poison else "owner_dead",
+                            detail={"previous_owner": run.owner, "expired_at": run.lease_expires_at,
+                                    "detected_at": now, "owner_pid": run.owner_pid,
+                                    "lease_losses": run.lease_losses + 1})
+                if run.owner:
+                    self._exec(tx, "mark_worker", id=run.owner, health="unhealthy", now=now)
+            again = self.get_run(run.id)
+            if again is not None:
+                reclaimed.append(again)
+        return reclaimed
 
     def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None:
         """Hand a run back (QUEUED now, no expiry wait); bumps the epoch so this owner is fenced off."""

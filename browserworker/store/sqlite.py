@@ -17,8 +17,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from ..errors import StoreError
 from .base import SQLStore, load_queries
 
@@ -39,6 +37,23 @@ def _migrations() -> list[tuple[int, str]]:
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
 
+ENV_BUSY_TIMEOUT = "BROWSERWORKER_BUSY_TIMEOUT"
+DEFAULT_BUSY_TIMEOUT = 5.0
+
+
+def _busy_timeout() -> float:
+    """Seconds a write waits for another process's lock: ``BROWSERWORKER_BUSY_TIMEOUT``, else 5."""
+    raw = os.environ.get(ENV_BUSY_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_BUSY_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise StoreError(f"{ENV_BUSY_TIMEOUT}={raw!r}: expected a number of seconds between 0 and 3600")
+    return value
+
 
 class SQLiteStore(SQLStore):
     """A :class:`~browserworker.store.base.Store` in one SQLite file.
@@ -49,12 +64,15 @@ class SQLiteStore(SQLStore):
 
     queries = load_queries(_SQL_PACKAGE, "queries.sql")
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float | None = None, create: bool = True) -> None:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StoreError(f"no database at {self.path} (nothing has run here yet; use --db to point at one)")
+        busy_timeout = _busy_timeout() if busy_timeout is None else busy_timeout
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
+        self._grouped = False
+        self._savepoints = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
@@ -62,7 +80,6 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         conn.row_factory = sqlite3.Row
         self.conn = conn
-        self.db = sqlite_utils.Database(conn)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -75,6 +92,16 @@ class SQLiteStore(SQLStore):
             conn.close()
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
 
+    @property
+    def db(self) -> Any:
+        """The same connection as a ``sqlite_utils.Database`` (tables, schema, ad-hoc queries).
+
+        Imported on first use: it is for tooling, not for the hot path.
+        """
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
+
     # -- dialect hooks ------------------------------------------------------------
 
     def now(self) -> float:
@@ -85,17 +112,68 @@ class SQLiteStore(SQLStore):
             self.conn.close()
 
     @contextmanager
+    def group(self) -> Iterator[None]:
+        """One transaction (one fsync) around many store calls: group commit.
+
+        Inside, each call's own transaction becomes a savepoint, so a call that fails rolls
+        back only itself. Nothing is durable, so nobody may act on a result, until the group
+        commits: :class:`~browserworker.store.aio.AsyncStore` hands results out only then.
+        """
+        with self._lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
+            self._grouped = True
+            try:
+                yield
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._grouped = False
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise StoreError(f"{self.path}: commit failed: {exc}") from exc
+
+    @contextmanager
+    def _savepoint(self) -> Iterator[sqlite3.Connection]:
+        self._savepoints += 1
+        name = f"bw_{self._savepoints}"
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute(f"ROLLBACK TO {name}")
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        self.conn.execute(f"RELEASE {name}")
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            if self._grouped:
+                try:
+                    with self._savepoint() as conn:
+                        yield conn
+                except sqlite3.Error as exc:  # e.g. disk full, read-only file: a store failure, not a bug
+                    raise StoreError(f"{self.path}: write failed: {exc}") from exc
+                return
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
             try:
                 yield self.conn
-            except BaseException:
+            except BaseException as exc:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):  # e.g. disk full, read-only file: a store failure, not a bug
+                    raise StoreError(f"{self.path}: write failed: {exc}") from exc
                 raise
             try:
                 self.conn.execute("COMMIT")

@@ -66,6 +66,7 @@ SELECT :run_id, :step_id, :kind,
        :request_key, :fingerprint, :state, :epoch, :worker, :now
 FROM runs
 WHERE id = :run_id AND lease_epoch = :epoch AND lease_expires_at >= :now + :margin
+RETURNING *
 
 -- name: get_attempt
 SELECT * FROM attempts WHERE id = :id
@@ -104,6 +105,7 @@ SET state = :state, finished_at = :now, result_json = :result_json, decided_by =
     evidence = :evidence, error = :error
 WHERE id = :attempt_id AND state = :from_state
   AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.lease_epoch = :epoch)
+RETURNING *
 
 -- name: insert_event
 INSERT INTO events (at, run_id, step_id, attempt_no, worker, lease_epoch, kind, from_state, to_state, decision,
@@ -134,6 +136,30 @@ WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before 
 ORDER BY priority DESC, created_at, id
 LIMIT 1
 
+-- name: next_queued_full
+SELECT * FROM runs
+WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
+ORDER BY priority DESC, created_at, id
+LIMIT 1
+
+-- name: claim_next_in_queue
+-- One statement: pick the next run of one queue (priority, then age) and lease it.
+UPDATE runs
+SET state = 'LEASED', owner = :owner, owner_host = :host, owner_pid = :pid, owner_pid_start = :pid_start,
+    lease_epoch = lease_epoch + 1, lease_expires_at = :now + :ttl, updated_at = :now
+WHERE id = (SELECT id FROM runs
+            WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
+            ORDER BY priority DESC, created_at, id
+            LIMIT 1)
+RETURNING *
+
+-- name: claim_queued_by_id
+UPDATE runs
+SET state = 'LEASED', owner = :owner, owner_host = :host, owner_pid = :pid, owner_pid_start = :pid_start,
+    lease_epoch = lease_epoch + 1, lease_expires_at = :now + :ttl, updated_at = :now
+WHERE id = :id AND state = 'QUEUED'
+RETURNING *
+
 -- name: expired_leases
 SELECT * FROM runs WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
 ORDER BY lease_expires_at LIMIT :limit
@@ -147,6 +173,18 @@ SET state = :state, owner = NULL, lease_expires_at = NULL, lease_epoch = lease_e
     error = :error, finished_at = CASE WHEN :state = 'NEEDS_REVIEW' THEN :now ELSE finished_at END,
     updated_at = :now
 WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
+
+-- name: owned_on_host
+SELECT * FROM runs WHERE owner_host = :host AND state IN ('LEASED', 'RUNNING')
+
+-- name: requeue_dead_owner
+-- The owner was proven gone (same host, pid dead): requeue at once, no expiry wait.
+UPDATE runs
+SET state = :state, owner = NULL, lease_expires_at = NULL, lease_epoch = lease_epoch + 1,
+    owner_stopped_at = :now, needs_reconcile = 1, lease_losses = lease_losses + 1,
+    error = :error, finished_at = CASE WHEN :state = 'NEEDS_REVIEW' THEN :now ELSE finished_at END,
+    updated_at = :now
+WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING')
 
 -- name: release_run
 -- A stopping worker hands a run back at a step boundary: QUEUED at once, no expiry wait.
@@ -196,3 +234,115 @@ SELECT * FROM runs WHERE state = 'NEEDS_REVIEW' ORDER BY finished_at, id LIMIT :
 
 -- name: count_by_state
 SELECT queue, state, COUNT(*) AS n, MIN(created_at) AS oldest FROM runs GROUP BY queue, state
+
+-- ops
+-- Read-only queries for metrics, `status`, `health` and the restore checks. Each is an
+-- index range or a covering-index scan (indexes in 0003_ops.sql). Ages and windows are
+-- taken against :now, the store's clock.
+
+-- name: ops_runs_by_state
+SELECT queue, state, COUNT(*) AS n FROM runs GROUP BY state, queue
+
+-- name: ops_queued
+-- QUEUED runs per queue: all, those claimable now, and when the oldest claimable one became
+-- claimable (enqueued, or its --delay ended).
+SELECT queue, COUNT(*) AS queued,
+       SUM(CASE WHEN not_before IS NULL OR not_before <= :now THEN 1 ELSE 0 END) AS ready,
+       MIN(CASE WHEN not_before IS NULL OR not_before <= :now
+                THEN MAX(created_at, COALESCE(not_before, created_at)) END) AS oldest_ready_at
+FROM runs WHERE state = 'QUEUED' GROUP BY queue
+
+-- name: ops_unknown_open
+-- Effect attempts that are UNKNOWN now (not yet reconciled), and how many of them became
+-- UNKNOWN since :since.
+SELECT r.queue, r.flow_name, a.step_id, COUNT(*) AS n,
+       SUM(CASE WHEN a.finished_at > :since THEN 1 ELSE 0 END) AS recent
+FROM attempts a JOIN runs r ON r.id = a.run_id
+WHERE a.state = 'UNKNOWN'
+GROUP BY r.queue, r.flow_name, a.step_id
+
+-- name: ops_unknown_classified
+-- Every classification of an attempt as UNKNOWN, ever (a counter that survives restarts).
+SELECT r.flow_name, e.step_id, COUNT(*) AS n, SUM(CASE WHEN e.at > :since THEN 1 ELSE 0 END) AS recent
+FROM events e JOIN runs r ON r.id = e.run_id
+WHERE e.kind = 'attempt_state' AND e.to_state = 'UNKNOWN'
+GROUP BY r.flow_name, e.step_id
+
+-- name: ops_duplicates_prevented
+-- Reconciliations that proved an UNKNOWN effect had landed (outbox, verifier or a person said
+-- done), so it was not replayed.
+SELECT r.flow_name, e.step_id, e.decision, COUNT(*) AS n
+FROM events e JOIN runs r ON r.id = e.run_id
+WHERE e.kind = 'attempt_state' AND e.from_state = 'UNKNOWN' AND e.to_state = 'SUCCEEDED'
+GROUP BY r.flow_name, e.step_id, e.decision
+
+-- name: ops_lease_expiries
+SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN at > :since THEN 1 ELSE 0 END), 0) AS recent
+FROM events WHERE kind = 'lease_expired'
+
+-- name: ops_reconciliations
+-- For each lost lease (found expired by the reclaimer, or taken over at expiry or from a dead
+-- owner), the first event after it on the same run that settles what was in doubt: a recovery
+-- decision on an INTENT/UNKNOWN effect, a needs_review/idempotent_replay decision, or (nothing
+-- was in doubt) a fresh effect attempt, the run's end or the next lost lease.
+SELECT d.run_id, d.at AS detected_at, f.kind, f.from_state, f.to_state, f.decision, f.at AS decided_at
+FROM events d
+JOIN events f ON f.id = (
+    SELECT g.id FROM events g
+    WHERE g.run_id = d.run_id AND g.id > d.id
+      AND ((g.kind = 'attempt_state' AND g.from_state IN ('INTENT', 'UNKNOWN')
+            AND NOT (g.to_state = 'UNKNOWN' AND g.decision IN ('recovery:dispatched', 'restore:unproven')))
+        OR (g.kind = 'decision' AND g.decision IN ('needs_review', 'idempotent_replay'))
+        OR (g.kind = 'run_state' AND g.to_state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW'))
+        OR g.kind = 'lease_expired'
+        OR (g.kind = 'lease_claimed' AND g.decision IN ('lease_expired', 'owner_dead')))
+    ORDER BY g.id LIMIT 1)
+WHERE d.kind = 'lease_expired' OR (d.kind = 'lease_claimed' AND d.decision IN ('lease_expired', 'owner_dead'))
+
+-- name: ops_dispatch_ages
+-- How long each run started in (:lo, :hi] had waited in its queue (seconds).
+SELECT queue, started_at - MAX(created_at, COALESCE(not_before, created_at)) AS waited
+FROM runs WHERE started_at > :lo AND started_at <= :hi
+
+-- name: ops_completion_ages
+-- How long each run that SUCCEEDED in (:lo, :hi] took from its queue to confirmed completion.
+-- (`+state`: read the finished_at range of runs_finished, not every SUCCEEDED run.)
+SELECT queue, finished_at - MAX(created_at, COALESCE(not_before, created_at)) AS waited
+FROM runs WHERE finished_at > :lo AND finished_at <= :hi AND +state = 'SUCCEEDED'
+
+-- name: ops_workers
+-- Registered workers not stopped, or stopped since :since, that heartbeated after :gone_since,
+-- with the runs each holds now.
+SELECT w.*, (SELECT COUNT(*) FROM runs r WHERE r.state IN ('LEASED', 'RUNNING') AND r.owner = w.id) AS leased
+FROM workers w
+WHERE (w.stopped_at IS NULL OR w.stopped_at > :since) AND w.last_heartbeat > :gone_since
+ORDER BY w.started_at DESC
+
+-- name: ops_live_workers
+-- Workers that claim to be running and heartbeated after :since (restore refuses while any do).
+SELECT * FROM workers WHERE health <> 'stopped' AND last_heartbeat > :since ORDER BY last_heartbeat DESC
+
+-- name: ops_live_leases
+-- Runs whose lease has not expired at :now (their owner may still be working).
+SELECT id, state, owner, owner_host, owner_pid, owner_pid_start, lease_epoch, lease_expires_at
+FROM runs WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at > :now
+
+-- name: ops_unfinished_runs
+SELECT id, state, owner, lease_epoch FROM runs WHERE state IN ('QUEUED', 'LEASED', 'RUNNING', 'NEEDS_REVIEW')
+
+-- name: ops_restore_requeue
+-- After a restore: the owners of the restored leases are gone; hand their runs back to the
+-- queue, flagged for reconciliation, and fence the old owners off (epoch + 1).
+UPDATE runs
+SET state = 'QUEUED', owner = NULL, lease_expires_at = NULL, lease_epoch = lease_epoch + 1,
+    owner_stopped_at = :now, needs_reconcile = 1, updated_at = :now
+WHERE id = :id AND state IN ('LEASED', 'RUNNING')
+
+-- name: ops_restore_flag
+UPDATE runs SET needs_reconcile = 1, updated_at = :now WHERE id = :id
+
+-- name: ops_restore_stop_workers
+UPDATE workers SET health = 'stopped', stopped_at = COALESCE(stopped_at, :now) WHERE health <> 'stopped'
+
+-- name: ops_last_event
+SELECT at FROM events ORDER BY id DESC LIMIT 1

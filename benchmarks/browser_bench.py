@@ -1,0 +1,189 @@
+"""Benchmarks with a browser: (a) a 10-step flow vs plain Playwright, (d) recovery time,
+(e) 1/4/8 concurrent flows on one Chromium vs plain Playwright (throughput, peak PSS)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from browserworker.jobs import enqueue
+from browserworker.loader import load_flow
+from browserworker.states import RunState
+from browserworker.store import SQLiteStore
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.setdefault("BROWSERWORKER_CHROMIUM_ARGS",
+                   "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'")
+    return env
+
+
+def _timed(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+    return time.perf_counter() - start
+
+
+def ten_steps(base_url: str, reps: int = 5) -> dict[str, Any]:
+    """(a) `browserworker run` of a 6-action/4-effect flow vs the same steps as a plain script."""
+    ours, plain = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(reps):  # alternate, so drift hits both sides alike
+            plain.append(_timed([PY, str(HERE / "plain_ten_steps.py"), base_url]))
+            ours.append(_timed([PY, "-m", "browserworker", "run", str(HERE / "flows" / "ten_steps.py"),
+                                "--input", f"base_url={base_url}", "--db", str(Path(tmp) / "a.db")]))
+    o, p = statistics.median(ours), statistics.median(plain)
+    return {"ours_s": o, "plain_s": p, "ratio": o / p, "reps": reps}
+
+
+class _PeakPss:
+    """Samples the PSS of a process tree (python + driver + Chromium) until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                procs = [root, *root.children(recursive=True)]
+                total = 0
+                for proc in procs:
+                    try:
+                        total += proc.memory_full_info().pss
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        pass
+                self.peak = max(self.peak, total)
+            except psutil.NoSuchProcess:
+                return
+            self._stop.wait(0.2)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def _ours_concurrency(base_url: str, n: int, runs: int) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "e.db"
+        loaded = load_flow(ROOT / "tests" / "flows" / "short_order.py")
+        store = SQLiteStore(db)
+        for i in range(runs):
+            enqueue(store, loaded, {"base_url": base_url, "item": f"i{i}"})
+        store.close()
+        start = time.perf_counter()
+        proc = subprocess.Popen([PY, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+        meter = _PeakPss(proc.pid)
+        proc.wait()
+        elapsed = time.perf_counter() - start
+        peak = meter.stop()
+        store = SQLiteStore(db)
+        ok = sum(1 for r in store.list_runs(limit=runs + 1) if r.state == RunState.SUCCEEDED)
+        store.close()
+        assert ok == runs, f"{ok}/{runs} succeeded"
+        return elapsed, peak
+
+
+def _plain_concurrency(base_url: str, n: int, runs: int) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = subprocess.Popen([PY, str(HERE / "plain_concurrent.py"), base_url, str(n), str(runs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+    meter = _PeakPss(proc.pid)
+    assert proc.wait() == 0
+    return time.perf_counter() - start, meter.stop()
+
+
+def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 2) -> list[dict[str, Any]]:
+    """(e) runs/min and peak PSS for N concurrent flows on one Chromium, ours vs plain."""
+    out = []
+    for n in levels:
+        runs = max(8, 4 * n)
+        ours_t, ours_m, plain_t, plain_m = [], [], [], []
+        for _ in range(reps):
+            t, m = _plain_concurrency(base_url, n, runs)
+            plain_t.append(t)
+            plain_m.append(m)
+            t, m = _ours_concurrency(base_url, n, runs)
+            ours_t.append(t)
+            ours_m.append(m)
+        o_rpm = runs / statistics.median(ours_t) * 60
+        p_rpm = runs / statistics.median(plain_t) * 60
+        out.append({"concurrency": n, "runs": runs, "ours_runs_per_min": o_rpm, "plain_runs_per_min": p_rpm,
+                    "throughput_ratio": o_rpm / p_rpm, "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,
+                    "plain_peak_pss_mb": statistics.median(plain_m) / 2**20,
+                    "memory_ratio": statistics.median(ours_m) / statistics.median(plain_m)})
+    return out
+
+
+def recovery(base_url: str, ttl: float = 6.0, reps: int = 3, remote: bool = False) -> dict[str, Any]:
+    """(d) SIGKILL a worker between two effects; time until another worker completes the run.
+
+    ``remote=True`` makes the dead owner look like another host's (its pid cannot be checked),
+    so only lease expiry can free the run — the cross-host path.
+    """
+    times = []
+    for _ in range(reps):
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "d.db"
+            loaded = load_flow(HERE / "flows" / "two_effects.py")
+            store = SQLiteStore(db)
+            run = enqueue(store, loaded, {"base_url": base_url})
+            store.close()
+            args = [PY, "-m", "browserworker", "worker", "--lease-ttl", str(ttl), "--db", str(db)]
+            victim = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+                                      cwd=ROOT)
+            store = SQLiteStore(db)
+            deadline = time.monotonic() + 120
+            while not any(a.step_id == "first" and a.state == "SUCCEEDED" for a in store.attempts(run.id)):
+                assert time.monotonic() < deadline, "the first effect never finished"
+                time.sleep(0.02)
+            survivor = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+                                        cwd=ROOT)
+            if remote:  # before the kill, so the survivor can never see a dead local pid
+                store.conn.execute("UPDATE runs SET owner_host = 'elsewhere' WHERE id = ?", (run.id,))
+            victim.send_signal(signal.SIGKILL)
+            killed_at = time.time()
+            victim.wait()
+            while store.get_run(run.id).state != RunState.SUCCEEDED:
+                assert time.monotonic() < deadline + 120, "never recovered"
+                time.sleep(0.05)
+            times.append(store.get_run(run.id).finished_at - killed_at)
+            store.close()
+            survivor.send_signal(signal.SIGTERM)
+            survivor.wait(timeout=60)
+    med = statistics.median(times)
+    return {"ttl_s": ttl, "path": "lease expiry (remote owner)" if remote else "same host (owner pid gone)",
+            "recovery_s": med, "all_s": times, "target_s": ttl + 2, "met": med <= ttl + 2}
+
+
+if __name__ == "__main__":
+    from browserworker.sandbox.testing import start_sandbox
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shop = start_sandbox(Path(tmp) / "s.db")
+        try:
+            print(recovery(shop.url, reps=1))
+            print(recovery(shop.url, reps=1, remote=True))
+        finally:
+            shop.stop()

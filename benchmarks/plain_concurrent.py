@@ -1,0 +1,52 @@
+"""Benchmark baseline (e): the short order flow, N at a time on one Chromium, plain Playwright."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import uuid
+
+from playwright.async_api import Browser, async_playwright
+
+from browserworker.browser import BrowserSettings
+
+POST = """async ([item, quantity, reference]) => {
+    const r = await fetch('/api/orders', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                          body: JSON.stringify({item, quantity, reference})});
+    return {status: r.status, body: await r.json()};
+}"""
+
+
+async def one(browser: Browser, base: str, i: int) -> None:
+    context = await browser.new_context(service_workers="block")
+    page = await context.new_page()
+    form = await page.request.get(f"{base}/login")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text())
+    assert token
+    await page.request.post(f"{base}/login", form={"csrf_token": token.group(1), "username": "demo",
+                                                   "password": "demo", "next": "/healthz"})
+    await page.goto(f"{base}/healthz")
+    reply = await page.evaluate(POST, [f"i{i}", 1, f"{uuid.uuid4().hex}/submit"])
+    assert reply["status"] == 201
+    await context.close()
+
+
+async def main(base: str, n: int, runs: int) -> None:
+    settings = BrowserSettings.discover()
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=settings.executable_path, args=settings.args)
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(runs):
+            queue.put_nowait(i)
+
+        async def lane() -> None:
+            while not queue.empty():
+                await one(browser, base, queue.get_nowait())
+
+        await asyncio.gather(*(lane() for _ in range(n)))
+        await browser.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

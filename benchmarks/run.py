@@ -1,0 +1,161 @@
+"""`make bench`: every benchmark, both sides of each comparison in one invocation, alternating.
+
+Prints a markdown table, writes figures to benchmarks/results/latest.json and a chart to
+benchmarks/results/latest.png, and describes the machine. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import browser_bench  # noqa: E402
+import claims  # noqa: E402
+import control_plane  # noqa: E402
+
+from browserworker.browser import find_chromium  # noqa: E402
+from browserworker.sandbox.testing import start_sandbox  # noqa: E402
+
+RESULTS = HERE / "results"
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    chromium = find_chromium()
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "sqlite": sqlite3.sqlite_version,
+            "chromium": chromium, "load_avg_at_start": os.getloadavg(),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def say(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    RESULTS.mkdir(exist_ok=True)
+    out: dict[str, Any] = {"machine": machine()}
+    say("raw SQLite commit rate (WAL, synchronous=FULL)")
+    out["raw_commits_per_s"] = control_plane.raw_commit_rate(Path(tempfile.mkdtemp()) / "raw.db")
+    say("(b) control plane: ours x1, x2 processes; Huey; DBOS (alternating)")
+    cp: dict[str, list[dict[str, Any]]] = {"ours_1": [], "ours_2": [], "huey": [], "dbos": []}
+    for _ in range(2):
+        cp["ours_1"].append(control_plane.ours(1, 3000))
+        cp["huey"].append(control_plane.huey(3000))
+        cp["ours_2"].append(control_plane.ours(2, 3000))
+        cp["dbos"].append(control_plane.dbos(150))
+    out["control_plane"] = {k: _median_of(v, "runs_per_s") for k, v in cp.items()}
+    out["control_plane_detail"] = cp
+    say("(c) claim latency by backlog")
+    out["claims"] = [claims.claim_latency(n) for n in (100, 10_000, 100_000)]
+    with tempfile.TemporaryDirectory() as tmp:
+        shop = start_sandbox(Path(tmp) / "sandbox.db")
+        try:
+            say("(a) ten-step flow vs plain Playwright")
+            out["ten_steps"] = browser_bench.ten_steps(shop.url, reps=5)
+            say("(d) recovery after SIGKILL between effects")
+            out["recovery"] = [browser_bench.recovery(shop.url, reps=3),
+                               browser_bench.recovery(shop.url, reps=3, remote=True)]
+            say("(e) concurrency 1/4/8 on one Chromium vs plain Playwright")
+            out["concurrency"] = browser_bench.concurrency(shop.url)
+        finally:
+            shop.stop()
+    (RESULTS / "latest.json").write_text(json.dumps(out, indent=2, default=str))
+    table = render(out)
+    (RESULTS / "latest.md").write_text(table)
+    chart(out, RESULTS / "latest.png")
+    print(table)
+    return 0
+
+
+def _median_of(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    good = [r for r in rows if key in r]
+    if not good:
+        return rows[0] if rows else {}
+    good.sort(key=lambda r: r[key])
+    return good[len(good) // 2]
+
+
+def render(o: dict[str, Any]) -> str:
+    m = o["machine"]
+    cp = o["control_plane"]
+    t = o["ten_steps"]
+    lines = [
+        f"Machine: {m['cpus']} CPUs, {m['memory_gb']} GiB, Python {m['python']}, SQLite {m['sqlite']}, "
+        f"{m['platform']}; Chromium {m['chromium']}; load average at start {m['load_avg_at_start']}; {m['when']}.",
+        "",
+        "| # | what | ours | compared with | ratio | target | met |",
+        "|---|---|---|---|---|---|---|",
+        f"| a | 10-step flow (6 actions, 4 effects), `browserworker run` | {t['ours_s']:.2f} s | plain Playwright "
+        f"{t['plain_s']:.2f} s | {t['ratio']:.2f}x | <= 1.05x | {'yes' if t['ratio'] <= 1.05 else 'no'} |",
+    ]
+    for key, label in (("ours_1", "1 process"), ("ours_2", "2 processes")):
+        ours = cp[key]["runs_per_s"]
+        huey, dbos = cp["huey"].get("runs_per_s"), cp["dbos"].get("runs_per_s")
+        lines.append(
+            f"| b | control plane, {label}, synchronous=FULL ({cp[key]['commits_per_run']:.2f} commits/run) | "
+            f"{ours:,.0f} runs/s | Huey {huey:,.0f}/s, DBOS {dbos:,.0f}/s | {ours / huey:.1f}x Huey, "
+            f"{ours / dbos:.0f}x DBOS | >= 2,000/s and >= peers | "
+            f"{'yes' if ours >= 2000 and ours >= max(huey, dbos) else 'no'} |")
+    c = {r["backlog"]: r for r in o["claims"]}
+    ratio = c[100_000]["p50_ms"] / c[100]["p50_ms"]
+    lines.append(f"| c | claim latency p50/p99 | 100: {c[100]['p50_ms']:.2f}/{c[100]['p99_ms']:.2f} ms; 10k: "
+                 f"{c[10_000]['p50_ms']:.2f}/{c[10_000]['p99_ms']:.2f} ms; 100k: {c[100_000]['p50_ms']:.2f}/"
+                 f"{c[100_000]['p99_ms']:.2f} ms | backlog of 100 | {ratio:.2f}x | 100k p50 <= 1.5x | "
+                 f"{'yes' if ratio <= 1.5 else 'no'} |")
+    for r in o["recovery"]:
+        lines.append(f"| d | recovery after SIGKILL between effects, {r['path']} | {r['recovery_s']:.1f} s | lease TTL "
+                     f"{r['ttl_s']:.0f} s | - | <= TTL + 2 s | {'yes' if r['met'] else 'no'} |")
+    for r in o["concurrency"]:
+        lines.append(f"| e | {r['concurrency']} concurrent flows on one Chromium | {r['ours_runs_per_min']:.0f} runs/min, "
+                     f"{r['ours_peak_pss_mb']:.0f} MB PSS | plain {r['plain_runs_per_min']:.0f} runs/min, "
+                     f"{r['plain_peak_pss_mb']:.0f} MB | {r['throughput_ratio']:.2f}x runs, {r['memory_ratio']:.2f}x "
+                     f"memory | >= 0.9x, <= 1.1x | "
+                     f"{'yes' if r['throughput_ratio'] >= 0.9 and r['memory_ratio'] <= 1.1 else 'no'} |")
+    lines += ["", f"Raw SQLite commit rate on this disk (WAL, synchronous=FULL): {o['raw_commits_per_s']:,.0f} commits/s "
+              "(the ceiling without group commit)."]
+    return "\n".join(lines) + "\n"
+
+
+def chart(o: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    cp = o["control_plane"]
+    names = ["ours x1", "ours x2", "Huey", "DBOS"]
+    values = [cp["ours_1"]["runs_per_s"], cp["ours_2"]["runs_per_s"], cp["huey"].get("runs_per_s", 0),
+              cp["dbos"].get("runs_per_s", 0)]
+    axes[0].bar(names, values, color=["#2a6", "#2a6", "#888", "#888"])
+    axes[0].set_title("(b) control plane, runs/s")
+    c = o["claims"]
+    axes[1].bar([f"{r['backlog']:,}" for r in c], [r["p50_ms"] for r in c], label="p50")
+    axes[1].bar([f"{r['backlog']:,}" for r in c], [r["p99_ms"] - r["p50_ms"] for r in c],
+                bottom=[r["p50_ms"] for r in c], label="p99", alpha=0.5)
+    axes[1].set_title("(c) claim latency (ms) by backlog")
+    axes[1].legend()
+    e = o["concurrency"]
+    x = [r["concurrency"] for r in e]
+    axes[2].plot(x, [r["ours_runs_per_min"] for r in e], "o-", label="ours")
+    axes[2].plot(x, [r["plain_runs_per_min"] for r in e], "s--", label="plain Playwright")
+    axes[2].set_title("(e) runs/min by concurrency")
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
