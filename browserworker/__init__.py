@@ -11,12 +11,16 @@ from .errors import (
     FlowLoadError,
     InputError,
     LeaseLost,
+    QueueFull,
     RunNotFound,
     StoreError,
     UsageError,
 )
 from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
+from .jobs import enqueue
+from .loader import load_flow
 from .states import AttemptState, RunState
+from .store import SQLiteStore
 
 __version__ = "0.1.0"
 
@@ -31,12 +35,16 @@ __all__ = [
     "FlowLoadError",
     "InputError",
     "LeaseLost",
+    "QueueFull",
     "RecordedResponse",
     "RunNotFound",
     "RunState",
+    "SQLiteStore",
     "StepContext",
     "StoreError",
     "UsageError",
     "Verdict",
     "__version__",
+    "enqueue",
+    "load_flow",
 ]

@@ -6,6 +6,7 @@ reference) and what the journal says decided it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,4 +133,36 @@ def test_idempotent_flow_killed_after_commit_replays_with_the_same_key(bw: BW, s
     first, second = submit_attempts(bw, run_id)
     assert first["state"] == "UNKNOWN" and second["state"] == "SUCCEEDED"
     assert second["outbox"][0]["status"] == 200  # the existing order, not a new one
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def test_sigterm_during_run_hands_the_run_back_and_resume_finishes(bw: BW, shop: Any, run_id: str) -> None:
+    """SIGTERM to `run`: it stops at the next step boundary, hands the run back (QUEUED, exit 5),
+    and `run --run-id` finishes it with one order."""
+    import signal as sig
+    import time
+
+    from browserworker.store import SQLiteStore
+
+    flow = str(Path(__file__).parent / "flows" / "slow_steps.py")
+    proc = bw.start("run", flow, "--db", str(bw.db), *inputs(shop), "--run-id", run_id)
+    deadline = time.monotonic() + 60
+    while True:  # wait until it is executing steps
+        if bw.db.exists():
+            store = SQLiteStore(bw.db)
+            attempts = store.attempts(run_id) if store.get_run(run_id) else []
+            store.close()
+            if any(a.step_id == "think_1" for a in attempts):
+                break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(sig.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 5, err
+    assert "handed back (QUEUED)" in err
+    view = bw.show(run_id)
+    assert view["run"]["state"] == "QUEUED"
+    assert any(e["kind"] == "lease_released" for e in view["events"])
+    done = bw.run("run", flow, "--db", str(bw.db), "--run-id", run_id)
+    assert done.returncode == 0, done.stderr
     assert len(shop.orders(f"{run_id}/submit")) == 1

@@ -183,3 +183,44 @@ def test_busy_database_is_a_store_error(tmp_path: Path) -> None:
     finally:
         blocker.execute("ROLLBACK")
     assert s.get_run("x") is None
+
+
+def test_group_commit_batches_concurrent_calls_and_isolates_failures(tmp_path: Path) -> None:
+    """Concurrent calls share commits; a failing call (a stale epoch) rolls back only itself."""
+    import asyncio
+
+    from browserworker.store.aio import AsyncStore
+
+    s = SQLiteStore(tmp_path / "g.db")
+    for i in range(50):
+        s.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={}))
+    astore = AsyncStore(s)
+
+    async def main() -> list[object]:
+        claims = [astore.call(s.claim_run, f"r{i}", A, 30) for i in range(50)]
+        stale = astore.call(s.heartbeat, "r0", 99, 30)
+        return await asyncio.gather(*claims, stale, return_exceptions=True)
+
+    outcome = asyncio.run(main())
+    astore.close()
+    assert all(r.lease_epoch == 1 for r in outcome[:50])
+    assert isinstance(outcome[50], LeaseLost)
+    assert astore.calls == 51 and astore.commits < 51
+    reopened = SQLiteStore(tmp_path / "g.db")
+    assert all(r.state == RunState.LEASED for r in reopened.list_runs(limit=100))
+    assert reopened.integrity_check() == "ok"
+
+
+def _open(path: str) -> int:
+    return SQLiteStore(path).schema_version
+
+
+def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
+    """Several processes opening a new database at once all succeed; it is migrated once."""
+    import multiprocessing
+
+    path = str(tmp_path / "new.db")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        versions = pool.map(_open, [path] * 8)
+    assert versions == [SCHEMA_VERSION] * 8
+    assert SQLiteStore(path).integrity_check() == "ok"

@@ -201,19 +201,23 @@ class SQLiteStore(SQLStore):
         if current > SCHEMA_VERSION:
             raise StoreError(f"{self.path} has schema version {current}, newer than this browserworker "
                              f"({SCHEMA_VERSION}); upgrade browserworker")
-        for version, sql in _migrations():
-            if version <= current:
-                continue
-            with self._lock:
-                self.conn.execute("BEGIN IMMEDIATE")
-                try:
+        if current == SCHEMA_VERSION:
+            return
+        with self._lock:
+            # under the write lock, so two processes opening a new database migrate it once
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+                for version, sql in _migrations():
+                    if version <= current:
+                        continue
                     for statement in _split_statements(sql):
                         self.conn.execute(statement)
                     self.conn.execute(f"PRAGMA user_version = {version}")
-                    self.conn.execute("COMMIT")
-                except BaseException:
-                    self.conn.execute("ROLLBACK")
-                    raise
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
 
     def integrity_check(self) -> str:
         with self._lock:
