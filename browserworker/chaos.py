@@ -42,6 +42,11 @@ CHAOS_POINTS = (
     "reclaimer_startup",
 )
 _TTL = 3.0
+_CHILD_TIMEOUT = 300.0
+
+
+class _Hung(Exception):
+    """A child run did not finish in time (it was killed)."""
 
 
 @dataclass
@@ -89,7 +94,12 @@ class _Scenario:
             env.pop("BROWSERWORKER_FAULTS", None)
         proc = subprocess.Popen(_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         if wait:
-            proc.communicate(timeout=300)
+            try:
+                proc.communicate(timeout=_CHILD_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise _Hung(f"browserworker run --run-id {run_id} did not finish in {_CHILD_TIMEOUT:.0f}s") from None
         return proc
 
 
@@ -189,8 +199,12 @@ def run_chaos(loaded: LoadedFlow, inputs_args: Sequence[str], *, points: Sequenc
                 for rnd in range(1, rounds + 1):
                     started = time.monotonic()
                     run_id = f"chaos-{effect.id}-{point}-{rnd}-{uuid.uuid4().hex[:6]}".replace("_", "-")
-                    fired = _crash(sc, effect.id, point, run_id)
-                    sc.run(run_id)  # resume to the end (a no-op if it already ended)
+                    try:
+                        fired = _crash(sc, effect.id, point, run_id)
+                        sc.run(run_id)  # resume to the end (a no-op if it already ended)
+                        hung = None
+                    except (_Hung, subprocess.TimeoutExpired) as exc:
+                        fired, hung = True, str(exc)
                     store = SQLiteStore(db)
                     try:
                         run = store.get_run(run_id)
@@ -200,7 +214,7 @@ def run_chaos(loaded: LoadedFlow, inputs_args: Sequence[str], *, points: Sequenc
                             None, "none")
                     finally:
                         store.close()
-                    verdict = _verdict(fired, state, landings, effect)
+                    verdict = f"HUNG: {hung}" if hung else _verdict(fired, state, landings, effect)
                     result = ChaosResult(effect.id, point, rnd, run_id, fired, state, classification, decision,
                                          landings, probe, verdict, round(time.monotonic() - started, 1))
                     results.append(result)

@@ -70,7 +70,19 @@ def _open_store(db: Path, *, create: bool = True) -> SQLiteStore:
         _fail(str(exc))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group; a store that fails mid-command (locked past the busy timeout, disk
+    full, read-only) is one line on stderr and exit 5, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            click.echo(f"error: store unavailable: {exc}", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="browserworker")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), envvar="BROWSERWORKER_LOG_LEVEL",
               default="warning", show_default=True, help="Structured log level (logs go to stderr).")
@@ -110,7 +122,7 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
         loaded = load_flow(flow_file, flow_name)
         inputs = parse_inputs(pairs, inputs_json)
         given = bool(pairs or inputs_json is not None)
-        if run_id:
+        if run_id is not None:  # an empty --run-id "$ID" is refused, never taken for a new run
             validate_run_id(run_id)
         if not run_id or not db.exists():
             loaded.flow.validate_inputs(inputs)
@@ -125,15 +137,19 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
     except UsageError as exc:
         store.close()
         _fail(str(exc))
+    except StoreError as exc:  # locked past the busy timeout, disk full, read-only: nothing was written
+        store.close()
+        click.echo(f"error: store unavailable, no run started: {exc}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     click.echo(f"run {record.id} {'created' if created else 'resumed'} ({loaded.flow.name}, db {db})", err=True)
     if not as_json:
         click.echo(record.id)
     try:
         if record_name:  # the same run, with its network, journal and verifier self-tests recorded
             from .recording import record_run
-            work = record_run(store, loaded, record, name=record_name, trace=trace, browser=browser,
-                              lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err), evidence_dir=_evidence_dir(db))
-            final = asyncio.run(work)
+            final = asyncio.run(_with_signals(lambda stop: record_run(
+                store, loaded, record, name=record_name, trace=trace, browser=browser,
+                lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err), evidence_dir=_evidence_dir(db), stop=stop)))
         else:
             final = asyncio.run(_with_signals(lambda stop: run_flow(
                 store, loaded, record, browser=browser, lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err),
@@ -141,7 +157,11 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
     except LeaseLost as exc:
         click.echo(f"error: lease lost, stopped without dispatching anything more: {exc}", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except (StoreError, BrowserNotFound) as exc:
+    except StoreError as exc:
+        click.echo(f"error: store unavailable, run {record.id} stopped without an outcome: {exc}; "
+                   f"resume it with --run-id {record.id}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except BrowserNotFound as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except UsageError as exc:
@@ -178,7 +198,7 @@ def enqueue(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inpu
         loaded = load_flow(flow_file, flow_name)
         inputs = parse_inputs(pairs, inputs_json)
         loaded.flow.validate_inputs(inputs)
-        if run_id:
+        if run_id is not None:
             validate_run_id(run_id)
     except UsageError as exc:
         _fail(str(exc))
@@ -210,8 +230,11 @@ def enqueue(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inpu
 @click.option("--once", is_flag=True, help="Exit when the queues are empty and nothing is running.")
 @db_option
 @click.option("--headed", is_flag=True, help="Show the browser window.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus /metrics on this port.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: int, lease_ttl: float, grace: float,
-           max_lease_losses: int, once: bool, db: Path, headed: bool) -> None:
+           max_lease_losses: int, once: bool, db: Path, headed: bool, metrics_port: int | None,
+           metrics_host: str) -> None:
     """Drain the queue: claim runs and execute up to --concurrency at once on one Chromium.
 
     SIGTERM/SIGINT: stop claiming, let in-flight steps finish within --grace, and hand runs
@@ -231,7 +254,20 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
         _fail(str(exc))
     click.echo(f"worker {fleet_worker.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, db {db})",
                err=True)
-    stats = asyncio.run(_serve(fleet_worker))
+    from .metrics import MetricsServer
+
+    try:
+        exporter = None if metrics_port is None else MetricsServer(db, metrics_port, metrics_host)
+    except OSError as exc:
+        store.close()
+        _fail(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: {exc}")
+    if exporter is not None:
+        click.echo(f"metrics on {exporter.url}", err=True)
+    try:
+        stats = asyncio.run(_serve(fleet_worker))
+    finally:
+        if exporter is not None:
+            exporter.close()
     click.echo(f"worker {fleet_worker.id} stopped: claimed {stats.claimed}, finished {stats.finished}, "
                f"released {stats.released}, lease lost {stats.lease_lost}, reclaimed {stats.reclaimed}", err=True)
     store.close()
@@ -481,6 +517,129 @@ def replay(recording: str, crash_at: str | None, settle: float | None, headed: b
         _fail(str(exc))
     click.echo(json.dumps(result.journal, indent=2, default=str) if as_json else result.report())
     sys.exit(result.exit_code)
+
+
+# -- operations: status, metrics, health, backup, restore, check-db ----------------------
+
+
+@main.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def status(db: Path, as_json: bool) -> None:
+    """Queues (depth, oldest age, UNKNOWN), runs by state, lease expiries and workers."""
+    from .metrics import snapshot
+    from .ops_views import print_status
+
+    store = _open_store(db, create=False)
+    try:
+        snap = snapshot(store, histograms=False)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(snap.to_dict(), indent=2))
+    else:
+        print_status(snap, Console())
+
+
+@main.command()
+@db_option
+def metrics(db: Path) -> None:
+    """Print the metrics in the Prometheus text format (what worker --metrics-port serves)."""
+    from .metrics import exposition
+
+    store = _open_store(db, create=False)
+    try:
+        text = exposition(store)
+    finally:
+        store.close()
+    click.echo(text.decode(), nl=False)
+
+
+@main.command("health")
+@db_option
+@click.option("--max-queue-age", default="5m", show_default=True, metavar="DURATION",
+              help="Oldest claimable QUEUED run of any queue (or off).")
+@click.option("--max-unknown", default="off", show_default=True, metavar="N",
+              help="Effect attempts UNKNOWN now, in all (or off).")
+@click.option("--max-unknown-growth", default="0/10m", show_default=True, metavar="N/WINDOW",
+              help="New, still unresolved UNKNOWN attempts per queue in the window (or off).")
+@click.option("--max-stale-workers", default="0", show_default=True, metavar="N",
+              help="Workers that stopped heartbeating without stopping cleanly (or off).")
+@click.option("--stale-after", default="60s", show_default=True, metavar="DURATION",
+              help="A worker without a heartbeat for this long is stale.")
+def health_command(db: Path, max_queue_age: str, max_unknown: str, max_unknown_growth: str, max_stale_workers: str,
+                   stale_after: str) -> None:
+    """Exit 0 when healthy; else 1, with one line per breached rule (for cron, systemd, probes)."""
+    from .health import check_store, rules_from_options
+
+    try:
+        rules = rules_from_options(max_queue_age=max_queue_age, max_unknown=max_unknown,
+                                   max_unknown_growth=max_unknown_growth, max_stale_workers=max_stale_workers,
+                                   stale_after=stale_after)
+    except UsageError as exc:
+        _fail(str(exc))
+    store = _open_store(db, create=False)
+    try:
+        breaches = check_store(store, rules)
+    finally:
+        store.close()
+    if not breaches:
+        click.echo("healthy")
+        return
+    for breach in breaches:
+        click.echo(str(breach))
+    sys.exit(1)
+
+
+@main.command("backup")
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+def backup_command(dest: Path, db: Path) -> None:
+    """Copy the database to DEST, consistently, while workers run (SQLite's backup API)."""
+    from .backup import backup
+    from .ops_views import backup_line
+
+    try:
+        report = backup(db, dest)
+    except (UsageError, StoreError) as exc:
+        _fail(str(exc))
+    click.echo(backup_line(report))
+
+
+@main.command("restore")
+@click.argument("src", type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+def restore_command(src: Path, db: Path) -> None:
+    """Replace the database with the backup SRC; refused while the database is in use.
+
+    The replaced database is kept beside it. Unfinished runs reconcile every effect that
+    the backup does not show as done (verifier or review) before anything is dispatched.
+    """
+    from .backup import restore
+    from .ops_views import restore_lines
+
+    try:
+        report = restore(src, db)
+    except (UsageError, StoreError) as exc:
+        _fail(str(exc))
+    for line in restore_lines(report):
+        click.echo(line)
+
+
+@main.command("check-db")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def check_db_command(db: Path, as_json: bool) -> None:
+    """Report the database's integrity and schema version; exit 1 if it has problems."""
+    from .backup import check_db
+    from .ops_views import check_lines
+
+    try:
+        report = check_db(db)
+    except UsageError as exc:
+        _fail(str(exc))
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else "\n".join(check_lines(report)))
+    sys.exit(0 if report.ok else 1)
 
 
 def run_cli(args: list[str] | None = None) -> Any:  # pragma: no cover - convenience for python -m

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from . import faults
 from .browser import BrowserSession
-from .errors import LeaseLost
+from .errors import LeaseLost, StoreError
 from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
 from .gate import ActionGuard, DispatchGate
 from .hooks import ExecutorHooks, HookBus, StepObserver
@@ -86,6 +86,7 @@ class Executor:
         self.epoch = run.lease_epoch
         self.inputs: BaseModel = flow.validate_inputs(run.inputs)
         self._context: BrowserContext | None = None
+        self._restored_at: float | None = None  # the run was restored from a backup (see _restore_gap)
         self.log = log.bind(run_id=run.id, flow=flow.name, worker_id=owner.worker, lease_epoch=self.epoch)
 
     # -- plumbing -------------------------------------------------------------------
@@ -114,6 +115,18 @@ class Executor:
         if ctx is not None:
             asyncio.ensure_future(ctx.close())
 
+    async def _new_page(self, context: BrowserContext) -> Page:
+        """``context.new_page()``, but a lost lease ends the wait: Playwright's ``new_page`` never
+        returns when the context is closed meanwhile (``on_lease_lost`` closes it)."""
+        opening = asyncio.ensure_future(context.new_page())
+        while True:
+            done, _ = await asyncio.wait({opening}, timeout=0.25)
+            if done:
+                return opening.result()
+            if self.lease.lost is not None:
+                opening.cancel()
+                self.lease.check()
+
     def _ctx(self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str,
              results: Mapping[str, Any]) -> StepContext[Any]:
         key = f"{self.run.id}/{step_id}"
@@ -121,7 +134,7 @@ class Executor:
         return StepContext(page=page, inputs=self.inputs, run_id=self.run.id, step_id=step_id, attempt_no=attempt_no,
                            request_key=key, fingerprint=fingerprint, results=dict(results),
                            log=self.log.bind(step_id=step_id, attempt_no=attempt_no, request_key=key,
-                                             fingerprint=fingerprint))
+                                             fingerprint=fingerprint, state=str(attempt.state) if attempt else None))
 
     # -- the run --------------------------------------------------------------------
 
@@ -133,6 +146,8 @@ class Executor:
             await self._finish(RunState.NEEDS_REVIEW, f"journaled steps no longer in the flow: {', '.join(missing)}",
                                "flow_changed")
             return await self._db("get_run", self.run.id)
+        self._restored_at = max((e.at for e in await self._db("events", self.run.id) if e.kind == "restored"),
+                                default=None)
         if self.run.state != RunState.RUNNING:
             await self._db("set_run_state", self.run.id, self.epoch, RunState.RUNNING, worker=self.owner.worker,
                            decision="started")
@@ -171,7 +186,7 @@ class Executor:
         async with self.browser.context() as context:
             self._context = context
             try:
-                page = await context.new_page()
+                page = await self._new_page(context)
                 for step in self.flow.steps:
                     await self._boundary()
                     if isinstance(step, Effect):
@@ -235,6 +250,7 @@ class Executor:
             finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED,
                                       decided_by="exception", error=f"{type(exc).__name__}: {exc}",
                                       worker=self.owner.worker)
+            ctx.log.warning("action failed", state=str(finished.state), error=finished.error)
             self.hooks.outcome(finished)
             await guard.remove()
             await self._after(ctx, step, context, finished)
@@ -254,6 +270,7 @@ class Executor:
                                   result=_jsonable(value),
                                   evidence={"undeclared_requests": guard.seen} if guard.seen else None,
                                   worker=self.owner.worker)
+        ctx.log.info("action finished", state=str(finished.state))
         self.hooks.outcome(finished)
         await self._after(ctx, step, context, finished)
         return value
@@ -273,19 +290,65 @@ class Executor:
             if latest.state == AttemptState.SUCCEEDED:
                 self.hooks.step_skipped(self.run, latest)
                 return latest.result
+        if await self._restore_gap_open(step):
+            return await self._restore_gap(step, latest, page, results, fp)
+        if latest is not None:
             if latest.state in (AttemptState.INTENT, AttemptState.UNKNOWN):
                 recovered = await self._recover(step, latest, page, results, fp)
                 if recovered is not _REPLAY_NOW:
                     return recovered
             await self._check_budget(step)
             await self._check_fingerprint(step, fp)
+            if latest.state == AttemptState.UNKNOWN and latest.error:  # back off before an idempotent replay
+                await asyncio.sleep(_backoff(own_failures(await self._db("attempts", self.run.id), step.id)))
         return await self._attempt(step, context, page, results, fp)
+
+    async def _restore_gap_open(self, step: Effect) -> bool:
+        """Restored from a backup, this effect may have been dispatched after the backup was
+        taken with no trace in the journal, until a verifier or a person decides it anew."""
+        if self._restored_at is None or step.idempotent:  # an idempotent replay is safe anyway
+            return False
+        return not any(a.step_id == step.id and (a.finished_at or 0) >= self._restored_at
+                       and (a.decided_by == "verifier" or (a.decided_by or "").startswith("human:"))
+                       for a in await self._db("attempts", self.run.id))
+
+    async def _restore_gap(self, step: Effect, latest: AttemptRecord | None, page: Page, results: dict[str, Any],
+                           fp: str) -> Any:
+        """Treat the step as dispatched with an unknown outcome: verify (after the settle
+        time, counted from the restore) or park for review; never replay blindly."""
+        assert self._restored_at is not None
+        attempt = latest
+        if attempt is None or attempt.state not in (AttemptState.INTENT, AttemptState.UNKNOWN):
+            attempt = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "effect",
+                                     f"{self.run.id}/{step.id}", fp, worker=self.owner.worker,
+                                     margin=self.settings.margin)
+        if attempt.state == AttemptState.INTENT:
+            attempt = await self._db("finish_attempt", attempt, self.epoch, AttemptState.UNKNOWN,
+                                     decided_by="restore:unproven", worker=self.owner.worker,
+                                     evidence={"reason": "restored from a backup: it may have been dispatched after "
+                                                         "the backup was taken", "restored_at": self._restored_at})
+            self.hooks.outcome(attempt)
+        rlog = self.log.bind(step_id=step.id, attempt_no=attempt.attempt_no, request_key=attempt.request_key,
+                             fingerprint=attempt.request_fingerprint, state=str(attempt.state))
+        rlog.info("restored run: reconciling the effect before any dispatch")
+        if step.verifier is None:
+            reason = "restored from a backup; it may have been dispatched after the backup and has no verifier"
+            await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
+                           worker=self.owner.worker, epoch=self.epoch, decision="needs_review",
+                           detail={"reason": reason})
+            raise _Stop("review", f"effect {step.id}: {reason}")
+        outbox = await self._db("outbox", attempt.id)
+        return await self._verify(step, attempt, outbox, page, results, rlog,
+                                  not_before=self._restored_at + step.settle)
 
     async def _check_budget(self, step: Effect) -> None:
         attempts = await self._db("attempts", self.run.id)
         failures = own_failures(attempts, step.id)
         if failures > step.retries:
             last = next(a for a in reversed(attempts) if a.step_id == step.id)
+            if last.state == AttemptState.UNKNOWN:  # it may have landed: a person decides, not "failed"
+                raise _Stop("review", f"effect {step.id} kept failing after dispatch ({last.error}); "
+                                      "out of retries with its outcome unproven")
             raise _Stop("failed", f"effect {step.id} failed ({last.state}, {last.decided_by}): {last.error}")
 
     async def _check_fingerprint(self, step: Effect, fp: str) -> None:
@@ -318,7 +381,8 @@ class Executor:
         faults.hit("after_intent_commit", step.id)
         await self._before(ctx, step, context)
         gate = DispatchGate(self.store, attempt, step, epoch=self.epoch, margin=self.settings.margin,
-                            hooks=self.hooks, is_alive=lambda: self.lease.lost is None)
+                            hooks=self.hooks, is_alive=lambda: self.lease.lost is None,
+                            holds_lease=lambda: self.lease.holds(self.settings.margin / 2))
         await gate.install(context)
         raised: BaseException | None = None
         value: Any = None
@@ -336,6 +400,9 @@ class Executor:
             if isinstance(gate.refusal, LeaseLost):
                 self.lease.mark_lost(gate.refusal)
                 raise gate.refusal
+            if isinstance(gate.refusal, StoreError):  # not the effect's failure: stop; recovery replays it
+                raise StoreError(f"the dispatch of {step.id} could not be journaled, so it was not sent: "
+                                 f"{gate.refusal}")
         faults.hit("before_outcome_commit", step.id)
         outbox = await self._db("outbox", attempt.id)
         verdict = classify_attempt(raised=raised, returned=_jsonable(value), dispatched=gate.dispatched,
@@ -376,8 +443,8 @@ class Executor:
         plan = plan_recovery(attempt, outbox, judge=self._judge(step), has_verifier=step.verifier is not None,
                              idempotent=step.idempotent)
         rlog = self.log.bind(step_id=step.id, attempt_no=attempt.attempt_no, request_key=attempt.request_key,
-                             fingerprint=attempt.request_fingerprint)
-        rlog.info("recovering effect", state=str(attempt.state), plan=plan.action)
+                             fingerprint=attempt.request_fingerprint, state=str(attempt.state))
+        rlog.info("recovering effect", plan=plan.action)
         self.hooks.notice(self.run, step.id, f"recovering attempt {attempt.attempt_no} ({attempt.state}): "
                           f"{plan.action} ({plan.decided_by})")
         if plan.action == "replay":  # INTENT with no dispatch: nothing left, replay with the same key
@@ -427,9 +494,11 @@ class Executor:
         return self.run.owner_stopped_at or time.time()
 
     async def _verify(self, step: Effect, attempt: AttemptRecord, outbox: list[Any], page: Page,
-                      results: dict[str, Any], rlog: Any) -> Any:
+                      results: dict[str, Any], rlog: Any, *, not_before: float | None = None) -> Any:
         assert step.verifier is not None
         deadline = settle_deadline(outbox, self._stopped_at(attempt), step.settle)
+        if not_before is not None:  # a not_done verdict counts only from then on
+            deadline = max(deadline or 0.0, not_before)
         ctx = self._ctx(page, step.id, attempt, attempt.request_fingerprint, results)
         asked = 0
         while True:
@@ -452,7 +521,7 @@ class Executor:
                 await self._db("record_event", self.run.id, "decision", step_id=step.id, attempt_no=attempt.attempt_no,
                                worker=self.owner.worker, epoch=self.epoch, decision="duplicate_prevented",
                                detail={"by": "verifier"})
-                rlog.info("verifier: done, not replayed")
+                rlog.info("verifier: done, not replayed", state=str(done.state))
                 self.hooks.outcome(done)
                 return done.result
             if verdict.kind == "unknown":
@@ -471,7 +540,7 @@ class Executor:
             done = await self._db("finish_attempt", attempt, self.epoch, AttemptState.NOT_DONE,
                                   decided_by="verifier", evidence=evidence, error=attempt.error,
                                   worker=self.owner.worker)
-            rlog.info("verifier: not done; replaying with the same key")
+            rlog.info("verifier: not done; replaying with the same key", state=str(done.state))
             self.hooks.outcome(done)
             raise _Again(f"{step.id} verified not done: replay with the same key")
 

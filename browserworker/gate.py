@@ -34,7 +34,8 @@ class DispatchGate:
     """Routes one effect attempt's requests; see the module docstring."""
 
     def __init__(self, store: AsyncStore, attempt: AttemptRecord, effect: Effect, *, epoch: int, margin: float,
-                 hooks: ExecutorHooks, is_alive: Callable[[], bool]) -> None:
+                 hooks: ExecutorHooks, is_alive: Callable[[], bool],
+                 holds_lease: Callable[[], bool] | None = None) -> None:
         self.store = store
         self.attempt = attempt
         self.effect = effect
@@ -42,6 +43,7 @@ class DispatchGate:
         self.margin = margin
         self.hooks = hooks
         self.is_alive = is_alive
+        self.holds_lease = holds_lease or is_alive
         self.released: dict[Request, int] = {}
         self.blocked: list[str] = []
         self.refusal: BaseException | None = None
@@ -93,14 +95,24 @@ class DispatchGate:
             return
         self.released[request] = outbox_id
         faults.hit("after_dispatch_commit", self.effect.id)
+        if not self.holds_lease():
+            # paused (GC, SIGSTOP) between the commit and here past the lease: do not send. The
+            # journal says dispatched, so recovery verifies before any replay: safe either way.
+            self.refusal = LeaseLost("the lease ran out between the dispatch commit and the release")
+            del self.released[request]
+            await self._abort(route, request, self.refusal)
+            return
         self.hooks.dispatched(self.attempt, request.method, request.url)
         await route.fallback()  # to the network, or to a replay router registered before the gate
         faults.hit("after_dispatch", self.effect.id)
 
     async def _abort(self, route: Route, request: Request, why: BaseException) -> None:
         self.blocked.append(f"{request.method} {request.url}")
-        log.warning("dispatch refused by the gate", step_id=self.effect.id, request_key=self.attempt.request_key,
-                    method=request.method, url=request.url, reason=str(why))
+        a = self.attempt
+        log.warning("dispatch refused by the gate", run_id=a.run_id, step_id=self.effect.id, attempt_no=a.attempt_no,
+                    request_key=a.request_key, fingerprint=a.request_fingerprint, state=str(a.state),
+                    worker_id=a.worker, lease_epoch=self.epoch, method=request.method, url=request.url,
+                    reason=str(why))
         try:
             await route.abort("blockedbyclient")
         except Exception:  # pragma: no cover - context closing

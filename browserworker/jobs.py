@@ -41,7 +41,7 @@ def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_
     validate_queue(queue)
     if delay < 0:
         raise UsageError("--delay must be >= 0 seconds")
-    rid = validate_run_id(run_id) if run_id else new_run_id()
+    rid = validate_run_id(run_id) if run_id is not None else new_run_id()
     return store.enqueue(NewRun(id=rid, flow_name=flow.name, inputs=flow.dump_inputs(validated),
                                 flow_path=str(loaded.path), flow_hash=loaded.file_hash, queue=queue,
                                 priority=priority, not_before=store.now() + delay if delay else None,

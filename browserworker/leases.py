@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import socket
 import uuid
 from collections.abc import Callable
@@ -92,6 +93,14 @@ class Lease:
         self.on_lost = on_lost
         self.lost: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
+        # a local, conservative view of the expiry on this process's monotonic clock: the
+        # lease was valid for ``ttl`` from the moment the last successful claim/heartbeat began
+        # (a SIGSTOPped process sees this clock jump when it wakes up)
+        self.valid_until = time.monotonic() + settings.ttl - settings.skew
+
+    def holds(self, margin: float) -> bool:
+        """Not known lost, and (by the local clock) at least ``margin`` seconds left."""
+        return self.lost is None and time.monotonic() + margin <= self.valid_until
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` if the lease is known to be lost."""
@@ -108,8 +117,10 @@ class Lease:
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(self.settings.heartbeat_every)
+            started = time.monotonic()
             try:
                 await self.store.call(self.store.store.heartbeat, self.run_id, self.epoch, self.settings.ttl)
+                self.valid_until = started + self.settings.ttl - self.settings.skew
             except LeaseLost as exc:
                 self.mark_lost(exc)
                 return

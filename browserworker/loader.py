@@ -70,9 +70,10 @@ def load_flow(path: str | Path, name: str | None = None) -> LoadedFlow:
     except FlowDefinitionError:
         sys.modules.pop(module_name, None)
         raise
-    except Exception as exc:  # the flow's own import-time code raised
+    except (Exception, SystemExit) as exc:  # the flow's own import-time code raised (or called sys.exit)
         sys.modules.pop(module_name, None)
-        raise FlowLoadError(f"{_import_error_location(p, exc)}: {type(exc).__name__}: {exc}") from None
+        message = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())  # one line
+        raise FlowLoadError(f"{_import_error_location(p, exc)}: {type(exc).__name__}: {message}") from None
     finally:
         try:
             sys.path.remove(str(p.parent))

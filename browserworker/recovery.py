@@ -137,9 +137,14 @@ def settle_deadline(outbox: Sequence[OutboxRecord], stopped_at: float, settle: f
 
 
 def own_failures(attempts: Sequence[AttemptRecord], step_id: str) -> int:
-    """Attempts of a step that failed by their own error (crash recoveries do not count)."""
+    """Attempts of a step that failed by their own error (crash recoveries do not count).
+
+    An UNKNOWN attempt with an error (it failed after dispatch) counts too: an idempotent
+    effect replayed after each such failure must not loop forever.
+    """
     return sum(
         1 for a in attempts
         if a.step_id == step_id and a.error is not None
-        and a.state in (AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED, AttemptState.NOT_DONE)
+        and a.state in (AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED, AttemptState.NOT_DONE,
+                        AttemptState.UNKNOWN)
     )

@@ -70,7 +70,7 @@ def prepare_run(store: Store, request: RunRequest) -> tuple[RunRecord, bool]:
     if faults.ENV_ERROR:
         raise UsageError(faults.ENV_ERROR)
     flow = request.loaded.flow
-    run_id = validate_run_id(request.run_id) if request.run_id else None
+    run_id = validate_run_id(request.run_id) if request.run_id is not None else None
     existing = store.get_run(run_id) if run_id else None
     if existing is not None:
         if existing.flow_name != flow.name:
@@ -146,17 +146,19 @@ async def run_flow(store: Store, loaded: LoadedFlow, run: RunRecord, *, browser:
     try:
         leased = await _acquire(astore, run, settings, hooks, owner)
         held = Lease(astore, leased.id, leased.lease_epoch, settings)
-        async with BrowserSession(browser, on_context=on_context) as session:
-            executor = Executor(loaded.flow, astore, session, leased, owner, held, settings, hooks=hooks,
-                                observers=observers, evidence_dir=evidence_dir)
-            held.on_lost = executor.on_lease_lost
-            held.start()
-            watcher = asyncio.create_task(_watch_stop(stop, executor)) if stop is not None else None
-            try:
-                return await executor.execute()
-            finally:
-                if watcher is not None:
-                    watcher.cancel()
-                await held.stop()
+        held.start()  # before Chromium starts: a slow launch must not outlive a short lease
+        try:
+            async with BrowserSession(browser, on_context=on_context) as session:
+                executor = Executor(loaded.flow, astore, session, leased, owner, held, settings, hooks=hooks,
+                                    observers=observers, evidence_dir=evidence_dir)
+                held.on_lost = executor.on_lease_lost
+                watcher = asyncio.create_task(_watch_stop(stop, executor)) if stop is not None else None
+                try:
+                    return await executor.execute()
+                finally:
+                    if watcher is not None:
+                        watcher.cancel()
+        finally:
+            await held.stop()
     finally:
         astore.close()

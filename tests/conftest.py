@@ -85,3 +85,17 @@ def sigkill(proc: subprocess.Popen[str]) -> str:
     proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate(timeout=30)
     return err
+
+
+@pytest.fixture(autouse=True)
+def _reap_workers() -> Iterator[None]:
+    """Kill (and reap) any worker process a test started and did not stop, even when it failed."""
+    yield
+    from fleet import STARTED
+
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait(timeout=30)

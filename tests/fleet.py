@@ -28,12 +28,18 @@ def enqueue_many(db: Path, flow: str, shop: Any, n: int, prefix: str, **kw: Any)
         store.close()
 
 
+STARTED: list[subprocess.Popen[str]] = []
+"""Every worker a test started; the `_reap_workers` fixture kills what a failing test left behind."""
+
+
 def start_worker(db: Path, *args: str, env: dict[str, str] | None = None,
                  log: Path | None = None) -> subprocess.Popen[str]:
     out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([sys.executable, "-m", "browserworker", "--log-level", "info", "worker", "--db", str(db),
+    proc = subprocess.Popen([sys.executable, "-m", "browserworker", "--log-level", "info", "worker", "--db", str(db),
                              *args], stdout=out, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    STARTED.append(proc)
+    return proc
 
 
 def states(db: Path) -> collections.Counter[str]:

@@ -28,3 +28,41 @@ def test_stale_epoch_gate_aborts_the_submit(bw: BW, shop: Any, run_id: str) -> N
     assert view["run"]["owner"] == "thief" and view["run"]["lease_epoch"] == 2
     assert shop.inflight()["received"] == received
     assert shop.orders(f"{run_id}/submit") == []
+
+
+def test_paused_between_dispatch_commit_and_release_sends_nothing(bw: BW, shop: Any, run_id: str) -> None:
+    """A worker paused (SIGSTOP) right after the gate committed `dispatched_at`, until its lease
+    has run out, does not release the request when it wakes: the shop never sees it. The
+    resumed run verifies (the journal says dispatched), waits out the settle time, and places
+    exactly one order."""
+    import signal
+    import time
+
+    from browserworker.store import SQLiteStore
+
+    flow = str(Path(__file__).parent / "flows" / "short_order.py")
+    received = shop.inflight()["received"]
+    proc = bw.start("run", flow, "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=tea",
+                    "--run-id", run_id, "--lease-ttl", "3",
+                    env={"BROWSERWORKER_FAULTS": "after_dispatch_commit:submit=stop"})
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    store = SQLiteStore(bw.db)
+    while (store.get_run(run_id).lease_expires_at or 0) > time.time() - 1:  # until the lease has run out
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    store.close()
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 5, err
+    assert shop.inflight()["received"] == received  # the held request never left
+    [attempt] = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "submit"]
+    assert attempt["state"] == "INTENT" and attempt["dispatched_at"]
+    done = bw.run("run", flow, "--db", str(bw.db), "--run-id", run_id)
+    assert done.returncode == 0, done.stderr
+    first, second = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "submit"]
+    assert (first["state"], first["decided_by"]) == ("NOT_DONE", "verifier")
+    assert second["state"] == "SUCCEEDED"
+    assert len(shop.orders(f"{run_id}/submit")) == 1

@@ -146,3 +146,11 @@ def test_state_machines_refuse_illegal_moves() -> None:
         check_attempt_transition(AttemptState.SUCCEEDED, AttemptState.FAILED)
     with pytest.raises(ValueError):
         check_attempt_transition(AttemptState.INTENT, AttemptState.NOT_DONE)
+
+
+def test_unknown_after_an_error_counts_against_retries() -> None:
+    """An attempt that failed after dispatch (UNKNOWN with an error) uses up a retry, so an
+    idempotent effect that keeps failing cannot loop forever."""
+    attempts: list[Any] = [attempt(AttemptState.UNKNOWN, error="net::ERR_CONNECTION_RESET"),
+                           attempt(AttemptState.UNKNOWN)]  # parked after a crash: no error, not counted
+    assert own_failures(attempts, "submit") == 1

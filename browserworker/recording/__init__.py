@@ -1,0 +1,32 @@
+"""Recordings: record a run, replay it offline (crash scenarios included), secrets redacted.
+
+- :func:`record_run` executes a new run like ``run`` does and writes ``recordings/NAME/``
+  (``browserworker run FLOW.py --record NAME [--trace]``);
+- :func:`replay` runs a recording's flow offline against the :class:`ReplayRouter`,
+  optionally crashing it at a point and resuming it, and compares the outcome with the
+  recording (``browserworker replay recordings/NAME``; the pytest fixture ``replay``).
+
+See :mod:`.files` for the format, :mod:`.redact` for what never reaches a recording, and
+:mod:`.router` for the matching rules.
+"""
+
+from .files import FORMAT, Recording, recording_path
+from .recorder import record_run
+from .redact import REDACTED, Redactor
+from .replayer import CRASH_POINTS, ReplayError, ReplayResult, replay, replay_async
+from .router import ReplayRouter
+
+__all__ = [
+    "CRASH_POINTS",
+    "FORMAT",
+    "REDACTED",
+    "Recording",
+    "Redactor",
+    "ReplayError",
+    "ReplayResult",
+    "ReplayRouter",
+    "record_run",
+    "recording_path",
+    "replay",
+    "replay_async",
+]

@@ -1,0 +1,413 @@
+"""Recording a run: the network per step, the journal, and a verifier self-test per effect.
+
+:class:`Recorder` is a :class:`~browserworker.hooks.StepObserver` (it also hears the
+executor's ``dispatched`` hook to mark which requests passed the dispatch gate). Network
+capture uses Playwright's ``context.tracing.start_har`` / ``stop_har``, one HAR per
+segment: a step, a verifier self-test, or the time between steps (where a recovery's
+verifier runs). Each segment is redacted and written when it ends, so a crash keeps
+every finished one; the raw HAR lives in a private temp directory only until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+import zipfile
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import structlog
+from playwright.async_api import BrowserContext
+from pydantic import BaseModel
+
+from ..browser import BrowserSettings
+from ..errors import InputError, UsageError
+from ..flow import Effect, Flow, Step, StepContext
+from ..hooks import ExecutorHooks, HookBus, NoHooks, StepObserver
+from ..leases import LeaseSettings
+from ..loader import LoadedFlow
+from ..runner import run_flow
+from ..states import RunState
+from ..store.base import Store
+from ..store.records import AttemptRecord, RunRecord
+from .files import FORMAT, RecordingWriter, Segment, recording_path, write_json
+from .redact import REDACTED, Redactor
+from .selftest import SelfTest, expected_after, run_verifier
+
+__all__ = ["Recorder", "TraceChunks", "journal_data", "record_run", "redact_trace"]
+
+log = structlog.get_logger("browserworker.recording")
+
+_DETECT_SECRET_FIELDS = """
+(() => {
+  const report = () => {
+    try {
+      const names = Array.from(document.querySelectorAll('input[type=password]'))
+        .map(e => e.name || e.id).filter(Boolean);
+      if (names.length && typeof window.__browserworkerSecretFields === 'function')
+        window.__browserworkerSecretFields(names);
+    } catch (e) {}
+  };
+  if (document.readyState !== 'loading') report();
+  document.addEventListener('DOMContentLoaded', report);
+  document.addEventListener('focusin', report, true);
+  document.addEventListener('submit', report, true);
+})();
+"""
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        return None
+
+
+# -- traces -----------------------------------------------------------------------------
+
+_TEXT_SUFFIXES = (".trace", ".network", ".stacks", ".json", ".html", ".txt", ".css", ".js")
+
+
+def redact_trace(path: Path, redactor: Redactor) -> None:
+    """Rewrite a Playwright trace zip with headers, cookies, secret fields and secret values redacted.
+
+    Traces are for looking at, never matched, so every secret value of 3+ characters is
+    scrubbed here (even one that equals a public input)."""
+    values = sorted({v for v in redactor.values + redactor.trace_values if len(v) >= 3}, key=len, reverse=True)
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is not None and (info.filename.endswith(_TEXT_SUFFIXES) or "resources/" in info.filename):
+                lines = [_redact_trace_line(line, redactor) for line in text.split("\n")]
+                data = redactor.scrub("\n".join(lines), values).encode()
+            dst.writestr(info, data)
+    os.replace(tmp, path)
+
+
+_COOKIE_KEYS = frozenset({"domain", "path", "expires", "httpOnly", "secure", "sameSite"})
+
+
+def _redact_trace_value(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, dict):
+        if isinstance(value.get("name"), str) and isinstance(value.get("value"), str):
+            if _COOKIE_KEYS & value.keys():  # a cookie
+                return {**value, "value": REDACTED}
+            return {**value, "value": redactor.header(value["name"], value["value"])}  # a header or a field
+        return {k: (REDACTED if redactor.is_secret(str(k)) and v is not None else _redact_trace_value(v, redactor))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_trace_value(v, redactor) for v in value]
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        return redactor.url(value)
+    return value
+
+
+def _redact_trace_line(line: str, redactor: Redactor) -> str:
+    if not line.startswith("{"):
+        return line
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return line
+    snap = obj.get("snapshot") if isinstance(obj, dict) else None
+    if isinstance(snap, dict) and "request" in snap:  # a network entry: the HAR rules
+        snap["request"] = redactor.har_request(snap["request"])
+        if "response" in snap:
+            snap["response"] = redactor.har_response(snap["response"])
+    return json.dumps(_redact_trace_value(obj, redactor), ensure_ascii=False)
+
+
+class TraceChunks:
+    """A Playwright trace (screenshots + DOM snapshots) cut into one zip per step."""
+
+    def __init__(self, directory: Path, redactor: Redactor | None = None) -> None:
+        self.directory = directory
+        self.redactor = redactor
+        self.files: list[Path] = []
+
+    async def start(self, context: BrowserContext, title: str) -> None:
+        await context.tracing.start(screenshots=True, snapshots=True, title=title)
+
+    async def cut(self, context: BrowserContext, name: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{name}.zip"
+        try:
+            await context.tracing.stop_chunk(path=path)
+            await context.tracing.start_chunk()
+        except Exception as exc:  # a trace is an aid, never a reason to fail a run
+            log.warning("trace chunk not saved", path=str(path), error=str(exc))
+            return
+        if self.redactor is not None:
+            redact_trace(path, self.redactor)
+        self.files.append(path)
+
+
+# -- the journal ------------------------------------------------------------------------
+
+def _local(value: Any) -> Any:
+    """Evidence without local file paths (review screenshots stay beside the database, not in recordings)."""
+    if isinstance(value, dict):
+        return {k: _local(v) for k, v in value.items() if k != "screenshot"}
+    if isinstance(value, list):
+        return [_local(v) for v in value]
+    return value
+
+
+def journal_data(store: Store, run_id: str, redactor: Redactor,
+                 fingerprints: Callable[[str], str] = lambda fp: fp) -> dict[str, Any]:
+    """The run, its attempts and its decisions as redacted JSON data (``journal.json``)."""
+    run = store.get_run(run_id)
+    assert run is not None
+    attempts = []
+    for a in store.attempts(run_id):
+        attempts.append({
+            "step_id": a.step_id, "attempt_no": a.attempt_no, "kind": a.kind, "state": str(a.state),
+            "decided_by": a.decided_by, "request_key": a.request_key, "fingerprint": fingerprints(a.request_fingerprint),
+            "dispatched": a.dispatched_at is not None, "result": a.result, "error": a.error,
+            "evidence": _local(a.evidence),
+        })
+    decisions = [{"kind": e.kind, "step_id": e.step_id, "attempt_no": e.attempt_no, "from_state": e.from_state,
+                  "to_state": e.to_state, "decision": e.decision, "detail": _local(e.detail)}
+                 for e in store.events(run_id) if e.decision or e.to_state]
+    data = {"run": {"id": run.id, "flow_name": run.flow_name, "state": str(run.state), "error": run.error,
+                    "inputs": {k: (REDACTED if k in run.secret_fields else v) for k, v in run.inputs.items()}},
+            "attempts": attempts, "decisions": decisions}
+    return redactor.json_data(data)
+
+
+# -- the recorder ---------------------------------------------------------------------------
+
+class Recorder(NoHooks):
+    """Records one run into a recording directory (see the module docstring)."""
+
+    def __init__(self, writer: RecordingWriter, flow: Flow[Any], run: RunRecord, store: Store, *, name: str,
+                 flow_file: Path, flow_hash: str, trace: bool = False, notify: ExecutorHooks | None = None) -> None:
+        self.writer = writer
+        self.root = writer.root
+        self.redactor = writer.redactor
+        self.flow = flow
+        self.run = run
+        self.store = store
+        self.name = name
+        self.flow_file = flow_file
+        self.flow_hash = flow_hash
+        self.notify = notify or NoHooks()
+        self.traces = TraceChunks(self.root / "trace", self.redactor) if trace else None
+        self._tmp = Path(tempfile.mkdtemp(prefix="browserworker-har-"))
+        self._seq = 0
+        self._pass = 0
+        self._current: tuple[Segment, Path] | None = None
+        self._dispatched: list[tuple[str, str]] = []
+        self._dispatch_counts: dict[str, int] = {}
+        self.self_tests: list[SelfTest] = []
+        self.password_fields: set[str] = set()
+        self._fingerprints: dict[str, str] = {}
+        self._started = time.time()
+        self._browser_version: str | None = None
+        self._replay_inputs = self._redacted_inputs_model()
+
+    # -- fingerprints: what a replay (with redacted inputs) will compute -----------------
+
+    def _redacted_inputs_model(self) -> BaseModel | None:
+        secret = self.flow.secret_fields()
+        redacted = {k: (REDACTED if k in secret else v) for k, v in self.run.inputs.items()}
+        if redacted == self.run.inputs:
+            return None
+        try:
+            return self.flow.validate_inputs(redacted)
+        except InputError:
+            return None
+
+    def _fingerprint(self, fp: str) -> str:
+        if self._replay_inputs is None:
+            return fp
+        return self._fingerprints.get(fp, REDACTED)
+
+    # -- segments ---------------------------------------------------------------------------
+
+    async def _start(self, context: BrowserContext, phase: str, step: Step | None = None,
+                     attempt: int | None = None) -> None:
+        self._seq += 1
+        seg = Segment(number=self._seq, phase=phase, step=step.id if step else None,
+                      kind=step.kind if step else None, attempt=attempt, pass_no=self._pass,
+                      dispatches=self._dispatch_counts.get(step.id, 0) if step else 0)
+        raw = self._tmp / f"{self._seq:04d}.har"
+        self._dispatched = []
+        await context.tracing.start_har(raw, content="embed", mode="full")
+        self._current = (seg, raw)
+
+    async def _stop(self, context: BrowserContext) -> None:
+        if self._current is None:
+            return
+        seg, raw = self._current
+        self._current = None
+        try:
+            await context.tracing.stop_har()
+        except Exception as exc:  # the context may be gone; keep what Playwright exported, if anything
+            log.warning("HAR segment not stopped cleanly", segment=seg.number, error=str(exc))
+        self._write(seg, raw)
+
+    def _write(self, seg: Segment, raw: Path) -> None:
+        dispatched, self._dispatched = self._dispatched, []
+        if seg.phase == "step" and seg.step:
+            self._dispatch_counts[seg.step] = self._dispatch_counts.get(seg.step, 0) + len(dispatched)
+        if not raw.exists():
+            return
+        try:
+            har = json.loads(raw.read_text())
+        finally:
+            raw.unlink(missing_ok=True)
+        self.writer.write_segment(seg, har, dispatched)
+
+    def _flush_closed(self) -> None:
+        """A segment still open when its context closed: Playwright exported it at the close."""
+        if self._current is not None:
+            seg, raw = self._current
+            self._current = None
+            self._write(seg, raw)
+
+    # -- StepObserver / context set-up ------------------------------------------------------
+
+    async def on_context(self, context: BrowserContext) -> None:
+        self._flush_closed()
+        self._pass += 1
+        if self._browser_version is None and context.browser is not None:
+            self._browser_version = context.browser.version
+        await context.expose_binding("__browserworkerSecretFields", self._secret_fields)
+        await context.add_init_script(_DETECT_SECRET_FIELDS)
+        if self.traces is not None:
+            await self.traces.start(context, f"{self.name} pass {self._pass}")
+        await self._start(context, "between")
+
+    def _secret_fields(self, source: Any, names: list[str]) -> None:
+        new = {str(n) for n in names} - self.password_fields
+        if new:
+            self.password_fields |= new
+            self.redactor.add_fields(new)
+
+    async def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> None:
+        if self._replay_inputs is not None:
+            self._fingerprints[ctx.fingerprint] = self.flow.fingerprint(step, self._replay_inputs, ctx.results)
+        await self._stop(context)
+        if isinstance(step, Effect) and step.verifier is not None:
+            await self._self_test(ctx, step, context, "before", "not_done")
+        await self._start(context, "step", step, ctx.attempt_no)
+
+    async def after_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext,
+                         attempt: AttemptRecord | None) -> None:
+        await self._stop(context)
+        if self.traces is not None:
+            await self.traces.cut(context, f"{self._seq:04d}-{step.id}")
+        if isinstance(step, Effect) and step.verifier is not None and attempt is not None:
+            await self._self_test(ctx, step, context, "after", expected_after(attempt))
+        await asyncio.to_thread(self._save)
+        await self._start(context, "between")
+
+    async def _self_test(self, ctx: StepContext[Any], step: Effect, context: BrowserContext, phase: str,
+                         expected: str | None) -> None:
+        await self._start(context, f"verify_{phase}", step, ctx.attempt_no)
+        verdict = await run_verifier(step, ctx, context)
+        await self._stop(context)
+        test = SelfTest(step=step.id, attempt=ctx.attempt_no, phase=phase, said=verdict.kind, expected=expected,
+                        reason=verdict.reason, result=verdict.result)
+        self.self_tests.append(test)
+        self.notify.notice(self.run, step.id, test.describe())
+
+    # -- ExecutorHooks (only what recording needs) --------------------------------------------
+
+    def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:
+        self._dispatched.append((method, url))
+
+    # -- meta and journal ---------------------------------------------------------------------
+
+    @property
+    def broken(self) -> list[str]:
+        return sorted({t.step for t in self.self_tests if not t.ok})
+
+    def meta(self, status: str, final: RunRecord | None = None) -> dict[str, Any]:
+        secret = self.flow.secret_fields()
+        inputs = {k: (REDACTED if k in secret else v) for k, v in self.run.inputs.items()}
+        steps = [{"id": s.id, "kind": s.kind,
+                  **({"idempotent": s.idempotent, "verifier": s.verifier is not None, "confirm": s.confirm is not None}
+                     if isinstance(s, Effect) else {"sends": getattr(s, "sends", False)})}
+                 for s in self.flow.steps]
+        return self.redactor.json_data({
+            "format": FORMAT, "name": self.name, "status": status,
+            "flow": {"name": self.flow.name, "file": os.path.relpath(self.flow_file, self.root.resolve()),
+                     "hash": self.flow_hash, "steps": steps},
+            "run_id": self.run.id, "inputs": inputs,
+            "final_state": str(final.state) if final else None,
+            "secret_fields": self.redactor.names(), "password_fields": sorted(self.password_fields),
+            "redaction_warnings": self.redactor.warnings,
+            "recorded_at": datetime.fromtimestamp(self._started, timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round(time.time() - self._started, 2),
+            "tools": {"browserworker": _version("browserworker"), "playwright": _version("playwright"),
+                      "python": platform.python_version(), "browser": self._browser_version},
+            "segments": self.writer.segments,
+            "verifiers": [t.to_dict() for t in self.self_tests], "broken_verifiers": self.broken,
+            "traces": [os.path.relpath(p, self.root) for p in (self.traces.files if self.traces else [])],
+        })
+
+    def _save(self, status: str = "recording", final: RunRecord | None = None) -> None:
+        write_json(self.root / "meta.json", self.meta(status, final))
+        data = journal_data(self.store, self.run.id, self.redactor, self._fingerprint)
+        write_json(self.root / "journal.json", data)
+
+    def finish(self, final: RunRecord | None) -> None:
+        """Write what is left after the last context closed, and the final meta and journal."""
+        self._flush_closed()
+        done = final is not None and final.state not in (RunState.QUEUED, RunState.LEASED, RunState.RUNNING)
+        self._save("complete" if done else "interrupted", final)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+async def record_run(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
+                     browser: BrowserSettings, trace: bool = False, lease: LeaseSettings | None = None,
+                     hooks: ExecutorHooks | None = None, observers: Sequence[StepObserver] = (),
+                     on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = (),
+                     base: Path | None = None, evidence_dir: Path | None = None,
+                     stop: asyncio.Event | None = None) -> RunRecord:
+    """Execute a new run like :func:`~browserworker.runner.run_flow`, recording it into ``recordings/NAME``.
+
+    Replaces an existing recording of that name. Raises :class:`UsageError` for a run that
+    has already started (a recording must cover a run from its first step).
+    """
+    path = recording_path(name, base)
+    if run.state != RunState.QUEUED or store.attempts(run.id):
+        raise UsageError(f"run {run.id} has already started; --record needs a new run (no --run-id of an "
+                         "existing run)")
+    redactor = Redactor.for_run(loaded.flow.secret_fields(), run.inputs)
+    writer = RecordingWriter(path, redactor)
+    writer.reset()
+    user_hooks = hooks or NoHooks()
+    recorder = Recorder(writer, loaded.flow, run, store, name=path.name, flow_file=loaded.path,
+                        flow_hash=loaded.file_hash, trace=trace, notify=user_hooks)
+    recorder._save()
+    final: RunRecord | None = None
+    try:
+        final = await run_flow(store, loaded, run, browser=browser, lease=lease,
+                               hooks=HookBus([user_hooks, recorder]), observers=[recorder, *observers],
+                               on_context=[recorder.on_context, *on_context], evidence_dir=evidence_dir,
+                               stop=stop)
+    finally:
+        recorder.finish(final)
+    requests = sum(s["entries"] for s in writer.segments)
+    verdict = (f"verifier self-test BROKEN for {', '.join(recorder.broken)}" if recorder.broken
+               else "verifier self-tests ok" if recorder.self_tests else "no verifiers to self-test")
+    user_hooks.notice(final, None, f"recorded {path} ({len(writer.segments)} network segments, {requests} "
+                      f"requests); {verdict}")
+    return final
+
