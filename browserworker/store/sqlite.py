@@ -119,26 +119,34 @@ class SQLiteStore(SQLStore):
         back only itself. Nothing is durable, so nobody may act on a result, until the group
         commits: :class:`~browserworker.store.aio.AsyncStore` hands results out only then.
         """
-        with self._lock:
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
+        with self._lock, self._immediate():
             self._grouped = True
             try:
                 yield
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
             finally:
                 self._grouped = False
-            try:
-                self.conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise StoreError(f"{self.path}: commit failed: {exc}") from exc
+
+    @contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; every SQLite failure becomes a :class:`StoreError`."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
+        try:
+            yield self.conn
+        except BaseException as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):  # e.g. disk full, read-only file: a store failure, not a bug
+                raise StoreError(f"{self.path}: write failed: {exc}") from exc
+            raise
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: commit failed: {exc}") from exc
 
     @contextmanager
     def _savepoint(self) -> Iterator[sqlite3.Connection]:
@@ -163,24 +171,8 @@ class SQLiteStore(SQLStore):
                 except sqlite3.Error as exc:  # e.g. disk full, read-only file: a store failure, not a bug
                     raise StoreError(f"{self.path}: write failed: {exc}") from exc
                 return
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
-            try:
-                yield self.conn
-            except BaseException as exc:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):  # e.g. disk full, read-only file: a store failure, not a bug
-                    raise StoreError(f"{self.path}: write failed: {exc}") from exc
-                raise
-            try:
-                self.conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise StoreError(f"{self.path}: commit failed: {exc}") from exc
+            with self._immediate() as conn:
+                yield conn
 
     def _read(self, query: str, params: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         with self._lock:
