@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sys
+import time
 import uuid
 
 from playwright.async_api import Browser, async_playwright
@@ -44,7 +46,10 @@ async def main(base: str, n: int, runs: int) -> None:
             while not queue.empty():
                 await one(browser, base, queue.get_nowait())
 
+        start = time.time()
         await asyncio.gather(*(lane() for _ in range(n)))
+        # the drain itself, first run started to last run finished (as ours is measured)
+        print(json.dumps({"first_start": start, "last_finish": time.time()}))
         await browser.close()
 
 

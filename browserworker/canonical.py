@@ -9,9 +9,12 @@ from typing import Any
 __all__ = ["canonical_json", "fingerprint_of"]
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no whitespace: the input of every fingerprint."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
 
 
 def fingerprint_of(value: Any) -> str:

@@ -25,6 +25,7 @@ import structlog
 
 from .browser import BrowserSession, BrowserSettings
 from .errors import UsageError
+from .faults import CHAOS_POINTS
 from .flow import Action, Effect, StepContext, Verdict
 from .loader import LoadedFlow
 from .states import AttemptState, RunState
@@ -32,15 +33,6 @@ from .store.sqlite import SQLiteStore
 
 __all__ = ["CHAOS_POINTS", "ChaosResult", "run_chaos"]
 
-CHAOS_POINTS = (
-    "before_intent_commit",
-    "after_intent_commit",
-    "after_dispatch_commit",
-    "after_dispatch",
-    "after_response",
-    "lease_expired_while_alive",
-    "reclaimer_startup",
-)
 _TTL = 3.0
 _CHILD_TIMEOUT = 300.0
 

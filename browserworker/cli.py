@@ -15,14 +15,13 @@ import signal
 import sys
 from pathlib import Path
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
 
 from .browser import BrowserSettings
 from . import jobs
-from .chaos import CHAOS_POINTS, run_chaos
+from .faults import CHAOS_POINTS
 from .errors import BrowserNotFound, LeaseLost, QueueFull, StoreError, UsageError
 from .leases import LeaseSettings
 from .loader import load_flow, parse_inputs
@@ -31,7 +30,9 @@ from .runner import RunRequest, prepare_run, run_flow, validate_run_id
 from .states import RunState
 from .store.sqlite import SQLiteStore
 from .views import Progress, journal_view, print_chaos, print_journal, print_runs, run_summary
-from .worker import Worker, WorkerSettings
+
+if TYPE_CHECKING:
+    from .worker import Worker
 
 EXIT_CODES = {
     RunState.SUCCEEDED: 0,
@@ -56,6 +57,12 @@ class UsageFailure(click.ClickException):
 
 def _fail(message: str) -> NoReturn:
     raise UsageFailure(message)
+
+
+def _console() -> Any:
+    from rich.console import Console  # imported here: `run` and `worker` never print tables
+
+    return Console()
 
 
 def _evidence_dir(db: Path) -> Path:
@@ -241,6 +248,8 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
     back at their next step boundary (no waiting for lease expiry). A second signal exits
     at once.
     """
+    from .worker import Worker, WorkerSettings  # imported here: keeps `run`'s start-up short
+
     try:
         browser = BrowserSettings.discover(headless=not headed)
         for q in queues:
@@ -321,6 +330,8 @@ def chaos(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs
     Uses the effect's @effect.count probe (or its verifier) on the real target. Exits 1 on
     any duplicate or lost run. Each scenario runs in a throw-away database.
     """
+    from .chaos import run_chaos
+
     try:
         loaded = load_flow(flow_file, flow_name)
         loaded.flow.validate_inputs(parse_inputs(pairs, inputs_json))
@@ -337,7 +348,7 @@ def chaos(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in results], indent=2))
     else:
-        print_chaos(results, Console())
+        print_chaos(results, _console())
     bad = [r for r in results if r.verdict not in ("ok", "not reached")]
     sys.exit(1 if bad else 0)
 
@@ -457,7 +468,7 @@ def show(run_id: str, db: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(view, indent=2, default=str))
     else:
-        print_journal(view, Console())
+        print_journal(view, _console())
 
 
 @main.command("runs")
@@ -476,7 +487,7 @@ def runs_command(db: Path, state: str | None, limit: int, as_json: bool) -> None
     if as_json:
         click.echo(json.dumps([run_summary(r) for r in found], indent=2))
     else:
-        print_runs(found, Console())
+        print_runs(found, _console())
 
 
 @main.command()
@@ -538,7 +549,7 @@ def status(db: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(snap.to_dict(), indent=2))
     else:
-        print_status(snap, Console())
+        print_status(snap, _console())
 
 
 @main.command()

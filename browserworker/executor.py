@@ -49,6 +49,14 @@ class PassOutcome:
     backoff: float = 0.0
 
 
+# pass outcomes that end the run: (state, decision)
+_ENDINGS: dict[str, tuple[RunState, str]] = {
+    "review": (RunState.NEEDS_REVIEW, "needs_review"),
+    "failed": (RunState.FAILED, "failed"),
+    "cancelled": (RunState.CANCELLED, "cancelled"),
+}
+
+
 class _Again(Exception):
     def __init__(self, reason: str, backoff: float = 0.0) -> None:
         super().__init__(reason)
@@ -87,6 +95,7 @@ class Executor:
         self.inputs: BaseModel = flow.validate_inputs(run.inputs)
         self._context: BrowserContext | None = None
         self._restored_at: float | None = None  # the run was restored from a backup (see _restore_gap)
+        self._starting: asyncio.Future[Any] | None = None  # the RUNNING transition, in flight
         self.log = log.bind(run_id=run.id, flow=flow.name, worker_id=owner.worker, lease_epoch=self.epoch)
 
     # -- plumbing -------------------------------------------------------------------
@@ -140,46 +149,52 @@ class Executor:
 
     async def execute(self) -> RunRecord:
         """Run to SUCCEEDED, FAILED or NEEDS_REVIEW; raises LeaseLost if the run is taken away."""
-        journaled = {a.step_id for a in await self._db("attempts", self.run.id)}
-        missing = sorted(journaled - {s.id for s in self.flow.steps})
+        attempts, events = await asyncio.gather(self._db("attempts", self.run.id), self._db("events", self.run.id))
+        missing = sorted({a.step_id for a in attempts} - {s.id for s in self.flow.steps})
         if missing:
-            await self._finish(RunState.NEEDS_REVIEW, f"journaled steps no longer in the flow: {', '.join(missing)}",
-                               "flow_changed")
-            return await self._db("get_run", self.run.id)
-        self._restored_at = max((e.at for e in await self._db("events", self.run.id) if e.kind == "restored"),
-                                default=None)
+            return await self._finish(RunState.NEEDS_REVIEW,
+                                      f"journaled steps no longer in the flow: {', '.join(missing)}", "flow_changed")
+        self._restored_at = max((e.at for e in events if e.kind == "restored"), default=None)
         if self.run.state != RunState.RUNNING:
-            await self._db("set_run_state", self.run.id, self.epoch, RunState.RUNNING, worker=self.owner.worker,
-                           decision="started")
+            # committed while the first browser context opens; awaited before the first step
+            self._starting = asyncio.ensure_future(self._db("set_run_state", self.run.id, self.epoch,
+                                                            RunState.RUNNING, worker=self.owner.worker,
+                                                            decision="started"))
         self.hooks.run_started(self.run)
-        while True:
-            outcome = await self._pass()
-            if outcome.kind == "done":
-                await self._finish(RunState.SUCCEEDED, None, "all steps succeeded")
-                break
-            if outcome.kind == "review":
-                await self._finish(RunState.NEEDS_REVIEW, outcome.reason, "needs_review")
-                break
-            if outcome.kind == "failed":
-                await self._finish(RunState.FAILED, outcome.reason, "failed")
-                break
-            if outcome.kind == "cancelled":
-                await self._finish(RunState.CANCELLED, outcome.reason, "cancelled")
-                break
-            if outcome.kind == "released":
-                await self._db("release_run", self.run.id, self.epoch, worker=self.owner.worker)
-                self.log.info("run released at a step boundary")
-                return await self._db("get_run", self.run.id)
-            self.log.info("starting a new pass", reason=outcome.reason, backoff=outcome.backoff)
-            if outcome.backoff:
-                await asyncio.sleep(outcome.backoff)
-        final: RunRecord = await self._db("get_run", self.run.id)
+        try:
+            while True:
+                outcome = await self._pass()
+                if outcome.kind == "done":
+                    final = await self._finish(RunState.SUCCEEDED, None, "all steps succeeded")
+                    break
+                if outcome.kind in _ENDINGS:
+                    state, decision = _ENDINGS[outcome.kind]
+                    final = await self._finish(state, outcome.reason, decision)
+                    break
+                if outcome.kind == "released":
+                    await self._db("release_run", self.run.id, self.epoch, worker=self.owner.worker)
+                    self.log.info("run released at a step boundary")
+                    return await self._db("get_run", self.run.id)
+                self.log.info("starting a new pass", reason=outcome.reason, backoff=outcome.backoff)
+                if outcome.backoff:
+                    await asyncio.sleep(outcome.backoff)
+        finally:
+            starting, self._starting = self._starting, None
+            if starting is not None:  # never left behind; a failure of it is a lost lease, raised already
+                await asyncio.gather(starting, return_exceptions=True)
         self.hooks.run_finished(final)
         return final
 
-    async def _finish(self, state: RunState, error: str | None, decision: str) -> None:
-        await self._db("set_run_state", self.run.id, self.epoch, state, worker=self.owner.worker, error=error,
-                       decision=decision)
+    async def _started(self) -> None:
+        """Wait for the RUNNING transition (its failure, e.g. a lost lease, surfaces here)."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            await starting
+
+    async def _finish(self, state: RunState, error: str | None, decision: str) -> RunRecord:
+        await self._started()
+        return await self._db("set_run_state", self.run.id, self.epoch, state, worker=self.owner.worker, error=error,
+                              decision=decision)
 
     async def _pass(self) -> PassOutcome:
         results: dict[str, Any] = {}
@@ -187,6 +202,7 @@ class Executor:
             self._context = context
             try:
                 page = await self._new_page(context)
+                await self._started()
                 for step in self.flow.steps:
                     await self._boundary()
                     if isinstance(step, Effect):
@@ -284,6 +300,20 @@ class Executor:
         return judge
 
     async def _effect(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any]) -> Any:
+        # The gate's route goes in now, unarmed (it lets everything through), so that the browser
+        # round trip overlaps the journal reads and the intent commit; it is armed with the attempt.
+        gate = DispatchGate(self.store, None, step, epoch=self.epoch, margin=self.settings.margin,
+                            hooks=self.hooks, is_alive=lambda: self.lease.lost is None,
+                            holds_lease=lambda: self.lease.holds(self.settings.margin / 2))
+        installing = asyncio.ensure_future(gate.install(context))
+        try:
+            return await self._effect_steps(step, context, page, results, gate, installing)
+        finally:
+            await asyncio.gather(installing, return_exceptions=True)
+            await gate.remove()
+
+    async def _effect_steps(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
+                            gate: DispatchGate, installing: asyncio.Future[None]) -> Any:
         fp = self.flow.fingerprint(step, self.inputs, results)
         latest: AttemptRecord | None = await self._db("latest_attempt", self.run.id, step.id)
         if latest is not None:
@@ -301,7 +331,7 @@ class Executor:
             await self._check_fingerprint(step, fp)
             if latest.state == AttemptState.UNKNOWN and latest.error:  # back off before an idempotent replay
                 await asyncio.sleep(_backoff(own_failures(await self._db("attempts", self.run.id), step.id)))
-        return await self._attempt(step, context, page, results, fp)
+        return await self._attempt(step, context, page, results, fp, gate, installing)
 
     async def _restore_gap_open(self, step: Effect) -> bool:
         """Restored from a backup, this effect may have been dispatched after the backup was
@@ -369,7 +399,7 @@ class Executor:
                                       f"{prior.attempt_no} dispatched (fingerprint changed); not replayed")
 
     async def _attempt(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
-                       fp: str) -> Any:
+                       fp: str, gate: DispatchGate, installing: asyncio.Future[None]) -> Any:
         self.hooks.step_started(self.run, step.id, "effect")
         faults.hit("before_intent_commit", step.id)
         attempt: AttemptRecord = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "effect",
@@ -380,10 +410,8 @@ class Executor:
         ctx.log.info("intent committed", state=str(attempt.state))
         faults.hit("after_intent_commit", step.id)
         await self._before(ctx, step, context)
-        gate = DispatchGate(self.store, attempt, step, epoch=self.epoch, margin=self.settings.margin,
-                            hooks=self.hooks, is_alive=lambda: self.lease.lost is None,
-                            holds_lease=lambda: self.lease.holds(self.settings.margin / 2))
-        await gate.install(context)
+        gate.arm(attempt)
+        await installing  # the route is in place before the effect runs
         raised: BaseException | None = None
         value: Any = None
         try:

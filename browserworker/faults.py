@@ -17,7 +17,7 @@ import signal
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse"]
+__all__ = ["CHAOS_POINTS", "POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse"]
 
 POINTS = (
     "before_intent_commit",  # the effect is about to journal its intent
@@ -30,6 +30,17 @@ POINTS = (
     "reclaimer_startup",  # recovery has marked an attempt UNKNOWN, no decision yet
 )
 ACTIONS = ("kill", "stop", "raise", "hang")
+
+CHAOS_POINTS = (
+    "before_intent_commit",
+    "after_intent_commit",
+    "after_dispatch_commit",
+    "after_dispatch",
+    "after_response",
+    "lease_expired_while_alive",
+    "reclaimer_startup",
+)
+"""The points ``browserworker chaos`` crashes an effect at (a subset of :data:`POINTS`)."""
 ENV = "BROWSERWORKER_FAULTS"
 
 

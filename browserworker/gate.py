@@ -12,7 +12,7 @@ left. The response to a released request is written to the outbox in its own com
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -33,7 +33,7 @@ log = structlog.get_logger("browserworker.gate")
 class DispatchGate:
     """Routes one effect attempt's requests; see the module docstring."""
 
-    def __init__(self, store: AsyncStore, attempt: AttemptRecord, effect: Effect, *, epoch: int, margin: float,
+    def __init__(self, store: AsyncStore, attempt: AttemptRecord | None, effect: Effect, *, epoch: int, margin: float,
                  hooks: ExecutorHooks, is_alive: Callable[[], bool],
                  holds_lease: Callable[[], bool] | None = None) -> None:
         self.store = store
@@ -49,6 +49,12 @@ class DispatchGate:
         self.refusal: BaseException | None = None
         self._writes: set[asyncio.Task[None]] = set()
         self._context: BrowserContext | None = None
+        self._closed = False
+
+    def arm(self, attempt: AttemptRecord) -> None:
+        """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
+        lets every request through untouched: nothing of the effect has run yet."""
+        self.attempt = attempt
 
     @property
     def dispatched(self) -> bool:
@@ -62,24 +68,27 @@ class DispatchGate:
         await context.route("**/*", self._route)
 
     async def remove(self) -> None:
-        """Stop gating and wait for the outbox writes of responses already received."""
-        if self._context is None:
+        """Stop gating and wait for the outbox writes of responses already received.
+
+        Gating stops at once (a later request passes through untouched, as if the route were
+        gone); the route itself is taken off in the background, which saves a browser round
+        trip on every effect.
+        """
+        context, self._context = self._context, None
+        if context is None:
             return
-        try:
-            await self._context.unroute("**/*", self._route)
-        except Exception:  # the context may be closed already (lease lost)
-            pass
+        self._closed = True
         await self.flush()
-        self._context.remove_listener("response", self._on_response)
-        self._context.remove_listener("requestfailed", self._on_failed)
-        self._context = None
+        context.remove_listener("response", self._on_response)
+        context.remove_listener("requestfailed", self._on_failed)
+        _in_background(_unroute(context, self._route))
 
     async def flush(self) -> None:
         if self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 
     async def _route(self, route: Route, request: Request) -> None:
-        if not self.effect.is_dispatch(request.method, request.url, request):
+        if self._closed or self.attempt is None or not self.effect.is_dispatch(request.method, request.url, request):
             await route.fallback()
             return
         if self.refusal is not None or not self.is_alive():
@@ -109,6 +118,7 @@ class DispatchGate:
     async def _abort(self, route: Route, request: Request, why: BaseException) -> None:
         self.blocked.append(f"{request.method} {request.url}")
         a = self.attempt
+        assert a is not None  # only an armed gate refuses
         log.warning("dispatch refused by the gate", run_id=a.run_id, step_id=self.effect.id, attempt_no=a.attempt_no,
                     request_key=a.request_key, fingerprint=a.request_fingerprint, state=str(a.state),
                     worker_id=a.worker, lease_epoch=self.epoch, method=request.method, url=request.url,
@@ -127,8 +137,9 @@ class DispatchGate:
         task.add_done_callback(self._writes.discard)
 
     async def _record_response(self, outbox_id: int, response: Response) -> None:
-        headers = await _key_headers(response)
+        headers = _key_headers(response)
         await self.store.call(self.store.store.record_response, outbox_id, response.status, response.url, headers)
+        assert self.attempt is not None  # only an armed gate releases requests
         self.hooks.response(self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
 
@@ -142,17 +153,33 @@ class DispatchGate:
         task.add_done_callback(self._writes.discard)
 
 
+_BACKGROUND: set[asyncio.Task[None]] = set()  # strong references until they finish
+
+
+def _in_background(coro: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.ensure_future(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def _unroute(context: BrowserContext, handler: Callable[..., Any]) -> None:
+    try:
+        await context.unroute("**/*", handler)
+    except Exception:  # the context may be closed already (lease lost, run over)
+        pass
+
+
 _KEY_HEADERS = ("location", "content-type", "content-length", "date", "etag", "x-request-id", "idempotency-key",
                 "retry-after")
 
 
-async def _key_headers(response: Response) -> dict[str, str]:
-    """The response headers worth keeping as evidence (never cookies or auth)."""
-    try:
-        headers = await response.all_headers()
-    except Exception:
-        headers = response.headers
-    return {k: v for k, v in headers.items() if k.lower() in _KEY_HEADERS}
+def _key_headers(response: Response) -> dict[str, str]:
+    """The response headers worth keeping as evidence (never cookies or auth).
+
+    ``response.headers`` needs no round trip to the browser (``all_headers()`` does); it
+    leaves out only security-related headers such as Set-Cookie, which are never kept.
+    """
+    return {k: v for k, v in response.headers.items() if k.lower() in _KEY_HEADERS}
 
 
 class ActionGuard:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any, TextIO
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .hooks import NoHooks
 from .states import AttemptState
 from .store.base import Store
 from .store.records import AttemptRecord, RunRecord
+
+if TYPE_CHECKING:  # rich is imported only by the commands that print tables
+    from rich.console import Console
 
 __all__ = ["Progress", "journal_view", "print_journal", "print_runs", "run_summary"]
 
@@ -141,6 +141,8 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
 
 
 def print_runs(runs: list[RunRecord], console: Console) -> None:
+    from rich.table import Table
+
     table = Table()
     for col in ("run id", "flow", "state", "queue", "created", "finished", "error"):
         table.add_column(col, overflow="fold")
@@ -152,6 +154,8 @@ def print_runs(runs: list[RunRecord], console: Console) -> None:
 
 
 def print_chaos(results: list[Any], console: Console) -> None:
+    from rich.table import Table
+
     """The chaos table: step × point → classification, decision, landings, verdict."""
     table = Table(title="browserworker chaos")
     for col in ("step", "point", "#", "crashed attempt", "decision", "landings", "verdict"):

@@ -15,6 +15,7 @@ import collections
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -49,6 +50,20 @@ ACTIVE = ("LEASED", "RUNNING")
 def soak_seed() -> int:
     raw = os.environ.get("BW_SOAK_SEED")
     return int(raw) if raw else random.SystemRandom().randrange(1 << 32)
+
+
+def write_locked(db: Path) -> bool:
+    """Whether another process holds the database's write lock for over half a second."""
+    conn = sqlite3.connect(db, timeout=0.5, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+    return False
 
 
 class Supervisor:
@@ -107,6 +122,12 @@ class Supervisor:
             return False
         slot = self.rng.choice(sorted(holders))
         self.procs[slot].send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        if write_locked(self.db):
+            # stopped inside a write transaction: SQLite has one writer, so nobody could reclaim
+            # anything until it resumes (a documented limit). Resume it and pause it later.
+            self.procs[slot].send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+            self.note(f"SIGSTOP worker {slot} landed inside a write transaction: resumed, will pause later")
+            return False
         self.paused = (slot, holders[slot], now)
         self.note(f"SIGSTOP worker {slot} holding {len(holders[slot])} run(s)")
         return True

@@ -211,6 +211,86 @@ def test_group_commit_batches_concurrent_calls_and_isolates_failures(tmp_path: P
     assert reopened.integrity_check() == "ok"
 
 
+def test_group_rolled_back_by_sqlite_fails_every_call(tmp_path: Path) -> None:
+    """If SQLite rolls a group's whole transaction back (as it may on a full disk), no call of
+    the group reports success: the ones before the failure were lost with it."""
+    import asyncio
+    import threading
+
+    from browserworker.store.aio import AsyncStore
+
+    s = SQLiteStore(tmp_path / "g.db")
+
+    def disk_full_after_auto_rollback() -> None:
+        with s._transaction() as conn:
+            conn.execute("ROLLBACK")  # what SQLite does by itself on SQLITE_FULL / SQLITE_IOERR
+            raise sqlite3.OperationalError("database or disk is full")
+
+    astore = AsyncStore(s)
+    hold = threading.Event()
+
+    async def main() -> list[object]:
+        blocker = asyncio.ensure_future(astore.call(hold.wait, 30))
+        await asyncio.sleep(0.05)  # the store thread is inside hold.wait: the next calls queue up
+        calls = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id="before", flow_name="f", inputs={}))),
+                 asyncio.ensure_future(astore.call(disk_full_after_auto_rollback)),
+                 asyncio.ensure_future(astore.call(s.create_run, NewRun(id="after", flow_name="f", inputs={})))]
+        await asyncio.sleep(0)
+        hold.set()
+        assert await blocker is True
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    outcome = asyncio.run(main())
+    astore.close()
+    assert all(isinstance(o, StoreError) for o in outcome), outcome
+    assert s.get_run("before") is None and s.get_run("after") is None
+    assert s.integrity_check() == "ok"
+    s.create_run(NewRun(id="later", flow_name="f", inputs={}))  # the store works again
+    assert s.get_run("later") is not None
+
+
+def test_async_store_skips_cancelled_calls_and_wakes_the_loop_once_per_batch(tmp_path: Path) -> None:
+    """A call cancelled while it waited never runs; the results of one batch arrive together."""
+    import asyncio
+    import threading
+
+    from browserworker.store.aio import AsyncStore
+
+    s = SQLiteStore(tmp_path / "c.db")
+    astore = AsyncStore(s)
+    hold = threading.Event()
+
+    async def main() -> tuple[list[object], int]:
+        loop = asyncio.get_running_loop()
+        blocker = asyncio.ensure_future(astore.call(hold.wait, 30))
+        await asyncio.sleep(0.05)  # the store thread is inside hold.wait: later calls queue up
+        cancelled = asyncio.ensure_future(astore.call(s.create_run, NewRun(id="never", flow_name="f", inputs={})))
+        others = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id=f"r{i}", flow_name="f", inputs={})))
+                  for i in range(10)]
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        wakeups = 0
+        original = loop.call_soon_threadsafe
+
+        def counting(*args: object, **kwargs: object) -> object:
+            nonlocal wakeups
+            wakeups += 1
+            return original(*args, **kwargs)  # type: ignore[arg-type]
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        hold.set()
+        assert await blocker is True
+        results = await asyncio.gather(*others)
+        return results, wakeups
+
+    results, wakeups = asyncio.run(main())
+    astore.close()
+    assert [r.id for r in results] == [f"r{i}" for i in range(10)]  # type: ignore[attr-defined]
+    assert s.get_run("never") is None
+    assert wakeups == 2  # the blocker's batch, then one for the ten calls' batch
+    assert astore.commits == 2
+
+
 def _open(path: str) -> int:
     return SQLiteStore(path).schema_version
 

@@ -9,11 +9,9 @@ its result only after that commit, so nothing is acted on before it is durable.
 from __future__ import annotations
 
 import asyncio
-import functools
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import StoreError
@@ -26,14 +24,18 @@ T = TypeVar("T")
 
 _STOP = object()
 
+# (function, args, kwargs, the caller's loop, the caller's future)
+_Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
 
 class AsyncStore:
     """``await astore.call(store.begin_attempt, ...)``; the wrapped store stays usable directly.
 
-    ``max_batch`` caps how many calls share one commit (1 turns group commit off).
+    ``max_batch`` caps how many calls share one commit (1 turns group commit off). The
+    results of a batch reach their callers' event loop in one wake-up, not one per call.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 64) -> None:
+    def __init__(self, store: Store, *, max_batch: int = 256) -> None:
         self.store = store
         self.max_batch = max_batch if hasattr(store, "group") else 1
         self.commits = 0  # transactions committed by this thread (for benchmarks)
@@ -43,9 +45,10 @@ class AsyncStore:
         self._thread.start()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        future: Future[T] = Future()
-        self._queue.put((functools.partial(fn, *args, **kwargs), future))
-        return await asyncio.wrap_future(future)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put((fn, args, kwargs, loop, future))
+        return await future
 
     def close(self) -> None:
         self._queue.put(_STOP)
@@ -68,40 +71,53 @@ class AsyncStore:
                 batch.append(nxt)
             self._run(batch)
 
-    def _run(self, batch: list[tuple[Callable[[], Any], Future[Any]]]) -> None:
+    def _run(self, batch: list[_Call]) -> None:
         # a call whose caller was cancelled while it waited is skipped (as ThreadPoolExecutor
-        # does); the others can no longer be cancelled, so setting their result cannot fail
-        batch = [(fn, future) for fn, future in batch if future.set_running_or_notify_cancel()]
+        # does); one cancelled after this check still runs, and its result is dropped
+        batch = [call for call in batch if not call[4].cancelled()]
         if not batch:
             return
         self.calls += len(batch)
-        if len(batch) == 1:
-            fn, future = batch[0]
-            self.commits += 1
-            _settle(future, fn)
-            return
         outcomes: list[tuple[bool, Any]] = []
-        try:
-            with self.store.group():  # type: ignore[attr-defined]
-                for fn, _ in batch:
-                    try:
-                        outcomes.append((True, fn()))
-                    except BaseException as exc:  # the call's own failure: its savepoint rolled back
-                        outcomes.append((False, exc))
-        except StoreError as exc:  # the group could not start or commit: nothing of it is durable
-            for _, future in batch:
-                future.set_exception(StoreError(str(exc)))
-            return
-        self.commits += 1
-        for (ok, value), (_, future) in zip(outcomes, batch, strict=True):
-            if ok:
-                future.set_result(value)
+        if len(batch) == 1:
+            fn, args, kwargs, _, _ = batch[0]
+            self.commits += 1
+            try:
+                outcomes.append((True, fn(*args, **kwargs)))
+            except BaseException as exc:
+                outcomes.append((False, exc))
+        else:
+            try:
+                with self.store.group():  # type: ignore[attr-defined]
+                    for fn, args, kwargs, _, _ in batch:
+                        try:
+                            outcomes.append((True, fn(*args, **kwargs)))
+                        except BaseException as exc:  # the call's own failure: its savepoint rolled back
+                            outcomes.append((False, exc))
+            except StoreError as exc:  # the group could not start or commit: nothing of it is durable
+                outcomes = [(False, StoreError(str(exc))) for _ in batch]
             else:
-                future.set_exception(value)
+                self.commits += 1
+        _deliver_all(batch, outcomes)
 
 
-def _settle(future: Future[Any], fn: Callable[[], Any]) -> None:
-    try:
-        future.set_result(fn())
-    except BaseException as exc:
-        future.set_exception(exc)
+def _deliver_all(batch: list[_Call], outcomes: list[tuple[bool, Any]]) -> None:
+    """Hand results to their loops, one ``call_soon_threadsafe`` (one wake-up) per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+    for (_, _, _, loop, future), (ok, value) in zip(batch, outcomes, strict=True):
+        by_loop.setdefault(loop, []).append((future, ok, value))
+    for loop, results in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_deliver, results)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+            pass
+
+
+def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in results:
+        if future.done():  # cancelled meanwhile
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)

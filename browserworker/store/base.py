@@ -41,7 +41,7 @@ class Store(Protocol):
                   takeover_epoch: int | None = None) -> RunRecord | None: ...
     def heartbeat(self, run_id: str, epoch: int, ttl: float) -> None: ...
     def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
-                      error: str | None = None, decision: str | None = None) -> None: ...
+                      error: str | None = None, decision: str | None = None) -> RunRecord: ...
     def clear_reconcile(self, run_id: str, epoch: int) -> None: ...
 
     # journal
@@ -69,28 +69,7 @@ class Store(Protocol):
     def queue_limits(self) -> dict[str, int | None]: ...
     def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
         """Atomically lease the next run of ``queues``: highest priority, then oldest."""
-        now = self.now()
-        who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
-               "now": now, "ttl": ttl}
-        with self._transaction() as tx:
-            if len(queues) == 1:
-                row = tx.execute(self.queries["claim_next_in_queue"], {**who, "queue": queues[0]}).fetchone()
-            else:
-                best = None
-                for queue in queues:
-                    cand = tx.execute(self.queries["next_queued_full"], {"queue": queue, "now": now}).fetchone()
-                    if cand is not None:
-                        key = (-cand["priority"], cand["created_at"], cand["id"])
-                        if best is None or key < best[0]:
-                            best = (key, cand["id"])
-                row = None if best is None else tx.execute(self.queries["claim_queued_by_id"],
-                                                           {**who, "id": best[1]}).fetchone()
-            if row is None:
-                return None
-            self._event(tx, row["id"], "lease_claimed", now=now, worker=owner.worker, epoch=row["lease_epoch"],
-                        from_state=RunState.QUEUED, to_state=RunState.LEASED, decision="claimed",
-                        detail={"ttl": ttl, "waited": now - row["created_at"]})
-            return RunRecord.from_row(row)
+        ...
 
     def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
                         limit: int = 100) -> list[RunRecord]: ...
@@ -105,6 +84,10 @@ class Store(Protocol):
     def workers(self) -> list[WorkerRecord]: ...
     def runs_needing_review(self, limit: int = 100) -> list[RunRecord]: ...
 
+
+# set_run_state's narrow updates (the generic query sets every column, so rewrites every index)
+_STATE_QUERY = {RunState.RUNNING: "start_run", RunState.SUCCEEDED: "end_run", RunState.FAILED: "end_run",
+                RunState.CANCELLED: "end_run", RunState.NEEDS_REVIEW: "end_run"}
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -234,17 +217,22 @@ class SQLStore:
                 raise self._lease_lost(run_id, epoch, 0.0, "heartbeat")
 
     def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
-                      error: str | None = None, decision: str | None = None) -> None:
+                      error: str | None = None, decision: str | None = None) -> RunRecord:
+        """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now."""
         now = self.now()
         with self._transaction() as tx:
             before = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
             if before is not None and before["lease_epoch"] == epoch:
                 check_run_transition(RunState(before["state"]), state)
-            if self._exec(tx, "set_run_state", id=run_id, epoch=epoch, state=str(state), error=error, now=now) != 1:
+            query = _STATE_QUERY.get(state, "set_run_state")
+            row = tx.execute(self.queries[query], {"id": run_id, "epoch": epoch, "state": str(state), "error": error,
+                                                   "now": now}).fetchone()
+            if row is None:
                 raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
             self._event(tx, run_id, "run_state", now=now, worker=worker, epoch=epoch,
                         from_state=before["state"] if before else None, to_state=state, decision=decision,
                         detail={"error": error} if error else None)
+        return RunRecord.from_row(row)
 
     def clear_reconcile(self, run_id: str, epoch: int) -> None:
         with self._transaction() as tx:
@@ -385,27 +373,27 @@ class SQLStore:
     def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
         """Atomically lease the next run of ``queues``: highest priority, then oldest."""
         now = self.now()
+        who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
+               "now": now, "ttl": ttl}
         with self._transaction() as tx:
-            best = None
-            for queue in queues:
-                row = tx.execute(self.queries["next_queued"], {"queue": queue, "now": now}).fetchone()
-                if row is None:
-                    continue
-                cand = tx.execute(self.queries["get_run"], {"id": row["id"]}).fetchone()
-                key = (-cand["priority"], cand["created_at"], cand["id"])
-                if best is None or key < best[0]:
-                    best = (key, cand)
-            if best is None:
+            if len(queues) == 1:
+                row = tx.execute(self.queries["claim_next_in_queue"], {**who, "queue": queues[0]}).fetchone()
+            else:
+                best = None
+                for queue in queues:
+                    cand = tx.execute(self.queries["next_queued_full"], {"queue": queue, "now": now}).fetchone()
+                    if cand is not None:
+                        key = (-cand["priority"], cand["created_at"], cand["id"])
+                        if best is None or key < best[0]:
+                            best = (key, cand["id"])
+                row = None if best is None else tx.execute(self.queries["claim_queued_by_id"],
+                                                           {**who, "id": best[1]}).fetchone()
+            if row is None:
                 return None
-            cand = best[1]
-            n = self._exec(tx, "claim_run", id=cand["id"], owner=owner.worker, host=owner.host, pid=owner.pid,
-                           pid_start=owner.pid_start, now=now, ttl=ttl, skew=0.0, takeover_epoch=-1)
-            if n != 1:  # pragma: no cover - impossible inside BEGIN IMMEDIATE
-                return None
-            self._event(tx, cand["id"], "lease_claimed", now=now, worker=owner.worker, epoch=cand["lease_epoch"] + 1,
-                        from_state=cand["state"], to_state=RunState.LEASED, decision="claimed",
-                        detail={"ttl": ttl, "waited": now - cand["created_at"]})
-        return self.get_run(cand["id"])
+            self._event(tx, row["id"], "lease_claimed", now=now, worker=owner.worker, epoch=row["lease_epoch"],
+                        from_state=RunState.QUEUED, to_state=RunState.LEASED, decision="claimed",
+                        detail={"ttl": ttl, "waited": now - row["created_at"]})
+            return RunRecord.from_row(row)
 
     def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
                         limit: int = 100) -> list[RunRecord]:

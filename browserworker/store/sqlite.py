@@ -72,7 +72,7 @@ class SQLiteStore(SQLStore):
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._grouped = False
-        self._savepoints = 0
+        self._group_lost: BaseException | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
@@ -118,61 +118,43 @@ class SQLiteStore(SQLStore):
         Inside, each call's own transaction becomes a savepoint, so a call that fails rolls
         back only itself. Nothing is durable, so nobody may act on a result, until the group
         commits: :class:`~browserworker.store.aio.AsyncStore` hands results out only then.
+        If SQLite rolls the whole transaction back (it may, on a full disk or an I/O error),
+        the rest of the group's calls fail at once and the group raises :class:`StoreError`.
         """
-        with self._lock, self._immediate():
-            self._grouped = True
+        with self._lock:
+            self._begin()
+            self._grouped, self._group_lost = True, None
             try:
                 yield
-            finally:
+            except BaseException:
                 self._grouped = False
+                self._rollback()
+                raise
+            self._grouped = False
+            if self._group_lost is not None:
+                self._rollback()
+                raise StoreError(f"{self.path}: the batch's transaction was rolled back: {self._group_lost}")
+            self._commit()
 
-    @contextmanager
-    def _immediate(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``; every SQLite failure becomes a :class:`StoreError`."""
+    def _begin(self) -> None:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
-        try:
-            yield self.conn
-        except BaseException as exc:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):  # e.g. disk full, read-only file: a store failure, not a bug
-                raise StoreError(f"{self.path}: write failed: {exc}") from exc
-            raise
+
+    def _commit(self) -> None:
         try:
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+            self._rollback()
             raise StoreError(f"{self.path}: commit failed: {exc}") from exc
 
-    @contextmanager
-    def _savepoint(self) -> Iterator[sqlite3.Connection]:
-        self._savepoints += 1
-        name = f"bw_{self._savepoints}"
-        self.conn.execute(f"SAVEPOINT {name}")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute(f"ROLLBACK TO {name}")
-            self.conn.execute(f"RELEASE {name}")
-            raise
-        self.conn.execute(f"RELEASE {name}")
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._grouped:
-                try:
-                    with self._savepoint() as conn:
-                        yield conn
-                except sqlite3.Error as exc:  # e.g. disk full, read-only file: a store failure, not a bug
-                    raise StoreError(f"{self.path}: write failed: {exc}") from exc
-                return
-            with self._immediate() as conn:
-                yield conn
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self)
 
     def _read(self, query: str, params: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         with self._lock:
@@ -214,6 +196,66 @@ class SQLiteStore(SQLStore):
     def integrity_check(self) -> str:
         with self._lock:
             return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+class _Transaction:
+    """``with store._transaction() as conn``: one store call's writes, atomically.
+
+    Alone: ``BEGIN IMMEDIATE`` … ``COMMIT``. Inside :meth:`SQLiteStore.group`: a savepoint,
+    so a failing call rolls back only itself. Every SQLite failure becomes a
+    :class:`StoreError`. (A class, not a generator: this runs for every write.)
+    """
+
+    __slots__ = ("_store", "_grouped")
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+        self._grouped = False
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self._store
+        store._lock.acquire()
+        try:
+            self._grouped = store._grouped
+            if not self._grouped:
+                store._begin()
+            elif store._group_lost is not None:
+                raise StoreError(f"{store.path}: the batch's transaction was rolled back: {store._group_lost}")
+            else:
+                store.conn.execute("SAVEPOINT bw_call")
+        except sqlite3.Error as exc:
+            store._lock.release()
+            raise StoreError(f"{store.path}: write failed: {exc}") from exc
+        except BaseException:
+            store._lock.release()
+            raise
+        return store.conn
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        store = self._store
+        conn = store.conn
+        try:
+            if not self._grouped:
+                if exc is None:
+                    store._commit()
+                    return
+                store._rollback()
+            elif exc is None:
+                conn.execute("RELEASE bw_call")
+                return
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK TO bw_call")
+                conn.execute("RELEASE bw_call")
+            else:  # SQLite rolled back the group's whole transaction (disk full, I/O error)
+                store._group_lost = exc
+        except sqlite3.Error as failure:
+            if self._grouped:
+                store._group_lost = failure
+            raise StoreError(f"{store.path}: write failed: {failure}") from failure
+        finally:
+            store._lock.release()
+        if isinstance(exc, sqlite3.Error):  # e.g. disk full, read-only file: a store failure, not a bug
+            raise StoreError(f"{store.path}: write failed: {exc}") from exc
 
 
 def _split_statements(sql: str) -> list[str]:

@@ -53,6 +53,22 @@ SET state = :state, error = :error, updated_at = :now,
     lease_expires_at = CASE WHEN :state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW', 'QUEUED') THEN NULL
                             ELSE lease_expires_at END
 WHERE id = :id AND lease_epoch = :epoch
+RETURNING *
+
+-- name: start_run
+-- set_run_state to RUNNING: touches only the columns (and so the indexes) that change.
+UPDATE runs
+SET state = 'RUNNING', error = :error, updated_at = :now, started_at = COALESCE(started_at, :now)
+WHERE id = :id AND lease_epoch = :epoch
+RETURNING *
+
+-- name: end_run
+-- set_run_state to SUCCEEDED, FAILED, CANCELLED or NEEDS_REVIEW.
+UPDATE runs
+SET state = :state, error = :error, updated_at = :now, finished_at = :now, owner = NULL, lease_expires_at = NULL,
+    needs_reconcile = CASE WHEN :state = 'NEEDS_REVIEW' THEN needs_reconcile ELSE 0 END
+WHERE id = :id AND lease_epoch = :epoch
+RETURNING *
 
 -- name: clear_reconcile
 UPDATE runs SET needs_reconcile = 0, updated_at = :now WHERE id = :id AND lease_epoch = :epoch
@@ -297,7 +313,9 @@ JOIN events f ON f.id = (
         OR g.kind = 'lease_expired'
         OR (g.kind = 'lease_claimed' AND g.decision IN ('lease_expired', 'owner_dead')))
     ORDER BY g.id LIMIT 1)
-WHERE d.kind = 'lease_expired' OR (d.kind = 'lease_claimed' AND d.decision IN ('lease_expired', 'owner_dead'))
+WHERE (d.kind = 'lease_expired' OR (d.kind = 'lease_claimed' AND d.decision IN ('lease_expired', 'owner_dead')))
+  -- implied by the line above; spelled out so that the planner reads the partial index events_lost
+  AND (d.kind = 'lease_expired' OR d.decision IN ('lease_expired', 'owner_dead'))
 
 -- name: ops_dispatch_ages
 -- How long each run started in (:lo, :hi] had waited in its queue (seconds).
