@@ -84,16 +84,23 @@ class _PeakPss:
         return self.peak
 
 
+def enqueue_short_orders(db: Path, base_url: str, runs: int) -> None:
+    """Queue ``runs`` runs of the short order flow (tests/flows/short_order.py) in ``db``."""
+    loaded = load_flow(ROOT / "tests" / "flows" / "short_order.py")
+    store = SQLiteStore(db)
+    try:
+        for i in range(runs):
+            enqueue(store, loaded, {"base_url": base_url, "item": f"i{i}"})
+    finally:
+        store.close()
+
+
 def _ours_concurrency(base_url: str, n: int, runs: int) -> tuple[float, int]:
     """Drain ``runs`` runs with one `browserworker worker -n N`: (seconds from the first claim
     to the last finish, peak PSS of the whole process tree)."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "e.db"
-        loaded = load_flow(ROOT / "tests" / "flows" / "short_order.py")
-        store = SQLiteStore(db)
-        for i in range(runs):
-            enqueue(store, loaded, {"base_url": base_url, "item": f"i{i}"})
-        store.close()
+        enqueue_short_orders(db, base_url, runs)
         proc = subprocess.Popen([PY, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
         meter = _PeakPss(proc.pid)

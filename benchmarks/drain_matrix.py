@@ -10,10 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from browser_bench import ROOT, _env
+from browser_bench import ROOT, _env, enqueue_short_orders
 
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
 from browserworker.sandbox.testing import start_sandbox
 from browserworker.states import RunState
 from browserworker.store import SQLiteStore
@@ -22,11 +20,7 @@ from browserworker.store import SQLiteStore
 def drain(base_url: str, workers: int, n: int, runs: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "m.db"
-        loaded = load_flow(ROOT / "tests" / "flows" / "short_order.py")
-        store = SQLiteStore(db)
-        for i in range(runs):
-            enqueue(store, loaded, {"base_url": base_url, "item": f"i{i}"})
-        store.close()
+        enqueue_short_orders(db, base_url, runs)
         cmd = [sys.executable, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)]
         procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
                  for _ in range(workers)]

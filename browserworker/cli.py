@@ -32,6 +32,8 @@ from .store.sqlite import SQLiteStore
 from .views import Progress, journal_view, print_chaos, print_journal, print_runs, run_summary
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from .worker import Worker
 
 EXIT_CODES = {
@@ -59,7 +61,7 @@ def _fail(message: str) -> NoReturn:
     raise UsageFailure(message)
 
 
-def _console() -> Any:
+def _console() -> Console:
     from rich.console import Console  # imported here: `run` and `worker` never print tables
 
     return Console()

@@ -149,12 +149,13 @@ class Executor:
 
     async def execute(self) -> RunRecord:
         """Run to SUCCEEDED, FAILED or NEEDS_REVIEW; raises LeaseLost if the run is taken away."""
-        attempts, events = await asyncio.gather(self._db("attempts", self.run.id), self._db("events", self.run.id))
+        attempts, restored_at = await asyncio.gather(self._db("attempts", self.run.id),
+                                                     self._db("restored_at", self.run.id))
         missing = sorted({a.step_id for a in attempts} - {s.id for s in self.flow.steps})
         if missing:
             return await self._finish(RunState.NEEDS_REVIEW,
                                       f"journaled steps no longer in the flow: {', '.join(missing)}", "flow_changed")
-        self._restored_at = max((e.at for e in events if e.kind == "restored"), default=None)
+        self._restored_at = restored_at
         if self.run.state != RunState.RUNNING:
             # committed while the first browser context opens; awaited before the first step
             self._starting = asyncio.ensure_future(self._db("set_run_state", self.run.id, self.epoch,

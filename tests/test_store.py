@@ -227,11 +227,15 @@ def test_group_rolled_back_by_sqlite_fails_every_call(tmp_path: Path) -> None:
             raise sqlite3.OperationalError("database or disk is full")
 
     astore = AsyncStore(s)
-    hold = threading.Event()
+    entered, hold = threading.Event(), threading.Event()
+
+    def holding(timeout: float) -> bool:
+        entered.set()
+        return hold.wait(timeout)
 
     async def main() -> list[object]:
-        blocker = asyncio.ensure_future(astore.call(hold.wait, 30))
-        await asyncio.sleep(0.05)  # the store thread is inside hold.wait: the next calls queue up
+        blocker = asyncio.ensure_future(astore.call(holding, 30))
+        assert await asyncio.to_thread(entered.wait, 30)  # the store thread is held: later calls queue up
         calls = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id="before", flow_name="f", inputs={}))),
                  asyncio.ensure_future(astore.call(disk_full_after_auto_rollback)),
                  asyncio.ensure_future(astore.call(s.create_run, NewRun(id="after", flow_name="f", inputs={})))]
@@ -258,12 +262,16 @@ def test_async_store_skips_cancelled_calls_and_wakes_the_loop_once_per_batch(tmp
 
     s = SQLiteStore(tmp_path / "c.db")
     astore = AsyncStore(s)
-    hold = threading.Event()
+    entered, hold = threading.Event(), threading.Event()
+
+    def holding(timeout: float) -> bool:
+        entered.set()
+        return hold.wait(timeout)
 
     async def main() -> tuple[list[object], int]:
         loop = asyncio.get_running_loop()
-        blocker = asyncio.ensure_future(astore.call(hold.wait, 30))
-        await asyncio.sleep(0.05)  # the store thread is inside hold.wait: later calls queue up
+        blocker = asyncio.ensure_future(astore.call(holding, 30))
+        assert await asyncio.to_thread(entered.wait, 30)  # the store thread is held: later calls queue up
         cancelled = asyncio.ensure_future(astore.call(s.create_run, NewRun(id="never", flow_name="f", inputs={})))
         others = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id=f"r{i}", flow_name="f", inputs={})))
                   for i in range(10)]

@@ -78,27 +78,28 @@ class AsyncStore:
         if not batch:
             return
         self.calls += len(batch)
-        outcomes: list[tuple[bool, Any]] = []
         if len(batch) == 1:
-            fn, args, kwargs, _, _ = batch[0]
+            outcomes = [_outcome(batch[0])]
             self.commits += 1
-            try:
-                outcomes.append((True, fn(*args, **kwargs)))
-            except BaseException as exc:
-                outcomes.append((False, exc))
         else:
             try:
                 with self.store.group():  # type: ignore[attr-defined]
-                    for fn, args, kwargs, _, _ in batch:
-                        try:
-                            outcomes.append((True, fn(*args, **kwargs)))
-                        except BaseException as exc:  # the call's own failure: its savepoint rolled back
-                            outcomes.append((False, exc))
+                    # a call's own failure rolls back only its savepoint
+                    outcomes = [_outcome(call) for call in batch]
             except StoreError as exc:  # the group could not start or commit: nothing of it is durable
                 outcomes = [(False, StoreError(str(exc))) for _ in batch]
             else:
                 self.commits += 1
         _deliver_all(batch, outcomes)
+
+
+def _outcome(call: _Call) -> tuple[bool, Any]:
+    """Run one call: ``(True, result)`` or ``(False, exception)``."""
+    fn, args, kwargs, _, _ = call
+    try:
+        return True, fn(*args, **kwargs)
+    except BaseException as exc:
+        return False, exc
 
 
 def _deliver_all(batch: list[_Call], outcomes: list[tuple[bool, Any]]) -> None:

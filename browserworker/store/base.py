@@ -59,6 +59,7 @@ class Store(Protocol):
     def latest_attempt(self, run_id: str, step_id: str) -> AttemptRecord | None: ...
     def outbox(self, attempt_id: int) -> list[OutboxRecord]: ...
     def events(self, run_id: str) -> list[EventRecord]: ...
+    def restored_at(self, run_id: str) -> float | None: ...
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,
                      detail: Any = None) -> None: ...
@@ -329,6 +330,11 @@ class SQLStore:
 
     def events(self, run_id: str) -> list[EventRecord]:
         return [EventRecord.from_row(r) for r in self._read(self.queries["events_of_run"], {"run_id": run_id})]
+
+    def restored_at(self, run_id: str) -> float | None:
+        """When the run was last restored from a backup, or None (see :mod:`browserworker.backup`)."""
+        row = self._one("restored_at", run_id=run_id)
+        return None if row is None or row["at"] is None else float(row["at"])
 
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,

@@ -129,6 +129,10 @@ INSERT INTO events (at, run_id, step_id, attempt_no, worker, lease_epoch, kind, 
 VALUES (:now, :run_id, :step_id, :attempt_no, :worker, :epoch, :kind, :from_state, :to_state, :decision,
         :detail_json)
 
+-- name: restored_at
+-- When the run was last restored from a backup (NULL if never).
+SELECT MAX(at) AS at FROM events WHERE run_id = :run_id AND kind = 'restored'
+
 -- name: events_of_run
 SELECT * FROM events WHERE run_id = :run_id ORDER BY id
 
@@ -144,13 +148,6 @@ ON CONFLICT (name) DO UPDATE SET max_depth = excluded.max_depth
 
 -- name: list_queues
 SELECT * FROM queues ORDER BY name
-
--- name: next_queued
--- The next claimable run of one queue: highest priority, then oldest.
-SELECT id FROM runs
-WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
-ORDER BY priority DESC, created_at, id
-LIMIT 1
 
 -- name: next_queued_full
 SELECT * FROM runs
