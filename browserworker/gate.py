@@ -12,7 +12,7 @@ left. The response to a released request is written to the outbox in its own com
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -49,7 +49,6 @@ class DispatchGate:
         self.refusal: BaseException | None = None
         self._writes: set[asyncio.Task[None]] = set()
         self._context: BrowserContext | None = None
-        self._closed = False
 
     def arm(self, attempt: AttemptRecord) -> None:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
@@ -70,25 +69,27 @@ class DispatchGate:
     async def remove(self) -> None:
         """Stop gating and wait for the outbox writes of responses already received.
 
-        Gating stops at once (a later request passes through untouched, as if the route were
-        gone); the route itself is taken off in the background, which saves a browser round
-        trip on every effect.
+        The route comes off first, and that is awaited: a request intercepted before then reaches
+        ``_route`` ahead of the unroute's reply (one connection, in order), so it is still gated
+        (journaled, or aborted once the lease is gone) and never let through unjournaled.
         """
         context, self._context = self._context, None
         if context is None:
             return
-        self._closed = True
+        try:
+            await context.unroute("**/*", self._route)
+        except Exception:  # the context may be closed already (lease lost)
+            pass
         await self.flush()
         context.remove_listener("response", self._on_response)
         context.remove_listener("requestfailed", self._on_failed)
-        _in_background(_unroute(context, self._route))
 
     async def flush(self) -> None:
         if self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 
     async def _route(self, route: Route, request: Request) -> None:
-        if self._closed or self.attempt is None or not self.effect.is_dispatch(request.method, request.url, request):
+        if self.attempt is None or not self.effect.is_dispatch(request.method, request.url, request):
             await route.fallback()
             return
         if self.refusal is not None or not self.is_alive():
@@ -151,22 +152,6 @@ class DispatchGate:
             self.store.call(self.store.store.record_request_failed, outbox_id, request.failure or "failed"))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
-
-
-_BACKGROUND: set[asyncio.Task[None]] = set()  # strong references until they finish
-
-
-def _in_background(coro: Coroutine[Any, Any, None]) -> None:
-    task = asyncio.ensure_future(coro)
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
-
-
-async def _unroute(context: BrowserContext, handler: Callable[..., Any]) -> None:
-    try:
-        await context.unroute("**/*", handler)
-    except Exception:  # the context may be closed already (lease lost, run over)
-        pass
 
 
 _KEY_HEADERS = ("location", "content-type", "content-length", "date", "etag", "x-request-id", "idempotency-key",
