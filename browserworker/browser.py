@@ -3,22 +3,34 @@
 Discovery order: ``BROWSERWORKER_CHROMIUM`` (a path), Playwright's managed Chromium if
 it is installed, then a system Chromium on ``PATH``. Extra launch flags come from
 ``BROWSERWORKER_CHROMIUM_ARGS`` (shell-quoted), e.g. host-resolver rules for hermetic tests.
+
+On Linux the Playwright driver and Chromium are tied to this process: each is started
+through ``setpriv --pdeathsig KILL``, so when this process dies (even by SIGKILL) its driver
+is killed at once, and the driver's death kills the browser. Without that, the orphaned
+driver shuts the browser down gracefully, with nobody gating what its pages still do.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
+import stat
+import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
 from .errors import BrowserNotFound
+
+log = structlog.get_logger("browserworker.browser")
 
 __all__ = ["BrowserSession", "BrowserSettings", "find_chromium"]
 
@@ -88,6 +100,54 @@ class BrowserSettings:
                    args=shlex.split(env.get(ENV_ARGS, "")))
 
 
+_NODE_ENV = "PLAYWRIGHT_NODEJS_PATH"  # how playwright-python lets one choose the driver's node
+
+
+def tethered(executable: str) -> str:
+    """An executable that runs ``executable`` with its parent-death signal set to SIGKILL.
+
+    It is a two-line shell script in a private directory (``setpriv`` keeps the signal
+    across ``exec``). Returns ``executable`` itself where that cannot be done (not Linux, no
+    ``setpriv``, no private directory): the process then outlives a killed parent briefly.
+    """
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv is None:
+        return executable
+    script = (f"#!/bin/sh\n# browserworker: dies with the process that started it\n"
+              f"exec {shlex.quote(setpriv)} --pdeathsig KILL -- {shlex.quote(executable)} \"$@\"\n")
+    try:
+        home = _private_dir()
+        path = home / f"tethered-{hashlib.sha256(script.encode()).hexdigest()[:16]}"
+        if not (path.is_file() and path.read_text() == script):
+            tmp = home / f".{path.name}.{os.getpid()}"
+            tmp.write_text(script)
+            tmp.chmod(0o700)
+            os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("cannot tie the browser to this process", executable=executable, error=str(exc))
+        return executable
+    if not os.access(path, os.X_OK):  # e.g. a temporary directory mounted noexec
+        log.warning("cannot tie the browser to this process", executable=executable, error=f"{path} cannot run")
+        return executable
+    return str(path)
+
+
+def _private_dir() -> Path:
+    """``$TMPDIR/browserworker-<uid>``, mode 0700 and ours (refused otherwise)."""
+    home = Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(home)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise OSError(f"{home} is not a private directory of this user")
+    return home
+
+
+def _driver_node() -> str:
+    from playwright._impl._driver import compute_driver_executable
+
+    return str(compute_driver_executable()[0])
+
+
 class BrowserSession:
     """One Playwright driver and one Chromium for this process; contexts on demand."""
 
@@ -99,10 +159,10 @@ class BrowserSession:
         self._browser: Browser | None = None
 
     async def __aenter__(self) -> BrowserSession:
-        self._pw = await async_playwright().start()
+        self._pw = await _start_tethered_driver()
         options: dict[str, Any] = {"headless": self.settings.headless, "args": list(self.settings.args)}
         if self.settings.executable_path:
-            options["executable_path"] = self.settings.executable_path
+            options["executable_path"] = tethered(self.settings.executable_path)
         options.update(self.settings.launch_options)
         try:
             self._browser = await self._pw.chromium.launch(**options)
@@ -141,3 +201,28 @@ class BrowserSession:
                 await ctx.close()
             except Exception:  # pragma: no cover - already closed on lease loss
                 pass
+
+
+async def _start_tethered_driver() -> Playwright:
+    """Start Playwright with its node driver tied to this process (see the module docstring).
+
+    playwright-python reads which node to run from the environment as it starts, so the
+    variable is set for that moment only, and put back as it was.
+    """
+    before = os.environ.get(_NODE_ENV)
+    try:
+        real = before or _driver_node()
+    except Exception:  # no bundled node: let Playwright say so
+        return await async_playwright().start()
+    node = tethered(real)
+    if node == real:
+        return await async_playwright().start()
+    os.environ[_NODE_ENV] = node
+    try:
+        return await async_playwright().start()
+    finally:
+        if os.environ.get(_NODE_ENV) == node:
+            if before is None:
+                del os.environ[_NODE_ENV]
+            else:
+                os.environ[_NODE_ENV] = before

@@ -25,7 +25,7 @@ from . import faults
 from .browser import BrowserSession
 from .errors import LeaseLost, StoreError
 from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
-from .gate import ActionGuard, DispatchGate
+from .gate import ActionGuard, ContextRoute, DispatchGate
 from .hooks import ExecutorHooks, HookBus, StepObserver
 from .leases import Lease, LeaseSettings
 from .recovery import classify_attempt, default_judge, own_failures, plan_recovery, settle_deadline
@@ -94,6 +94,7 @@ class Executor:
         self.epoch = run.lease_epoch
         self.inputs: BaseModel = flow.validate_inputs(run.inputs)
         self._context: BrowserContext | None = None
+        self._route: ContextRoute | None = None  # the gate's route in this pass's context
         self._restored_at: float | None = None  # the run was restored from a backup (see _restore_gap)
         self._starting: asyncio.Future[Any] | None = None  # the RUNNING transition, in flight
         self.log = log.bind(run_id=run.id, flow=flow.name, worker_id=owner.worker, lease_epoch=self.epoch)
@@ -200,7 +201,7 @@ class Executor:
     async def _pass(self) -> PassOutcome:
         results: dict[str, Any] = {}
         async with self.browser.context() as context:
-            self._context = context
+            self._context, self._route = context, ContextRoute(context)
             try:
                 page = await self._new_page(context)
                 await self._started()
@@ -216,7 +217,7 @@ class Executor:
             except _Stop as stop:
                 return PassOutcome(stop.kind, str(stop))
             finally:
-                self._context = None
+                self._context = self._route = None
         return PassOutcome("done")
 
     async def _boundary(self) -> None:
@@ -257,7 +258,10 @@ class Executor:
 
         guard = ActionGuard(step, mode=self.flow.undeclared_effects, report=report)
         await self._before(ctx, step, context)
-        await guard.install(context)
+        assert self._route is not None
+        installing = guard.install(self._route)
+        if installing is not None:
+            await installing
         try:
             value = await step.fn(ctx)
         except LeaseLost:
@@ -269,14 +273,14 @@ class Executor:
                                       worker=self.owner.worker)
             ctx.log.warning("action failed", state=str(finished.state), error=finished.error)
             self.hooks.outcome(finished)
-            await guard.remove()
+            guard.remove()
             await self._after(ctx, step, context, finished)
             failures = own_failures(await self._db("attempts", self.run.id), step.id)
             if failures > step.retries:
                 raise _Stop("failed", f"step {step.id} failed: {type(exc).__name__}: {exc}") from None
             raise _Again(f"retrying {step.id} after {type(exc).__name__}", _backoff(failures)) from None
         finally:
-            await guard.remove()
+            guard.remove()
         if guard.seen and self.flow.undeclared_effects == "fail":
             finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED,
                                       decided_by="undeclared_effect", evidence={"requests": guard.seen},
@@ -301,12 +305,14 @@ class Executor:
         return judge
 
     async def _effect(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any]) -> Any:
-        # The gate's route goes in now, unarmed (it lets everything through), so that the browser
-        # round trip overlaps the journal reads and the intent commit; it is armed with the attempt.
+        # The gate takes the context's route now, unarmed (it lets everything through), so that
+        # putting the route in (first effect only) overlaps the journal reads and the intent
+        # commit; it is armed with the attempt.
         gate = DispatchGate(self.store, None, step, epoch=self.epoch, margin=self.settings.margin,
                             hooks=self.hooks, is_alive=lambda: self.lease.lost is None,
                             holds_lease=lambda: self.lease.holds(self.settings.margin / 2))
-        installing = asyncio.ensure_future(gate.install(context))
+        assert self._route is not None
+        installing = gate.install(self._route)
         try:
             return await self._effect_steps(step, context, page, results, gate, installing)
         finally:
@@ -314,7 +320,7 @@ class Executor:
             await gate.remove()
 
     async def _effect_steps(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
-                            gate: DispatchGate, installing: asyncio.Future[None]) -> Any:
+                            gate: DispatchGate, installing: asyncio.Future[object]) -> Any:
         fp = self.flow.fingerprint(step, self.inputs, results)
         latest: AttemptRecord | None = await self._db("latest_attempt", self.run.id, step.id)
         if latest is not None:
@@ -400,7 +406,7 @@ class Executor:
                                       f"{prior.attempt_no} dispatched (fingerprint changed); not replayed")
 
     async def _attempt(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
-                       fp: str, gate: DispatchGate, installing: asyncio.Future[None]) -> Any:
+                       fp: str, gate: DispatchGate, installing: asyncio.Future[object]) -> Any:
         self.hooks.step_started(self.run, step.id, "effect")
         faults.hit("before_intent_commit", step.id)
         attempt: AttemptRecord = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "effect",

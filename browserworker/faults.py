@@ -22,6 +22,7 @@ __all__ = ["CHAOS_POINTS", "POINTS", "FaultRule", "InjectedFault", "configure", 
 POINTS = (
     "before_intent_commit",  # the effect is about to journal its intent
     "after_intent_commit",  # intent committed, the effect function not yet run
+    "dispatch_held",  # the gate holds an intercepted request; nothing about it is journaled yet
     "lease_expired_while_alive",  # the gate holds a dispatch, before its fenced commit
     "after_dispatch_commit",  # dispatched_at committed, the request not yet released
     "after_dispatch",  # the request released, no response yet
@@ -34,6 +35,7 @@ ACTIONS = ("kill", "stop", "raise", "hang")
 CHAOS_POINTS = (
     "before_intent_commit",
     "after_intent_commit",
+    "dispatch_held",
     "after_dispatch_commit",
     "after_dispatch",
     "after_response",

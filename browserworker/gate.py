@@ -6,14 +6,16 @@ A request that counts as a dispatch is held until the store has committed
 for it; only then is it released. If that commit fails the request is aborted: it never
 left. The response to a released request is written to the outbox in its own commit.
 
+The gate's route is a :class:`ContextRoute`: put in once per context and never taken off,
+because taking a route off makes Playwright's driver let go of whatever that route holds.
+
 :class:`ActionGuard` watches action steps for undeclared side effects (non-GET requests).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import structlog
 from playwright.async_api import BrowserContext, Request, Response, Route
@@ -25,9 +27,51 @@ from .hooks import ExecutorHooks
 from .store.aio import AsyncStore
 from .store.records import AttemptRecord
 
-__all__ = ["ActionGuard", "DispatchGate"]
+__all__ = ["ActionGuard", "ContextRoute", "DispatchGate"]
 
 log = structlog.get_logger("browserworker.gate")
+
+RouteHandler = Callable[[Route, Request], Awaitable[None]]
+
+SETTLE_WAIT = 60.0
+"""Seconds :meth:`DispatchGate.remove` waits for the dispatches it claimed to be decided
+(each may wait out the store's busy timeout for its commit)."""
+
+
+class ContextRoute:
+    """One browser context's route for the gate and the guard: put in at the first step that
+    needs it, never taken off (closing the context ends it).
+
+    Taking a route off is not safe for a gate: Playwright's driver then continues every
+    request that route is holding, and continues by itself any request the browser paused
+    before it heard that interception is off. A dispatch held while its commit runs would
+    leave unjournaled. So the route stays, and each request is decided by the gate that
+    claimed it (see :meth:`DispatchGate.remove`), else by whoever holds the route now (an
+    effect's :class:`DispatchGate`, a fail-mode :class:`ActionGuard`); while nobody does,
+    requests go on untouched (to a replay router registered earlier, else the network).
+    """
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.context = context
+        self.handler: RouteHandler | None = None
+        self.claimed: dict[Request, RouteHandler] = {}
+        self._installed: asyncio.Future[object] | None = None
+
+    def install(self) -> asyncio.Future[object]:
+        """Put the route in, once; the future is done when the browser routes through it."""
+        if self._installed is None:
+            self._installed = asyncio.ensure_future(self._put_in())
+        return self._installed
+
+    async def _put_in(self) -> object:
+        return await self.context.route("**/*", self._route)
+
+    async def _route(self, route: Route, request: Request) -> None:
+        handler = self.claimed.pop(request, None) or self.handler
+        if handler is None:
+            await route.fallback()
+        else:
+            await handler(route, request)
 
 
 class DispatchGate:
@@ -48,7 +92,14 @@ class DispatchGate:
         self.blocked: list[str] = []
         self.refusal: BaseException | None = None
         self._writes: set[asyncio.Task[None]] = set()
-        self._context: BrowserContext | None = None
+        self._route_in: ContextRoute | None = None
+        self._gating = False  # between install() and remove()
+        self._closed = False  # after remove(): what it claimed and still meets is aborted
+        self._undecided: set[Request] = set()  # dispatches seen, not yet released or aborted
+        self._deciding: set[Request] = set()  # of those, the ones in _decide now
+        self._decided: set[Request] = set()
+        self._settled = asyncio.Event()
+        self._settled.set()
 
     def arm(self, attempt: AttemptRecord) -> None:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
@@ -60,41 +111,102 @@ class DispatchGate:
         """Whether any request passed the gate (so ``dispatched_at`` is committed)."""
         return bool(self.released)
 
-    async def install(self, context: BrowserContext) -> None:
-        self._context = context
-        context.on("response", self._on_response)
+    def install(self, route: ContextRoute) -> asyncio.Future[object]:
+        """Take the context's route (putting it in if need be); the future is done when it is in place."""
+        self._route_in, self._gating = route, True
+        context = route.context
+        context.on("request", self._on_request)
+        context.on("requestfinished", self._on_finished)
         context.on("requestfailed", self._on_failed)
-        await context.route("**/*", self._route)
+        context.on("response", self._on_response)
+        context.on("close", self._on_close)
+        route.handler = self._route
+        return route.install()
 
     async def remove(self) -> None:
-        """Stop gating and wait for the outbox writes of responses already received.
+        """Stop gating, once every dispatch the browser has reported so far is decided.
 
-        The route comes off first, and that is awaited: a request intercepted before then reaches
-        ``_route`` ahead of the unroute's reply (one connection, in order), so it is still gated
-        (journaled, or aborted once the lease is gone) and never let through unjournaled.
+        A dispatch the browser reported while the gate was armed is this gate's to decide,
+        even if its route event reaches Python after the effect function has returned or
+        raised (the page did not wait for it): ``remove`` waits until each is journaled and
+        released, or aborted, or finished without the gate (fulfilled by a page route), so
+        the attempt's outcome is written knowing what left. Then it hands the route back and
+        waits for the responses' outbox writes. A claimed dispatch that still turns up later
+        (after :data:`SETTLE_WAIT`, or a closed context) is aborted: the attempt is decided.
         """
-        context, self._context = self._context, None
-        if context is None:
+        route = self._route_in
+        if route is None or not self._gating:
             return
+        self._gating = False
         try:
-            await context.unroute("**/*", self._route)
-        except Exception:  # the context may be closed already (lease lost)
-            pass
+            await asyncio.wait_for(self._settled.wait(), timeout=SETTLE_WAIT)
+        except asyncio.TimeoutError:
+            log.warning("dispatches the gate never saw decided; they will be aborted if they turn up",
+                        step_id=self.effect.id, requests=[f"{r.method} {r.url}" for r in self._undecided])
+        self._closed = True
+        if route.handler == self._route:
+            route.handler = None
         await self.flush()
-        context.remove_listener("response", self._on_response)
+        context = route.context
+        context.remove_listener("request", self._on_request)
+        context.remove_listener("requestfinished", self._on_finished)
         context.remove_listener("requestfailed", self._on_failed)
+        context.remove_listener("response", self._on_response)
+        context.remove_listener("close", self._on_close)
 
     async def flush(self) -> None:
         if self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 
     async def _route(self, route: Route, request: Request) -> None:
+        if self._closed:  # claimed while armed, met only now: the attempt is already decided
+            await self._abort(route, request, RuntimeError("the effect had ended before its dispatch reached the gate"))
+            return
         if self.attempt is None or not self.effect.is_dispatch(request.method, request.url, request):
             await route.fallback()
             return
+        self._undecided.add(request)
+        self._deciding.add(request)
+        self._settled.clear()
+        try:
+            await self._decide(route, request)
+        finally:
+            self._deciding.discard(request)
+            self._settle(request)
+
+    def _on_request(self, request: Request) -> None:
+        """Claim a dispatch the browser reports while armed: this gate decides it."""
+        if (self.attempt is None or self._closed or request in self._decided
+                or not self.effect.is_dispatch(request.method, request.url, request)):
+            return
+        self._undecided.add(request)
+        self._settled.clear()
+        assert self._route_in is not None
+        self._route_in.claimed[request] = self._route
+
+    def _settle(self, request: Request) -> None:
+        self._decided.add(request)
+        self._undecided.discard(request)
+        if self._route_in is not None:
+            self._route_in.claimed.pop(request, None)
+        if not self._undecided:
+            self._settled.set()
+
+    def _on_finished(self, request: Request) -> None:
+        if request in self._undecided and request not in self._deciding:  # served without the gate (a page route)
+            self._settle(request)
+
+    def _on_close(self, _: object) -> None:
+        """Nothing more leaves a closed context."""
+        for request in list(self._undecided):
+            self._settle(request)
+
+    async def _decide(self, route: Route, request: Request) -> None:
+        assert self.attempt is not None
         if self.refusal is not None or not self.is_alive():
             await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
             return
+        faults.hit("dispatch_held", self.effect.id)  # the request waits in the browser until we answer
         faults.hit("lease_expired_while_alive", self.effect.id)  # chaos pauses here past the lease
         try:
             outbox_id = await self.store.call(self.store.store.mark_dispatched, self.attempt, self.epoch,
@@ -145,6 +257,8 @@ class DispatchGate:
         faults.hit("after_response", self.effect.id)
 
     def _on_failed(self, request: Request) -> None:
+        if request in self._undecided and request not in self._deciding:  # cancelled before it reached the gate
+            self._settle(request)
         outbox_id = self.released.get(request)
         if outbox_id is None:
             return
@@ -178,28 +292,29 @@ class ActionGuard:
         self.mode = mode
         self.report = report
         self.seen: list[str] = []
-        self._context: BrowserContext | None = None
+        self._route_in: ContextRoute | None = None
 
-    async def install(self, context: BrowserContext) -> None:
+    def install(self, route: ContextRoute) -> asyncio.Future[object] | None:
+        """Start watching; in ``fail`` mode by taking the context's route (the awaitable is
+        done when it is in place)."""
         if self.action.sends:
-            return
-        self._context = context
+            return None
+        self._route_in = route
         if self.mode == "fail":
-            await context.route("**/*", self._route)
-        else:
-            context.on("request", self._on_request)
+            route.handler = self._route
+            return route.install()
+        route.context.on("request", self._on_request)
+        return None
 
-    async def remove(self) -> None:
-        ctx, self._context = self._context, None
-        if ctx is None:
+    def remove(self) -> None:
+        route, self._route_in = self._route_in, None
+        if route is None:
             return
         if self.mode == "fail":
-            try:
-                await ctx.unroute("**/*", self._route)
-            except Exception:
-                pass
+            if route.handler == self._route:
+                route.handler = None
         else:
-            ctx.remove_listener("request", self._on_request)
+            route.context.remove_listener("request", self._on_request)
 
     def _note(self, request: Request) -> bool:
         if not is_dispatch(None, request.method, request.url):
@@ -211,7 +326,7 @@ class ActionGuard:
     def _on_request(self, request: Request) -> None:
         self._note(request)
 
-    async def _route(self, route: Route, request: Request) -> Any:
+    async def _route(self, route: Route, request: Request) -> None:
         if self._note(request):
             await route.abort("blockedbyclient")
         else:

@@ -26,6 +26,7 @@ def test_chaos_every_point_lands_exactly_once(bw: BW, shop: Any) -> None:
         assert (r["verdict"], r["landings"], r["probe"], r["run_state"]) == ("ok", 1, "count", "SUCCEEDED"), point
     # the classification each point must end in (issue table)
     assert results["after_intent_commit"]["classification"] == "FAILED_BEFORE_SEND (recovery:no_dispatch)"
+    assert results["dispatch_held"]["classification"] == "FAILED_BEFORE_SEND (recovery:no_dispatch)"
     assert results["lease_expired_while_alive"]["classification"] == "FAILED_BEFORE_SEND (recovery:no_dispatch)"
     assert results["after_dispatch_commit"]["classification"] == "NOT_DONE (verifier)"
     assert results["after_response"]["decision"] == "SUCCEEDED by outbox"

@@ -6,6 +6,10 @@ reference) and what the journal says decided it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,83 @@ def test_a_killed_after_intent_before_click_replays_without_verifying(bw: BW, sh
     assert (second["state"], second["decided_by"]) == ("SUCCEEDED", "return")
     assert first["request_key"] == second["request_key"] == f"{run_id}/submit"
     assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries ``BW_TEST_TAG=tag`` (the worker, its driver, its Chromium)."""
+    needle = f"BW_TEST_TAG={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(tag: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while (alive := tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive, f"still running after {timeout}s: {alive}"
+
+
+def test_killed_while_the_gate_holds_the_request_sends_nothing(bw: BW, shop: Any, run_id: str) -> None:
+    """SIGKILL while the gate holds the intercepted POST (before its dispatch commit): the held
+    request dies with the worker. Playwright's driver would release it on shutdown and Chromium
+    would resume it when its controller goes, so both are made to die with the worker; once every
+    process of that worker is gone the shop has no order, and the resume replays it exactly once."""
+    tag = uuid.uuid4().hex
+    received_before = shop.inflight()["received"]
+    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
+                         env={"BROWSERWORKER_FAULTS": "dispatch_held:submit=kill", "BW_TEST_TAG": tag})
+    assert killed.returncode == -9
+    wait_until_gone(tag)
+    [intent] = submit_attempts(bw, run_id)
+    assert intent["state"] == "INTENT" and intent["dispatched_at"] is None
+    assert shop.inflight()["received"] == received_before  # the POST never reached the shop
+    assert shop.orders(f"{run_id}/submit") == []
+
+    resume(bw, "place_order.py", run_id)
+    first, second = submit_attempts(bw, run_id)
+    assert (first["state"], first["decided_by"]) == ("FAILED_BEFORE_SEND", "recovery:no_dispatch")
+    assert second["state"] == "SUCCEEDED"
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def test_a_killed_worker_takes_its_driver_and_browser_with_it(bw: BW, shop: Any, run_id: str) -> None:
+    """The Playwright driver and Chromium die with the worker: SIGKILL of the worker kills the
+    driver, whose death kills the browser (parent-death signals). Both are stopped (SIGSTOP)
+    first, so neither could notice and shut down by itself: only those kills can end them."""
+    import signal
+
+    from browserworker.chaos import _wait_stopped
+
+    tag = uuid.uuid4().hex
+    proc = bw.start_flow("place_order.py", *inputs(shop), "--run-id", run_id,
+                         env={"BROWSERWORKER_FAULTS": "dispatch_held:submit=stop", "BW_TEST_TAG": tag})
+    assert _wait_stopped(proc.pid, proc, timeout=60)
+    family = {pid: Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1] for pid in tagged_processes(tag)}
+    [driver] = [pid for pid, ppid in family.items() if int(ppid) == proc.pid]
+    [browser] = [pid for pid, ppid in family.items() if int(ppid) == driver]
+    try:
+        os.kill(driver, signal.SIGSTOP)
+        os.kill(browser, signal.SIGSTOP)
+        sigkill(proc)
+        deadline = time.monotonic() + 30
+        while {driver, browser} & set(tagged_processes(tag)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not {driver, browser} & set(tagged_processes(tag))
+    finally:
+        for pid in tagged_processes(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert shop.orders(f"{run_id}/submit") == []
 
 
 def test_b_killed_after_the_post_reached_the_sandbox_is_verified(bw: BW, shop: Any, run_id: str) -> None:

@@ -66,3 +66,18 @@ def test_paused_between_dispatch_commit_and_release_sends_nothing(bw: BW, shop: 
     assert (first["state"], first["decided_by"]) == ("NOT_DONE", "verifier")
     assert second["state"] == "SUCCEEDED"
     assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def test_an_effect_that_fails_while_its_post_is_held_still_journals_the_post(bw: BW, shop: Any, run_id: str) -> None:
+    """The effect starts the order POST and raises while the gate is still waiting to journal
+    that POST (another process holds the write lock). Ending the effect must not let the held
+    POST go unjournaled: the gate journals it, then releases it, so the attempt counts as
+    dispatched with an unknown outcome, the verifier finds the order, and nothing is replayed."""
+    flow = Path(__file__).parent / "flows" / "raise_while_held.py"
+    done = bw.run("run", str(flow), "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=tea",
+                  "--run-id", run_id, env={"BW_TEST_DB": str(bw.db)})
+    assert done.returncode == 0, done.stderr
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    [attempt] = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "submit"]
+    assert attempt["dispatched_at"] is not None
+    assert (attempt["state"], attempt["decided_by"]) == ("SUCCEEDED", "verifier")

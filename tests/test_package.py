@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 import browserworker
-from browserworker.browser import find_chromium
+from browserworker.browser import find_chromium, tethered
 from browserworker.errors import BrowserNotFound
 
 
@@ -44,6 +48,36 @@ def test_managed_browser_before_system(tmp_path: Path) -> None:
     env = {"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "pw"), "PATH": str(system.parent)}
     assert find_chromium(env) == str(new) != str(old)
     assert find_chromium({"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "none"), "PATH": str(system.parent)}) == str(system)
+
+
+PDEATHSIG = """import ctypes
+sig = ctypes.c_int()
+ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
+print(sig.value)"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None,
+                    reason="parent-death signals are a Linux feature (setpriv)")
+def test_tethered_executable_dies_with_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver and the browser are started through a wrapper that sets their parent-death
+    signal to SIGKILL; arguments pass through untouched. A shared directory is refused."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    wrapper = tethered(sys.executable)
+    assert wrapper != sys.executable and Path(wrapper).parent == tmp_path / f"browserworker-{os.getuid()}"
+    done = subprocess.run([wrapper, "-c", PDEATHSIG], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "9"  # SIGKILL
+    plain = subprocess.run([sys.executable, "-c", PDEATHSIG], capture_output=True, text=True, check=True)
+    assert plain.stdout.strip() == "0"
+    assert tethered(sys.executable) == wrapper  # written once, reused
+
+    (tmp_path / f"browserworker-{os.getuid()}").chmod(0o777)
+    assert tethered(sys.executable) == sys.executable  # not private: untethered, with a warning
+
+
+def test_untethered_without_setpriv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the wrapper cannot be made, the executable is used as it is."""
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    assert tethered("/usr/bin/chromium") == "/usr/bin/chromium"
 
 
 def test_no_browser_says_how_to_fix(tmp_path: Path) -> None:

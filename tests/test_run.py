@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,3 +82,24 @@ def test_finished_run_is_not_run_again(bw: BW, shop: Any, run_id: str) -> None:
     assert again.returncode == 0, again.stderr
     assert len(shop.orders(f"{run_id}/submit")) == 1
     assert len(effect_attempts(bw.show(run_id))) == 1
+
+
+@pytest.mark.parametrize("mode", ["warn", "fail"])
+def test_an_action_that_posts_is_reported_or_stopped(bw: BW, shop: Any, run_id: str, mode: str) -> None:
+    """An action that sends a non-GET request is an undeclared side effect: with
+    ``undeclared_effects="warn"`` it goes through and is reported; with ``"fail"`` the request
+    is aborted in the browser (the shop never sees it) and the run fails."""
+    received = shop.inflight()["received"]
+    done = bw.run("run", str(Path(__file__).parent / "flows" / "undeclared_post.py"), "--db", str(bw.db),
+                  "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id,
+                  env={"BW_TEST_UNDECLARED": mode})
+    assert "undeclared side effect: POST" in done.stderr
+    [attempt] = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "sneaky"]
+    if mode == "warn":
+        assert done.returncode == 0, done.stderr
+        assert len(shop.orders(f"{run_id}/sneaky")) == 1
+        assert attempt["state"] == "SUCCEEDED" and attempt["evidence"]["undeclared_requests"]
+    else:
+        assert done.returncode != 0
+        assert shop.inflight()["received"] == received and shop.orders(f"{run_id}/sneaky") == []
+        assert attempt["state"] == "FAILED"

@@ -234,11 +234,22 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
         integrity = store.integrity_check()
     finally:
         store.close()
-    orders = collections.Counter(o["reference"] for o in shop.orders() if o["reference"].startswith(prefix))
+    placed = [o for o in shop.orders() if o["reference"].startswith(prefix)]
+    orders = collections.Counter(o["reference"] for o in placed)
 
     # no run lost: every run enqueued is there, and nothing else
     assert sorted(runs) == sorted(kinds), context
     assert integrity == "ok", context
+    # no duplicate; if there is one, say what the journal and the shop saw, and when
+    duplicates = {ref: n for ref, n in orders.items() if n > 1}
+    assert duplicates == {}, "\n".join(
+        [f"duplicate orders {duplicates}"]
+        + [f"  {o['reference']}: order {o['id']} created at {o['created_at']:.3f}" for o in placed
+           if o["reference"] in duplicates]
+        + [f"  {a.run_id}/{a.step_id} #{a.attempt_no} {a.state} by {a.decided_by}, worker {a.worker}, epoch "
+           f"{a.lease_epoch}, intent {a.intent_at:.3f}, dispatched {a.dispatched_at}, finished {a.finished_at}"
+           for ref in duplicates for a in attempts[ref.rpartition("/")[0]]]
+        + [context])
     for run_id, kind in kinds.items():
         run, ref = runs[run_id], f"{run_id}/submit"
         succeeded = [a for a in attempts[run_id] if a.state == "SUCCEEDED"]
@@ -251,8 +262,6 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
             assert orders[ref] <= 1, (run_id, orders[ref], context)
             if run.state == "SUCCEEDED":
                 assert orders[ref] == 1 and len(succeeded) == 1, (run_id, attempts[run_id], context)
-    duplicates = {ref: n for ref, n in orders.items() if n > 1}
-    assert duplicates == {}, context
     # every verifier "done" is a duplicate prevented, and the journal says so exactly once
     by_verifier = {(i, a.step_id, a.attempt_no) for i, atts in attempts.items() for a in atts
                    if a.decided_by == "verifier" and a.state == "SUCCEEDED"}
