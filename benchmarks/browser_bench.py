@@ -136,7 +136,7 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     """
     out = []
     for n in levels:
-        runs = {1: 12, 4: 24}.get(n, 5 * n)
+        runs = {1: 12, 4: 24}.get(n, 4 * n)
         ours_t, ours_m, plain_t, plain_m = [], [], [], []
         for _ in range(reps):  # alternate, so drift hits both sides alike
             t, m = _plain_concurrency(base_url, n, runs)
