@@ -74,6 +74,7 @@ class Supervisor:
         self.logs = logs
         self.rng = rng
         self.procs: list[subprocess.Popen[str] | None] = [None] * WORKERS
+        self.log_of: list[Path | None] = [None] * WORKERS
         self.restart_at: list[float | None] = [None] * WORKERS
         self.started = 0
         self.kills = 0
@@ -90,6 +91,7 @@ class Supervisor:
         log = self.logs / f"worker{slot}-{self.started}.log"
         self.procs[slot] = start_worker(self.db, "-n", "3", "--lease-ttl", str(TTL), "--max-lease-losses", "100",
                                         "--grace", "10", log=log)
+        self.log_of[slot] = log
         self.restart_at[slot] = None
         self.note(f"started worker {slot} (pid {self.procs[slot].pid}, log {log.name})")
 
@@ -146,12 +148,16 @@ class Supervisor:
             self.note(f"SIGCONT worker {slot} after {now - since:.1f}s (lease {TTL:g}s)")
 
     def stop_all(self) -> list[int | None]:
+        """SIGTERM every worker (each must exit 0), once it is up: a worker restarted just before
+        the drain ended may still be starting, and SIGTERM before its handler is in place is
+        Python's default exit (-15), which says nothing about its shutdown."""
         codes = []
-        for proc in self.procs:
+        for proc, log in zip(self.procs, self.log_of, strict=True):
             if proc is None:
                 continue
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
+                wait_started(proc, log)
                 proc.send_signal(signal.SIGTERM)
             try:
                 codes.append(proc.wait(timeout=90))
@@ -159,6 +165,15 @@ class Supervisor:
                 proc.kill()
                 codes.append(proc.wait(timeout=30))
         return codes
+
+
+def wait_started(proc: subprocess.Popen[str], log: Path | None, timeout: float = 60) -> None:
+    """Until the worker has logged "worker started" (its signal handlers are in), or has exited."""
+    deadline = time.monotonic() + timeout
+    while log is not None and proc.poll() is None and time.monotonic() < deadline:
+        if log.exists() and '"worker started"' in log.read_text(errors="replace"):
+            return
+        time.sleep(0.05)
 
 
 def enqueue_mix(db: Path, shop: Any, rng: random.Random, prefix: str) -> dict[str, str]:
