@@ -106,7 +106,7 @@ _NODE_ENV = "PLAYWRIGHT_NODEJS_PATH"  # how playwright-python lets one choose th
 def tethered(executable: str) -> str:
     """An executable that runs ``executable`` with its parent-death signal set to SIGKILL.
 
-    It is a two-line shell script in a private directory (``setpriv`` keeps the signal
+    It is a small shell script in a private directory (``setpriv`` keeps the signal
     across ``exec``). Returns ``executable`` itself where that cannot be done (not Linux, no
     ``setpriv``, no private directory): the process then outlives a killed parent briefly.
     """
@@ -123,11 +123,10 @@ def tethered(executable: str) -> str:
             tmp.write_text(script)
             tmp.chmod(0o700)
             os.replace(tmp, path)
+        if not os.access(path, os.X_OK):  # e.g. a temporary directory mounted noexec
+            raise OSError(f"{path} cannot run")
     except OSError as exc:
         log.warning("cannot tie the browser to this process", executable=executable, error=str(exc))
-        return executable
-    if not os.access(path, os.X_OK):  # e.g. a temporary directory mounted noexec
-        log.warning("cannot tie the browser to this process", executable=executable, error=f"{path} cannot run")
         return executable
     return str(path)
 

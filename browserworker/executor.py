@@ -259,9 +259,7 @@ class Executor:
         guard = ActionGuard(step, mode=self.flow.undeclared_effects, report=report)
         await self._before(ctx, step, context)
         assert self._route is not None
-        installing = guard.install(self._route)
-        if installing is not None:
-            await installing
+        await guard.install(self._route)
         try:
             value = await step.fn(ctx)
         except LeaseLost:

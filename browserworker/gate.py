@@ -93,7 +93,6 @@ class DispatchGate:
         self.refusal: BaseException | None = None
         self._writes: set[asyncio.Task[None]] = set()
         self._route_in: ContextRoute | None = None
-        self._gating = False  # between install() and remove()
         self._closed = False  # after remove(): what it claimed and still meets is aborted
         self._undecided: set[Request] = set()  # dispatches seen, not yet released or aborted
         self._deciding: set[Request] = set()  # of those, the ones in _decide now
@@ -113,7 +112,7 @@ class DispatchGate:
 
     def install(self, route: ContextRoute) -> asyncio.Future[object]:
         """Take the context's route (putting it in if need be); the future is done when it is in place."""
-        self._route_in, self._gating = route, True
+        self._route_in = route
         context = route.context
         context.on("request", self._on_request)
         context.on("requestfinished", self._on_finished)
@@ -135,9 +134,8 @@ class DispatchGate:
         (after :data:`SETTLE_WAIT`, or a closed context) is aborted: the attempt is decided.
         """
         route = self._route_in
-        if route is None or not self._gating:
+        if route is None or self._closed:
             return
-        self._gating = False
         try:
             await asyncio.wait_for(self._settled.wait(), timeout=SETTLE_WAIT)
         except asyncio.TimeoutError:
@@ -294,17 +292,16 @@ class ActionGuard:
         self.seen: list[str] = []
         self._route_in: ContextRoute | None = None
 
-    def install(self, route: ContextRoute) -> asyncio.Future[object] | None:
-        """Start watching; in ``fail`` mode by taking the context's route (the awaitable is
-        done when it is in place)."""
+    async def install(self, route: ContextRoute) -> None:
+        """Start watching; in ``fail`` mode by taking the context's route."""
         if self.action.sends:
-            return None
+            return
         self._route_in = route
         if self.mode == "fail":
             route.handler = self._route
-            return route.install()
-        route.context.on("request", self._on_request)
-        return None
+            await route.install()
+        else:
+            route.context.on("request", self._on_request)
 
     def remove(self) -> None:
         route, self._route_in = self._route_in, None

@@ -70,11 +70,16 @@ def tagged_processes(tag: str) -> list[int]:
     return found
 
 
-def wait_until_gone(tag: str, timeout: float = 30) -> None:
+def wait_until_gone(tag: str, only: set[int] | None = None, timeout: float = 30) -> None:
+    """Poll until no process tagged ``tag`` (of ``only``, if given) is alive; fail after ``timeout``."""
+    def alive() -> set[int]:
+        found = set(tagged_processes(tag))
+        return found if only is None else found & only
+
     deadline = time.monotonic() + timeout
-    while (alive := tagged_processes(tag)) and time.monotonic() < deadline:
+    while (left := alive()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive, f"still running after {timeout}s: {alive}"
+    assert not left, f"still running after {timeout}s: {sorted(left)}"
 
 
 def test_killed_while_the_gate_holds_the_request_sends_nothing(bw: BW, shop: Any, run_id: str) -> None:
@@ -119,10 +124,7 @@ def test_a_killed_worker_takes_its_driver_and_browser_with_it(bw: BW, shop: Any,
         os.kill(driver, signal.SIGSTOP)
         os.kill(browser, signal.SIGSTOP)
         sigkill(proc)
-        deadline = time.monotonic() + 30
-        while {driver, browser} & set(tagged_processes(tag)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not {driver, browser} & set(tagged_processes(tag))
+        wait_until_gone(tag, only={driver, browser})
     finally:
         for pid in tagged_processes(tag):
             with contextlib.suppress(ProcessLookupError):
