@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import structlog
 from playwright.async_api import BrowserContext, Page
@@ -36,6 +36,8 @@ from .store.records import AttemptRecord, Owner, RunRecord
 __all__ = ["Executor", "PassOutcome"]
 
 log = structlog.get_logger("browserworker")
+
+T = TypeVar("T")
 
 MAX_BACKOFF = 10.0
 
@@ -97,6 +99,7 @@ class Executor:
         self._route: ContextRoute | None = None  # the gate's route in this pass's context
         self._restored_at: float | None = None  # the run was restored from a backup (see _restore_gap)
         self._starting: asyncio.Future[Any] | None = None  # the RUNNING transition, in flight
+        self._ending: asyncio.Future[RunRecord] | None = None  # the SUCCEEDED transition, in flight
         self.log = log.bind(run_id=run.id, flow=flow.name, worker_id=owner.worker, lease_epoch=self.epoch)
 
     # -- plumbing -------------------------------------------------------------------
@@ -167,7 +170,9 @@ class Executor:
             while True:
                 outcome = await self._pass()
                 if outcome.kind == "done":
-                    final = await self._finish(RunState.SUCCEEDED, None, "all steps succeeded")
+                    ending, self._ending = self._ending, None
+                    assert ending is not None
+                    final = await ending
                     break
                 if outcome.kind in _ENDINGS:
                     state, decision = _ENDINGS[outcome.kind]
@@ -181,9 +186,11 @@ class Executor:
                 if outcome.backoff:
                     await asyncio.sleep(outcome.backoff)
         finally:
-            starting, self._starting = self._starting, None
-            if starting is not None:  # never left behind; a failure of it is a lost lease, raised already
-                await asyncio.gather(starting, return_exceptions=True)
+            for attr in ("_starting", "_ending"):  # never left behind; a failure is a lost lease, raised already
+                left = getattr(self, attr)
+                setattr(self, attr, None)
+                if left is not None:
+                    await asyncio.gather(left, return_exceptions=True)
         self.hooks.run_finished(final)
         return final
 
@@ -203,15 +210,22 @@ class Executor:
         async with self.browser.context() as context:
             self._context, self._route = context, ContextRoute(context)
             try:
+                steps = self.flow.steps
+                if steps and isinstance(steps[0], Effect):  # nothing to intercept yet: route now
+                    self._route.install()
                 page = await self._new_page(context)
                 await self._started()
-                for step in self.flow.steps:
+                for i, step in enumerate(steps):
                     await self._boundary()
                     if isinstance(step, Effect):
                         results[step.id] = await self._effect(step, context, page, results)
                     else:
                         assert isinstance(step, Action)
-                        results[step.id] = await self._action(step, context, page, results)
+                        then_effect = i + 1 < len(steps) and isinstance(steps[i + 1], Effect)
+                        results[step.id] = await self._action(step, context, page, results, then_effect)
+                # Every step succeeded: nothing more leaves this context, so the run's end is
+                # committed while the context closes, not after.
+                self._ending = asyncio.ensure_future(self._finish(RunState.SUCCEEDED, None, "all steps succeeded"))
             except _Again as again:
                 return PassOutcome("again", str(again), again.backoff)
             except _Stop as stop:
@@ -244,7 +258,8 @@ class Executor:
 
     # -- actions ----------------------------------------------------------------------
 
-    async def _action(self, step: Action, context: BrowserContext, page: Page, results: dict[str, Any]) -> Any:
+    async def _action(self, step: Action, context: BrowserContext, page: Page, results: dict[str, Any],
+                      then_effect: bool = False) -> Any:
         fp = self.flow.fingerprint(step, self.inputs, results)
         self.hooks.step_started(self.run, step.id, "action")
         attempt = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "action",
@@ -260,8 +275,10 @@ class Executor:
         await self._before(ctx, step, context)
         assert self._route is not None
         await guard.install(self._route)
+        if then_effect:  # the browser intercepts by the time the effect's route goes in
+            self._route.prepare()
         try:
-            value = await step.fn(ctx)
+            value = await _in_own_task(step.fn(ctx))
         except LeaseLost:
             raise
         except Exception as exc:
@@ -420,7 +437,7 @@ class Executor:
         raised: BaseException | None = None
         value: Any = None
         try:
-            value = await step.fn(ctx)
+            value = await _in_own_task(step.fn(ctx))
         except LeaseLost:
             raise
         except Exception as exc:
@@ -437,7 +454,7 @@ class Executor:
                 raise StoreError(f"the dispatch of {step.id} could not be journaled, so it was not sent: "
                                  f"{gate.refusal}")
         faults.hit("before_outcome_commit", step.id)
-        outbox = await self._db("outbox", attempt.id)
+        outbox = gate.outbox
         verdict = classify_attempt(raised=raised, returned=_jsonable(value), dispatched=gate.dispatched,
                                    outbox=outbox, judge=self._judge(step),
                                    confirm=step.judge if step.confirm is not None else None)
@@ -537,7 +554,7 @@ class Executor:
         while True:
             asked += 1
             try:
-                verdict = await step.verifier(ctx)
+                verdict = await _in_own_task(step.verifier(ctx))
                 if not isinstance(verdict, Verdict):
                     verdict = Verdict.unknown(f"verifier returned {verdict!r}, not a Verdict")
             except LeaseLost:
@@ -576,6 +593,16 @@ class Executor:
             rlog.info("verifier: not done; replaying with the same key", state=str(done.state))
             self.hooks.outcome(done)
             raise _Again(f"{step.id} verified not done: replay with the same key")
+
+
+async def _in_own_task(step: Awaitable[T]) -> T:
+    """Await a flow's step function in a task of its own.
+
+    Playwright captures the caller's stack on every API call and reads the locals of each
+    frame outside its own package; in a task of its own, a step's stack is its own frames,
+    not the executor's and the worker's as well. Cancelling the caller cancels the step.
+    """
+    return await asyncio.ensure_future(step)
 
 
 class _ReplayNow:

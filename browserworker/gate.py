@@ -15,7 +15,10 @@ because taking a route off makes Playwright's driver let go of whatever that rou
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import structlog
 from playwright.async_api import BrowserContext, Request, Response, Route
@@ -25,7 +28,7 @@ from .errors import LeaseLost, StoreError
 from .flow import Action, Effect, is_dispatch
 from .hooks import ExecutorHooks
 from .store.aio import AsyncStore
-from .store.records import AttemptRecord
+from .store.records import AttemptRecord, OutboxRecord
 
 __all__ = ["ActionGuard", "ContextRoute", "DispatchGate"]
 
@@ -56,11 +59,20 @@ class ContextRoute:
         self.handler: RouteHandler | None = None
         self.claimed: dict[Request, RouteHandler] = {}
         self._installed: asyncio.Future[object] | None = None
+        self._prepared: asyncio.Future[object] | None = None
+
+    def prepare(self) -> None:
+        """Turn the browser's request interception on ahead of :meth:`install`, without routing
+        any request to Python yet (a pattern that matches no URL: the driver lets each request
+        go on by itself). Putting the route in is then quick: interception is already on, so
+        the driver only widens its patterns. For the step before a context's first effect."""
+        if self._prepared is None and self._installed is None:
+            self._prepared = _background(self.context.route(_NO_URL, _never_routed))
 
     def install(self) -> asyncio.Future[object]:
         """Put the route in, once; the future is done when the browser routes through it."""
         if self._installed is None:
-            self._installed = asyncio.ensure_future(self._put_in())
+            self._installed = _background(self._put_in())
         return self._installed
 
     async def _put_in(self) -> object:
@@ -72,6 +84,21 @@ class ContextRoute:
             await route.fallback()
         else:
             await handler(route, request)
+
+
+_NO_URL = re.compile(r"(?!)")  # matches no URL
+
+
+async def _never_routed(route: Route) -> None:  # pragma: no cover - _NO_URL matches nothing
+    await route.fallback()
+
+
+def _background(work: Awaitable[object]) -> asyncio.Future[object]:
+    """Start ``work``; its failure is retrieved even if nobody awaits it (a context that
+    closed before its first effect)."""
+    future = asyncio.ensure_future(work)
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
 
 
 class DispatchGate:
@@ -89,6 +116,7 @@ class DispatchGate:
         self.is_alive = is_alive
         self.holds_lease = holds_lease or is_alive
         self.released: dict[Request, int] = {}
+        self._outbox: dict[int, OutboxRecord] = {}  # the rows this gate wrote, as committed
         self.blocked: list[str] = []
         self.refusal: BaseException | None = None
         self._writes: set[asyncio.Task[None]] = set()
@@ -104,6 +132,12 @@ class DispatchGate:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
         lets every request through untouched: nothing of the effect has run yet."""
         self.attempt = attempt
+
+    @property
+    def outbox(self) -> list[OutboxRecord]:
+        """This attempt's outbox rows as this gate committed them (it is the only writer of a
+        new attempt's outbox), so the outcome is decided without reading them back."""
+        return [self._outbox[key] for key in sorted(self._outbox)]
 
     @property
     def dispatched(self) -> bool:
@@ -213,6 +247,11 @@ class DispatchGate:
             self.refusal = exc
             await self._abort(route, request, exc)
             return
+        a = self.attempt
+        self._outbox[outbox_id] = OutboxRecord(
+            id=outbox_id, attempt_id=a.id, run_id=a.run_id, step_id=a.step_id, method=request.method, url=request.url,
+            released_at=time.time(), status=None, response_url=None, headers=None, response_at=None, failure=None,
+            failed_at=None)
         self.released[request] = outbox_id
         faults.hit("after_dispatch_commit", self.effect.id)
         if not self.holds_lease():
@@ -250,6 +289,10 @@ class DispatchGate:
     async def _record_response(self, outbox_id: int, response: Response) -> None:
         headers = _key_headers(response)
         await self.store.call(self.store.store.record_response, outbox_id, response.status, response.url, headers)
+        row = self._outbox[outbox_id]
+        if row.response_at is None:  # as the store's update: the first answer stands
+            self._outbox[outbox_id] = replace(row, status=response.status, response_url=response.url,
+                                              headers=headers, response_at=time.time())
         assert self.attempt is not None  # only an armed gate releases requests
         self.hooks.response(self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
@@ -260,10 +303,15 @@ class DispatchGate:
         outbox_id = self.released.get(request)
         if outbox_id is None:
             return
-        task = asyncio.ensure_future(
-            self.store.call(self.store.store.record_request_failed, outbox_id, request.failure or "failed"))
+        task = asyncio.ensure_future(self._record_failure(outbox_id, request.failure or "failed"))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+
+    async def _record_failure(self, outbox_id: int, failure: str) -> None:
+        await self.store.call(self.store.store.record_request_failed, outbox_id, failure)
+        row = self._outbox[outbox_id]
+        if row.response_at is None and row.failure is None:
+            self._outbox[outbox_id] = replace(row, failure=failure, failed_at=time.time())
 
 
 _KEY_HEADERS = ("location", "content-type", "content-length", "date", "etag", "x-request-id", "idempotency-key",

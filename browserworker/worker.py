@@ -154,12 +154,19 @@ class Worker:
 
     async def _loop(self, astore: AsyncStore, session: BrowserSession) -> None:
         s = self.settings
-        last_reclaim = 0.0
+        await self._reclaim(astore)  # before the first claim: lost runs first
+        last_reclaim = time.monotonic()
+        reclaiming: asyncio.Task[None] | None = None
         while not self._stop.is_set():
             now = time.monotonic()
-            if now - last_reclaim >= min(0.5, s.lease.heartbeat_every):
+            if now - last_reclaim >= min(0.5, s.lease.heartbeat_every) and (reclaiming is None or reclaiming.done()):
+                # beside the claims, not in front of them: the runs it requeues are claimed
+                # when it ends (it wakes this loop)
                 last_reclaim = now
-                await self._reclaim(astore)
+                reclaiming = asyncio.create_task(self._reclaim(astore), name="worker-reclaim")
+            if reclaiming is not None and reclaiming.done():
+                reclaiming = None
+            reclaimed = reclaiming is None  # every run it requeued is claimable from here on
             claimed_any = False
             while len(self._active) < s.concurrency and not self._stop.is_set():
                 try:
@@ -174,13 +181,17 @@ class Worker:
                 task = asyncio.create_task(self._execute(astore, session, run), name=f"run-{run.id}")
                 self._active[task] = None
                 task.add_done_callback(self._active.pop)
-            if s.once and not self._active and not claimed_any:
+            if s.once and not self._active and not claimed_any and reclaimed:
                 return
             waiters: set[asyncio.Future[Any]] = set(self._active)
+            if reclaiming is not None:
+                waiters.add(reclaiming)
             stop_wait = asyncio.ensure_future(self._stop.wait())
             waiters.add(stop_wait)
             await asyncio.wait(waiters, timeout=s.poll_interval, return_when=asyncio.FIRST_COMPLETED)
             stop_wait.cancel()
+        if reclaiming is not None:
+            await reclaiming
 
     async def _drain(self) -> None:
         if not self._active:
