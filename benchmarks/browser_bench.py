@@ -40,7 +40,7 @@ def _timed(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def ten_steps(base_url: str, reps: int = 11) -> dict[str, Any]:
+def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
     """(a) `browserworker run` of a 6-action/4-effect flow vs the same steps as a plain script."""
     ours, plain = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,17 +126,18 @@ def _plain_concurrency(base_url: str, n: int, runs: int) -> tuple[float, int]:
     return span["last_finish"] - span["first_start"], peak
 
 
-def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 5) -> list[dict[str, Any]]:
+def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 4) -> list[dict[str, Any]]:
     """(e) runs/min and peak PSS for N concurrent flows on one Chromium, ours vs plain.
 
     Throughput is the drain's steady state: first run started to last run finished, so the
     process and browser start-up (the same on both sides) does not dilute the comparison.
-    Five alternating repetitions: a single drain of the same side varies by up to a third on
-    this 2-core machine. Every drain's seconds are kept in the JSON.
+    Four alternating repetitions of 12/24/24 runs (a single drain of the same side varies by
+    up to a third on this 2-core machine, by up to half on a slow day; more would not fit
+    `make bench` in 15 minutes there). Every drain's seconds are kept in the JSON.
     """
     out = []
     for n in levels:
-        runs = {1: 12, 4: 24}.get(n, 4 * n)
+        runs = {1: 12}.get(n, 24)
         ours_t, ours_m, plain_t, plain_m = [], [], [], []
         for _ in range(reps):  # alternate, so drift hits both sides alike
             t, m = _plain_concurrency(base_url, n, runs)

@@ -50,8 +50,11 @@ def precompile() -> None:
         compileall.compile_dir(str(folder), quiet=1)
 
 
+_START = time.monotonic()
+
+
 def say(text: str) -> None:
-    print(f"[bench] {text}", file=sys.stderr, flush=True)
+    print(f"[bench {time.monotonic() - _START:4.0f}s] {text}", file=sys.stderr, flush=True)
 
 
 def main() -> int:
@@ -88,6 +91,7 @@ def main() -> int:
     (RESULTS / "latest.md").write_text(table)
     chart(out, RESULTS / "latest.png")
     print(table)
+    say("done")
     return 0
 
 

@@ -61,13 +61,14 @@ class ContextRoute:
         self._installed: asyncio.Future[object] | None = None
         self._prepared: asyncio.Future[object] | None = None
 
-    def prepare(self) -> None:
+    def prepare(self) -> asyncio.Future[object] | None:
         """Turn the browser's request interception on ahead of :meth:`install`, without routing
         any request to Python yet (a pattern that matches no URL: the driver lets each request
         go on by itself). Putting the route in is then quick: interception is already on, so
         the driver only widens its patterns. For the step before a context's first effect."""
         if self._prepared is None and self._installed is None:
             self._prepared = _background(self.context.route(_NO_URL, _never_routed))
+        return self._prepared
 
     def install(self) -> asyncio.Future[object]:
         """Put the route in, once; the future is done when the browser routes through it."""
