@@ -186,11 +186,11 @@ class Executor:
                 if outcome.backoff:
                     await asyncio.sleep(outcome.backoff)
         finally:
-            for attr in ("_starting", "_ending"):  # never left behind; a failure is a lost lease, raised already
-                left = getattr(self, attr)
-                setattr(self, attr, None)
-                if left is not None:
-                    await asyncio.gather(left, return_exceptions=True)
+            # never left behind; a failure of either is a lost lease, raised already
+            left = [f for f in (self._starting, self._ending) if f is not None]
+            self._starting = self._ending = None
+            if left:
+                await asyncio.gather(*left, return_exceptions=True)
         self.hooks.run_finished(final)
         return final
 
