@@ -131,13 +131,14 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
 
     Throughput is the drain's steady state: first run started to last run finished, so the
     process and browser start-up (the same on both sides) does not dilute the comparison.
-    Four alternating repetitions of 12/24/24 runs (a single drain of the same side varies by
-    up to a third on this 2-core machine, by up to half on a slow day; more would not fit
-    `make bench` in 15 minutes there). Every drain's seconds are kept in the JSON.
+    Four alternating repetitions of 12/24/32 runs (a single drain of the same side varies by
+    up to a third on this 2-core machine, by up to half on a slow day). At N=8 each lane does
+    four runs, so the ramp-down (lanes idle while the last runs finish) weighs less than with
+    24. Every drain's seconds are kept in the JSON.
     """
     out = []
     for n in levels:
-        runs = {1: 12}.get(n, 24)
+        runs = {1: 12, 4: 24}.get(n, 32)
         ours_t, ours_m, plain_t, plain_m = [], [], [], []
         for _ in range(reps):  # alternate, so drift hits both sides alike
             t, m = _plain_concurrency(base_url, n, runs)

@@ -1,8 +1,9 @@
 """Benchmark (b): control-plane throughput with no browser, and its peers.
 
-Ours: runs of one no-op effect through the full journal — claim, RUNNING, intent, the
-gate's dispatch commit, outcome, SUCCEEDED — exactly the store calls the executor makes,
-through the same AsyncStore (group commit), at synchronous=FULL. Peers: Huey's SqliteHuey
+Ours: runs of one no-op effect through the full journal — claim, the run's history, RUNNING,
+the step boundary, intent, the gate's dispatch commit and response, outcome, SUCCEEDED —
+the store calls the executor makes for such a run, reads included, in its order, through
+the same AsyncStore (group commit), at synchronous=FULL. Peers: Huey's SqliteHuey
 (fsync=True: synchronous=FULL, WAL) and DBOS Transact workflows of one step on its SQLite
 system database.
 """
@@ -58,14 +59,20 @@ async def _drain(db: Path, concurrency: int) -> dict[str, Any]:
     done = 0
 
     async def one_run() -> bool:
+        # the store calls browserworker.executor (and its gate) make for a fresh run of one
+        # effect that sends one request, in order; the reads included
         run = await astore.call(store.claim_next, owner, ["default"], 60.0)
         if run is None:
             return False
         epoch = run.lease_epoch
+        await asyncio.gather(astore.call(store.attempts, run.id), astore.call(store.restored_at, run.id))
         await astore.call(store.set_run_state, run.id, epoch, RunState.RUNNING, worker=owner.worker)
+        await astore.call(store.cancel_requested, run.id)  # the step boundary
+        await astore.call(store.latest_attempt, run.id, "effect")
         attempt = await astore.call(store.begin_attempt, run.id, epoch, "effect", "effect", f"{run.id}/effect",
                                     "fp", worker=owner.worker, margin=5.0)
-        await astore.call(store.mark_dispatched, attempt, epoch, "POST", "noop://", margin=5.0)
+        outbox_id = await astore.call(store.mark_dispatched, attempt, epoch, "POST", "noop://", margin=5.0)
+        await astore.call(store.record_response, outbox_id, 200, "noop://", {"content-type": "text/plain"})
         await astore.call(store.finish_attempt, attempt, epoch, AttemptState.SUCCEEDED, decided_by="return",
                           result={"ok": True}, worker=owner.worker)
         await astore.call(store.set_run_state, run.id, epoch, RunState.SUCCEEDED, worker=owner.worker)

@@ -240,8 +240,7 @@ class Executor:
         self.lease.check()
         if self.stop_requested:
             raise _Stop("released", "the worker is stopping")
-        current: RunRecord = await self._db("get_run", self.run.id)
-        if current.cancel_requested:
+        if await self._db("cancel_requested", self.run.id):
             raise _Stop("cancelled", "cancelled on request")
 
     async def _screenshot(self, page: Page, name: str) -> str | None:

@@ -121,6 +121,7 @@ def test_cancel(store: SQLiteStore) -> None:
     store.claim_next(A, ["default"], ttl=30)
     assert store.cancel("r") == "requested"
     assert store.get_run("r").cancel_requested and store.get_run("r").state == RunState.LEASED
+    assert store.cancel_requested("r") and not store.cancel_requested("nope")  # the step boundary's narrow read
     assert store.cancel("q") == "CANCELLED"
     with pytest.raises(UsageError):
         store.cancel("nope")

@@ -158,8 +158,26 @@ def test_every_transition_is_an_event(store: SQLiteStore) -> None:
     assert [e.kind for e in events] == ["run_created", "lease_claimed", "run_state", "intent", "dispatched",
                                         "attempt_state", "run_state"]
     assert events[-1].to_state == "SUCCEEDED" and events[-1].lease_epoch == 1
+    assert [(e.from_state, e.to_state) for e in events if e.kind == "run_state"] == [("LEASED", "RUNNING"),
+                                                                                   ("RUNNING", "SUCCEEDED")]
     run = store.get_run("r1")
     assert run.owner is None and run.finished_at is not None
+
+
+def test_a_run_state_the_machine_forbids_is_refused_and_writes_nothing(store: SQLiteStore) -> None:
+    """The transition is checked in the same fenced statements that write it: an illegal move
+    (LEASED -> SUCCEEDED skips RUNNING; nothing leaves SUCCEEDED) raises ValueError, and
+    neither the run nor its events change."""
+    store.claim_run("r1", A, ttl=30)
+    before = len(store.events("r1"))
+    with pytest.raises(ValueError, match="illegal run transition LEASED -> SUCCEEDED"):
+        store.set_run_state("r1", 1, RunState.SUCCEEDED)
+    assert store.get_run("r1").state == RunState.LEASED and len(store.events("r1")) == before
+    store.set_run_state("r1", 1, RunState.RUNNING)
+    store.set_run_state("r1", 1, RunState.SUCCEEDED)
+    with pytest.raises(ValueError, match="illegal run transition SUCCEEDED -> QUEUED"):
+        store.set_run_state("r1", 1, RunState.QUEUED)
+    assert store.get_run("r1").state == RunState.SUCCEEDED and len(store.events("r1")) == before + 2
 
 
 def test_secret_inputs_are_masked_in_views(tmp_path: Path) -> None:
@@ -183,6 +201,31 @@ def test_busy_database_is_a_store_error(tmp_path: Path) -> None:
     finally:
         blocker.execute("ROLLBACK")
     assert s.get_run("x") is None
+
+
+def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that finds another process's write lock tries again after a short pause (0.1 ms,
+    backing off to 2 ms; SQLite's own handler sleeps 1, 2, 5, 10… ms) and succeeds on the first
+    try after the lock is released; the connection's busy timeout is as configured afterwards."""
+    import browserworker.store.sqlite as sqlite_module
+
+    path = tmp_path / "busy.db"
+    s = SQLiteStore(path, busy_timeout=30)
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 3:
+            blocker.execute("ROLLBACK")  # the other writer lets go during the third pause
+
+    monkeypatch.setattr(sqlite_module.time, "sleep", pause)
+    s.create_run(NewRun(id="x", flow_name="f", inputs={}))
+    assert s.get_run("x") is not None
+    assert pauses == [0.0001, 0.0002, 0.0004]
+    assert s.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
 
 def test_group_commit_batches_concurrent_calls_and_isolates_failures(tmp_path: Path) -> None:
@@ -209,6 +252,73 @@ def test_group_commit_batches_concurrent_calls_and_isolates_failures(tmp_path: P
     reopened = SQLiteStore(tmp_path / "g.db")
     assert all(r.state == RunState.LEASED for r in reopened.list_runs(limit=100))
     assert reopened.integrity_check() == "ok"
+
+
+def test_a_failing_call_spoils_only_the_bare_try_of_its_batch(tmp_path: Path) -> None:
+    """A batch runs first with no savepoint per call. A call that writes and then fails, or
+    one that swallows its own failed transaction, sends that whole try back; the batch runs
+    again with a savepoint per call: the others' writes land once, the partial write never."""
+    import asyncio
+    import threading
+    from collections.abc import Callable
+
+    from browserworker.store.aio import AsyncStore
+
+    s = SQLiteStore(tmp_path / "g.db")
+    astore = AsyncStore(s)
+
+    def half_written() -> None:
+        with s._transaction() as conn:
+            conn.execute("INSERT INTO queues (name, max_depth) VALUES ('half', 1)")
+            raise ValueError("failed after writing")
+
+    def swallowing() -> str:
+        try:
+            with s._transaction() as conn:
+                conn.execute("INSERT INTO queues (name, max_depth) VALUES ('swallowed', 1)")
+                raise ValueError("failed after writing")
+        except ValueError:
+            return "handled"
+
+    tries: list[bool] = []
+    original = s.group
+
+    def counting_group(*, isolate: bool = True):  # type: ignore[no-untyped-def]
+        tries.append(isolate)
+        return original(isolate=isolate)
+
+    s.group = counting_group  # type: ignore[method-assign]
+
+    async def one_batch(middle: Callable[[], object], first: str, last: str) -> list[object]:
+        """``create_run(first)``, ``middle()``, ``create_run(last)`` queued up behind a held store thread."""
+        entered, hold = threading.Event(), threading.Event()
+
+        def holding() -> bool:
+            entered.set()
+            return hold.wait(30)
+
+        blocker = asyncio.ensure_future(astore.call(holding))
+        assert await asyncio.to_thread(entered.wait, 30)
+        calls = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id=first, flow_name="f", inputs={}))),
+                 asyncio.ensure_future(astore.call(middle)),
+                 asyncio.ensure_future(astore.call(s.create_run, NewRun(id=last, flow_name="f", inputs={})))]
+        await asyncio.sleep(0)
+        hold.set()
+        assert await blocker is True
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    async def main() -> tuple[list[object], list[object]]:
+        return await one_batch(swallowing, "a", "b"), await one_batch(half_written, "c", "d")
+
+    (a, swallowed, b), (c, half, d) = asyncio.run(main())
+    astore.close()
+    assert tries == [False, True, False, True]  # each batch: the bare try, then the isolated one
+    assert [r.id for r in (a, b, c, d)] == ["a", "b", "c", "d"]  # type: ignore[attr-defined]
+    assert swallowed == "handled" and isinstance(half, ValueError)
+    assert s.queue_limits() == {}  # neither partial write survived
+    assert all([e.kind for e in s.events(r)] == ["run_created"] for r in "abcd")  # undone, not doubled
+    assert astore.commits == 4  # two blockers, two batches (their bare tries were rolled back)
+    assert s.integrity_check() == "ok"
 
 
 def test_group_rolled_back_by_sqlite_fails_every_call(tmp_path: Path) -> None:

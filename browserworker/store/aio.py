@@ -1,9 +1,14 @@
 """Calling a synchronous :class:`Store` from asyncio, with group commit.
 
 All calls go to one dedicated thread. When several are waiting (concurrent runs in one
-worker), the thread runs them together in one transaction — each in its own savepoint —
-and commits once: one fsync for the whole batch instead of one per call. A caller gets
-its result only after that commit, so nothing is acted on before it is durable.
+worker), the thread runs them together in one transaction and commits once: one fsync for
+the whole batch instead of one per call. A caller gets its result only after that commit,
+so nothing is acted on before it is durable.
+
+A batch first runs bare, with no savepoint per call (the common case: every call succeeds).
+If one fails, that try is rolled back whole and the batch runs again with each call in its
+own savepoint, so a failing call rolls back only itself. A call may therefore run twice
+(the first time undone): store calls must have no effect outside the database.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from ..errors import StoreError
-from .base import Store
+from .base import GroupSpoiled, Store
 
 __all__ = ["AsyncStore"]
 
@@ -82,15 +87,34 @@ class AsyncStore:
             outcomes = [_outcome(batch[0])]
             self.commits += 1
         else:
+            # first bare (no savepoint per call); if any call fails, nothing of that try is
+            # durable and the batch runs again with each call in its own savepoint
             try:
-                with self.store.group():  # type: ignore[attr-defined]
-                    # a call's own failure rolls back only its savepoint
-                    outcomes = [_outcome(call) for call in batch]
-            except StoreError as exc:  # the group could not start or commit: nothing of it is durable
-                outcomes = [(False, StoreError(str(exc))) for _ in batch]
-            else:
-                self.commits += 1
+                outcomes = self._group(batch, isolate=False)
+            except _Spoiled:
+                outcomes = self._group(batch, isolate=True)
         _deliver_all(batch, outcomes)
+
+    def _group(self, batch: list[_Call], *, isolate: bool) -> list[tuple[bool, Any]]:
+        """Run ``batch`` in one transaction; :class:`_Spoiled` (all rolled back) if a bare try's call failed."""
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            with self.store.group(isolate=isolate):  # type: ignore[attr-defined]
+                for call in batch:
+                    outcome = _outcome(call)
+                    if not outcome[0] and not isolate:
+                        raise _Spoiled
+                    outcomes.append(outcome)
+        except GroupSpoiled as exc:
+            raise _Spoiled from exc
+        except StoreError as exc:  # the group could not start or commit: nothing of it is durable
+            return [(False, StoreError(str(exc))) for _ in batch]
+        self.commits += 1
+        return outcomes
+
+
+class _Spoiled(Exception):
+    """A bare group's call failed: roll the group back and run it again isolated."""
 
 
 def _outcome(call: _Call) -> tuple[bool, Any]:

@@ -13,12 +13,17 @@ from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import LeaseLost, QueueFull, UsageError
+from ..errors import LeaseLost, QueueFull, StoreError, UsageError
 from ..canonical import canonical_json
 from ..states import AttemptState, RunState, check_attempt_transition, check_run_transition
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord
 
-__all__ = ["SQLStore", "Store", "load_queries"]
+__all__ = ["GroupSpoiled", "SQLStore", "Store", "load_queries"]
+
+
+class GroupSpoiled(StoreError):
+    """A call failed in a group run without savepoints (``group(isolate=False)``): the whole
+    group was rolled back and nothing of it is durable; run the batch again isolated."""
 
 
 @runtime_checkable
@@ -40,6 +45,7 @@ class Store(Protocol):
     def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
                   takeover_epoch: int | None = None) -> RunRecord | None: ...
     def heartbeat(self, run_id: str, epoch: int, ttl: float) -> None: ...
+    def cancel_requested(self, run_id: str) -> bool: ...
     def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
                       error: str | None = None, decision: str | None = None) -> RunRecord: ...
     def clear_reconcile(self, run_id: str, epoch: int) -> None: ...
@@ -217,12 +223,17 @@ class SQLStore:
             if self._exec(tx, "heartbeat", id=run_id, epoch=epoch, now=self.now(), ttl=ttl) != 1:
                 raise self._lease_lost(run_id, epoch, 0.0, "heartbeat")
 
+    def cancel_requested(self, run_id: str) -> bool:
+        """Whether someone asked to cancel the run (read at every step boundary: one column)."""
+        row = self._one("run_cancel_requested", id=run_id)
+        return bool(row and row["cancel_requested"])
+
     def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
                       error: str | None = None, decision: str | None = None) -> RunRecord:
         """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now."""
         now = self.now()
         with self._transaction() as tx:
-            before = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
+            before = tx.execute(self.queries["run_fence"], {"id": run_id}).fetchone()
             if before is not None and before["lease_epoch"] == epoch:
                 check_run_transition(RunState(before["state"]), state)
             query = _STATE_QUERY.get(state, "set_run_state")

@@ -14,8 +14,28 @@ REDACTED = "[redacted]"
 __all__ = ["REDACTED", "AttemptRecord", "EventRecord", "NewRun", "OutboxRecord", "Owner", "RunRecord", "WorkerRecord"]
 
 
+def _fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as a new dict. ``dict(sqlite3.Row)`` looks every column up by name, each a linear
+    case-insensitive scan of the names (quadratic in the columns); a Row (not a registered
+    Mapping) iterates over its values, so pair them with its keys instead."""
+    if isinstance(row, Mapping):
+        return dict(row)
+    return dict(zip(row.keys(), row))
+
+
+_EMPTY: dict[str, type] = {"{}": dict, "[]": list}  # the commonest stored values, decoded without the parser
+
+
 def _json(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
+    if value is None:
+        return None
+    empty = _EMPTY.get(value)
+    return empty() if empty is not None else json.loads(value)
+
+
+# value -> member, a dict lookup (calling the Enum class is several times slower)
+_RUN_STATES = {s.value: s for s in RunState}
+_ATTEMPT_STATES = {s.value: s for s in AttemptState}
 
 
 @dataclass(frozen=True)
@@ -75,10 +95,10 @@ class RunRecord:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
-        data = dict(row)
-        data["inputs"] = json.loads(data.pop("inputs_json"))
-        data["secret_fields"] = json.loads(data["secret_fields"])
-        data["state"] = RunState(data["state"])
+        data = _fields(row)
+        data["inputs"] = _json(data.pop("inputs_json"))
+        data["secret_fields"] = _json(data["secret_fields"])
+        data["state"] = _RUN_STATES[data["state"]]
         data["needs_reconcile"] = bool(data["needs_reconcile"])
         data["cancel_requested"] = bool(data.get("cancel_requested", 0))
         return cls(**data)
@@ -118,8 +138,8 @@ class AttemptRecord:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AttemptRecord:
-        data = dict(row)
-        data["state"] = AttemptState(data["state"])
+        data = _fields(row)
+        data["state"] = _ATTEMPT_STATES[data["state"]]
         data["result"] = _json(data.pop("result_json"))
         data["evidence"] = _json(data["evidence"])
         return cls(**data)
@@ -148,7 +168,7 @@ class OutboxRecord:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> OutboxRecord:
-        data = dict(row)
+        data = _fields(row)
         data["headers"] = _json(data.pop("headers_json"))
         return cls(**data)
 
@@ -177,7 +197,7 @@ class WorkerRecord:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WorkerRecord:
-        data = dict(row)
+        data = _fields(row)
         data["queues"] = json.loads(data["queues"])
         return cls(**data)
 
@@ -204,7 +224,7 @@ class EventRecord:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> EventRecord:
-        data = dict(row)
+        data = _fields(row)
         data["detail"] = _json(data.pop("detail_json"))
         return cls(**data)
 

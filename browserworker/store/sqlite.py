@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from .base import SQLStore, load_queries
+from .base import GroupSpoiled, SQLStore, load_queries
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -72,6 +72,7 @@ class SQLiteStore(SQLStore):
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._grouped = False
+        self._isolated = True
         self._group_lost: BaseException | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,18 +113,22 @@ class SQLiteStore(SQLStore):
             self.conn.close()
 
     @contextmanager
-    def group(self) -> Iterator[None]:
+    def group(self, *, isolate: bool = True) -> Iterator[None]:
         """One transaction (one fsync) around many store calls: group commit.
 
-        Inside, each call's own transaction becomes a savepoint, so a call that fails rolls
-        back only itself. Nothing is durable, so nobody may act on a result, until the group
-        commits: :class:`~browserworker.store.aio.AsyncStore` hands results out only then.
+        With ``isolate`` (the default), each call's own transaction becomes a savepoint, so a
+        call that fails rolls back only itself. Without it the calls share the transaction
+        bare (two statements fewer per call), and the first call whose transaction block
+        fails spoils the group: later calls raise at once and the group rolls everything
+        back and raises :class:`GroupSpoiled` — the caller runs the batch again isolated.
+        Nothing is durable, so nobody may act on a result, until the group commits:
+        :class:`~browserworker.store.aio.AsyncStore` hands results out only then.
         If SQLite rolls the whole transaction back (it may, on a full disk or an I/O error),
         the rest of the group's calls fail at once and the group raises :class:`StoreError`.
         """
         with self._lock:
             self._begin()
-            self._grouped, self._group_lost = True, None
+            self._grouped, self._isolated, self._group_lost = True, isolate, None
             try:
                 yield
             except BaseException:
@@ -133,14 +138,34 @@ class SQLiteStore(SQLStore):
             self._grouped = False
             if self._group_lost is not None:
                 self._rollback()
+                if isinstance(self._group_lost, GroupSpoiled):
+                    raise self._group_lost
                 raise StoreError(f"{self.path}: the batch's transaction was rolled back: {self._group_lost}")
             self._commit()
 
     def _begin(self) -> None:
+        """``BEGIN IMMEDIATE``, waiting up to the busy timeout for another writer's lock.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25… ms between tries, which
+        misses the short gaps between another process's back-to-back group commits (it can
+        sleep through many of them); this tries every 0.1 ms, backing off to 2 ms.
+        """
+        conn = self.conn
+        deadline, pause = time.monotonic() + self.busy_timeout, 0.0001
+        conn.execute("PRAGMA busy_timeout = 0")
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    left = deadline - time.monotonic()
+                    if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or left <= 0:
+                        raise StoreError(f"{self.path}: cannot start a write transaction: {exc}") from exc
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.002)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 
     def _commit(self) -> None:
         try:
@@ -221,8 +246,10 @@ class _Transaction:
                 store._begin()
             elif store._group_lost is not None:
                 raise StoreError(f"{store.path}: the batch's transaction was rolled back: {store._group_lost}")
-            else:
+            elif store._isolated:
                 store.conn.execute("SAVEPOINT bw_call")
+            elif not store.conn.in_transaction:  # SQLite dropped the group's transaction: never autocommit
+                raise StoreError(f"{store.path}: the batch's transaction was rolled back")
         except sqlite3.Error as exc:
             store._lock.release()
             raise StoreError(f"{store.path}: write failed: {exc}") from exc
@@ -240,6 +267,10 @@ class _Transaction:
                     store._commit()
                     return
                 store._rollback()
+            elif not store._isolated:  # a bare call in a group: its failure spoils the whole group
+                if exc is not None:
+                    store._group_lost = GroupSpoiled(f"{store.path}: a call of the batch failed: {exc!r}")
+                return
             elif exc is None:
                 conn.execute("RELEASE bw_call")
                 return

@@ -12,6 +12,13 @@ VALUES (:id, :flow_name, :flow_path, :flow_hash, :inputs_json, :secret_fields, :
 -- name: get_run
 SELECT * FROM runs WHERE id = :id
 
+-- name: run_fence
+-- What a fenced transition checks first: the run's state and epoch, nothing else.
+SELECT state, lease_epoch FROM runs WHERE id = :id
+
+-- name: run_cancel_requested
+SELECT cancel_requested FROM runs WHERE id = :id
+
 -- name: list_runs
 SELECT * FROM runs ORDER BY created_at DESC, id LIMIT :limit
 
