@@ -123,10 +123,9 @@ class Executor:
             await observer.after_step(ctx, step, context, attempt)
 
     def on_lease_lost(self, exc: BaseException) -> None:
-        """Close the run's context at once: nothing more may leave for this run."""
-        ctx = self._context
-        if ctx is not None:
-            asyncio.ensure_future(ctx.close())
+        """Shut and close the run's context at once: nothing more may leave for this run."""
+        if self._context is not None and self._route is not None:
+            asyncio.ensure_future(_shut_and_close(self._context, self._route))
 
     async def _new_page(self, context: BrowserContext) -> Page:
         """``context.new_page()``, but a lost lease ends the wait: Playwright's ``new_page`` never
@@ -207,6 +206,7 @@ class Executor:
 
     async def _pass(self) -> PassOutcome:
         results: dict[str, Any] = {}
+        completed = False
         async with self.browser.context() as context:
             self._context, self._route = context, ContextRoute(context)
             try:
@@ -226,12 +226,16 @@ class Executor:
                 # Every step succeeded: nothing more leaves this context, so the run's end is
                 # committed while the context closes, not after.
                 self._ending = asyncio.ensure_future(self._finish(RunState.SUCCEEDED, None, "all steps succeeded"))
+                completed = True
             except _Again as again:
                 return PassOutcome("again", str(again), again.backoff)
             except _Stop as stop:
                 return PassOutcome(stop.kind, str(stop))
             finally:
-                self._context = self._route = None
+                route, self._context, self._route = self._route, None, None
+                if route is not None:  # before the context closes (see ContextRoute.shut); the pages
+                    # are left unless every step succeeded: a replay may follow, nothing may leave late
+                    await route.shut(leave_pages=not completed)
         return PassOutcome("done")
 
     async def _boundary(self) -> None:
@@ -592,6 +596,14 @@ class Executor:
             rlog.info("verifier: not done; replaying with the same key", state=str(done.state))
             self.hooks.outcome(done)
             raise _Again(f"{step.id} verified not done: replay with the same key")
+
+
+async def _shut_and_close(context: BrowserContext, route: ContextRoute) -> None:
+    try:
+        await route.shut()
+        await context.close()
+    except Exception:  # pragma: no cover - already closed
+        pass
 
 
 async def _in_own_task(step: Awaitable[T]) -> T:

@@ -36,6 +36,9 @@ log = structlog.get_logger("browserworker.gate")
 
 RouteHandler = Callable[[Route, Request], Awaitable[None]]
 
+SHUT_TIMEOUT = 5.0
+"""Seconds :meth:`ContextRoute.shut` gives each page to leave its document."""
+
 SETTLE_WAIT = 60.0
 """Seconds :meth:`DispatchGate.remove` waits for the dispatches it claimed to be decided
 (each may wait out the store's busy timeout for its commit)."""
@@ -52,6 +55,11 @@ class ContextRoute:
     claimed it (see :meth:`DispatchGate.remove`), else by whoever holds the route now (an
     effect's :class:`DispatchGate`, a fail-mode :class:`ActionGuard`); while nobody does,
     requests go on untouched (to a replay router registered earlier, else the network).
+
+    Closing the context is not safe either while a request may be on its way to the route:
+    Playwright's client stalls a route that reaches it once closing has begun, and its driver
+    continues by itself a request the browser paused after the page's frame went away. So a
+    context whose route is in is closed only after :meth:`shut`.
     """
 
     def __init__(self, context: BrowserContext) -> None:
@@ -60,6 +68,7 @@ class ContextRoute:
         self.claimed: dict[Request, RouteHandler] = {}
         self._installed: asyncio.Future[object] | None = None
         self._prepared: asyncio.Future[object] | None = None
+        self.sealed = False  # set by shut(): every request that reaches the route is aborted
 
     def prepare(self) -> asyncio.Future[object] | None:
         """Turn the browser's request interception on ahead of :meth:`install`, without routing
@@ -79,7 +88,35 @@ class ContextRoute:
     async def _put_in(self) -> object:
         return await self.context.route("**/*", self._route)
 
+    async def shut(self, *, leave_pages: bool = True) -> None:
+        """Let nothing more leave through this context; then it may be closed.
+
+        Seals the route (every request that reaches it from now on is aborted), then takes
+        each page to ``about:blank``: the page's own document is gone, so it starts no more
+        requests and the browser cancels those it had started, while the frame stays, so a
+        request the browser had already paused still reaches the sealed route. Closing the
+        context straight away instead can let such a request out (see the class docstring).
+
+        Leaving the pages costs a navigation (tens of milliseconds); ``leave_pages=False``
+        only seals, for a context whose effects are all decided and will not be replayed.
+        A context whose route was never prepared or put in intercepts nothing: only sealed.
+        """
+        self.sealed = True
+        if not leave_pages or (self._installed is None and self._prepared is None):
+            return
+        for page in list(self.context.pages):
+            try:
+                await page.goto("about:blank", wait_until="commit", timeout=SHUT_TIMEOUT * 1000)
+            except Exception as exc:  # closed, crashed, or stuck on a dialog: it is closed next anyway
+                log.debug("page not taken to about:blank before closing", error=str(exc))
+
     async def _route(self, route: Route, request: Request) -> None:
+        if self.sealed:
+            try:
+                await route.abort("blockedbyclient")
+            except Exception:  # pragma: no cover - the context is closing
+                pass
+            return
         handler = self.claimed.pop(request, None) or self.handler
         if handler is None:
             await route.fallback()

@@ -81,7 +81,7 @@ class Lease:
     """A held lease on one run; a background task heartbeats it every TTL/3.
 
     The task does not depend on the page. When a heartbeat fails the lease is marked
-    lost and ``on_lost`` is called (the executor closes the run's context).
+    lost and ``on_lost`` is called (the executor shuts and closes the run's context).
     """
 
     def __init__(self, store: AsyncStore, run_id: str, epoch: int, settings: LeaseSettings,

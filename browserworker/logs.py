@@ -23,6 +23,20 @@ def redact_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) ->
     return event
 
 
+class _StderrLogger:
+    """Writes each line to ``sys.stderr`` as it is at the time of writing, not as it was when
+    logging was configured: a CLI run in-process (click's ``CliRunner``, a test's capture) swaps
+    stderr for a stream it closes afterwards."""
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warn = warning = err = error = critical = exception = fatal = failure = msg
+
+
 def configure_logging(level: str = "warning", *, json: bool | None = None) -> None:
     """Configure structlog for this process (idempotent)."""
     use_json = not sys.stderr.isatty() if json is None else json
@@ -36,6 +50,6 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_StderrLogger,
         cache_logger_on_first_use=False,
     )

@@ -2,7 +2,7 @@
 
 - claims are atomic (``BEGIN IMMEDIATE``), by priority then age;
 - every run has its own lease, heartbeated every TTL/3 by a task independent of the page;
-  a lost lease closes that run's context at once;
+  a lost lease shuts and closes that run's context at once;
 - the reclaimer sends others' expired leases (plus a clock-skew tolerance) back to the
   queue, flagged for reconciliation, and marks their worker unhealthy;
 - :meth:`Worker.request_stop` (SIGTERM/SIGINT) stops claiming, lets in-flight steps finish
