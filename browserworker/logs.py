@@ -23,18 +23,11 @@ def redact_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) ->
     return event
 
 
-class _StderrLogger:
-    """Writes each line to ``sys.stderr`` as it is at the time of writing, not as it was when
-    logging was configured: a CLI run in-process (click's ``CliRunner``, a test's capture) swaps
-    stderr for a stream it closes afterwards."""
-
-    def __init__(self, *args: Any) -> None:
-        pass
-
-    def msg(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    log = debug = info = warn = warning = err = error = critical = exception = fatal = failure = msg
+def _stderr_logger(*args: Any) -> structlog.PrintLogger:
+    """structlog's own line printer, on ``sys.stderr`` as it is now, not as it was when logging
+    was configured: a CLI run in-process (click's ``CliRunner``, a test's capture) swaps stderr
+    for a stream it closes afterwards. Loggers are not cached, so this runs per log call."""
+    return structlog.PrintLogger(sys.stderr)
 
 
 def configure_logging(level: str = "warning", *, json: bool | None = None) -> None:
@@ -50,6 +43,6 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=_StderrLogger,
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
