@@ -65,7 +65,7 @@ async def _drain(db: Path, concurrency: int) -> dict[str, Any]:
         if run is None:
             return False
         epoch = run.lease_epoch
-        await asyncio.gather(astore.call(store.attempts, run.id), astore.call(store.restored_at, run.id))
+        await astore.call(store.history, run.id)
         await astore.call(store.set_run_state, run.id, epoch, RunState.RUNNING, worker=owner.worker)
         await astore.call(store.cancel_requested, run.id)  # the step boundary
         await astore.call(store.latest_attempt, run.id, "effect")

@@ -279,13 +279,11 @@ def _fence(conn: sqlite3.Connection) -> tuple[list[str], int, float | None]:
                 conn.execute(Q["ops_restore_flag"], {"id": run["id"], "now": now})
             else:
                 requeued.append(run["id"])
-            conn.execute(Q["insert_event"], {
-                "now": now, "run_id": run["id"], "step_id": None, "attempt_no": None, "worker": None,
-                "epoch": run["lease_epoch"] + 1 if moved else run["lease_epoch"], "kind": "restored",
-                "from_state": run["state"], "to_state": "QUEUED" if moved else run["state"],
-                "decision": "restored_from_backup",
-                "detail_json": canonical_json({"previous_owner": run["owner"], "backup_last_event_at": last_event,
-                                               "restored_at": now})})
+            conn.execute(Q["insert_event"], (  # at, run_id, step_id, attempt_no, worker, epoch, kind, ...
+                now, run["id"], None, None, None, run["lease_epoch"] + 1 if moved else run["lease_epoch"],
+                "restored", run["state"], "QUEUED" if moved else run["state"], "restored_from_backup",
+                canonical_json({"previous_owner": run["owner"], "backup_last_event_at": last_event,
+                                "restored_at": now})))
         if "workers" in _tables(conn):
             conn.execute(Q["ops_restore_stop_workers"], {"now": now})
         conn.execute("COMMIT")

@@ -152,8 +152,7 @@ class Executor:
 
     async def execute(self) -> RunRecord:
         """Run to SUCCEEDED, FAILED or NEEDS_REVIEW; raises LeaseLost if the run is taken away."""
-        attempts, restored_at = await asyncio.gather(self._db("attempts", self.run.id),
-                                                     self._db("restored_at", self.run.id))
+        attempts, restored_at = await self._db("history", self.run.id)
         missing = sorted({a.step_id for a in attempts} - {s.id for s in self.flow.steps})
         if missing:
             return await self._finish(RunState.NEEDS_REVIEW,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["AttemptState", "RunState", "TERMINAL_RUN_STATES", "check_attempt_transition", "check_run_transition"]
+__all__ = ["RUN_TRANSITIONS", "TERMINAL_RUN_STATES", "AttemptState", "RunState", "check_attempt_transition",
+           "check_run_transition"]
 
 
 class RunState(StrEnum):
@@ -41,7 +42,7 @@ class AttemptState(StrEnum):
     NOT_DONE = "NOT_DONE"
 
 
-_RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.QUEUED: frozenset({RunState.LEASED, RunState.CANCELLED}),
     RunState.LEASED: frozenset({RunState.RUNNING, RunState.QUEUED, RunState.LEASED, RunState.CANCELLED,
                                 RunState.NEEDS_REVIEW, RunState.FAILED}),
@@ -52,6 +53,7 @@ _RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.FAILED: frozenset(),
     RunState.CANCELLED: frozenset(),
 }
+"""Each run state and the states it may move to."""
 
 _ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
     AttemptState.RUNNING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),
@@ -68,7 +70,7 @@ _ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
 
 def check_run_transition(old: RunState, new: RunState) -> None:
     """Raise ValueError for a transition the run state machine does not allow."""
-    if new not in _RUN_TRANSITIONS[old]:
+    if new not in RUN_TRANSITIONS[old]:
         raise ValueError(f"illegal run transition {old} -> {new}")
 
 

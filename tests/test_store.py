@@ -205,26 +205,34 @@ def test_busy_database_is_a_store_error(tmp_path: Path) -> None:
 
 def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """A write that finds another process's write lock tries again after a short pause (0.1 ms,
-    backing off to 2 ms; SQLite's own handler sleeps 1, 2, 5, 10… ms) and succeeds on the first
-    try after the lock is released; the connection's busy timeout is as configured afterwards."""
+    """A write that finds another process's write lock tries again every 0.1 ms for 50 ms (the
+    span of a few group commits; SQLite's own handler sleeps 1, 2, 5, 10… ms), then backs off
+    to 2 ms, and succeeds on the first try after the lock is released; the connection's busy
+    timeout is as configured afterwards."""
     import browserworker.store.sqlite as sqlite_module
 
     path = tmp_path / "busy.db"
     s = SQLiteStore(path, busy_timeout=30)
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
+    clock = [1000.0]
     pauses: list[float] = []
 
     def pause(seconds: float) -> None:
         pauses.append(seconds)
-        if len(pauses) == 3:
-            blocker.execute("ROLLBACK")  # the other writer lets go during the third pause
+        clock[0] += seconds
+        if clock[0] - 1000.0 >= 0.065 and blocker.in_transaction:
+            blocker.execute("ROLLBACK")  # the other writer lets go 65 ms in
 
     monkeypatch.setattr(sqlite_module.time, "sleep", pause)
+    monkeypatch.setattr(sqlite_module.time, "monotonic", lambda: clock[0])
     s.create_run(NewRun(id="x", flow_name="f", inputs={}))
     assert s.get_run("x") is not None
-    assert pauses == [0.0001, 0.0002, 0.0004]
+    fast = [p for p in pauses if p == 0.0001]
+    assert pauses[:len(fast)] == fast and 0.05 <= sum(fast) < 0.0504  # 0.1 ms apart for the first 50 ms
+    slow = pauses[len(fast):]
+    assert slow[:4] == [0.0002, 0.0004, 0.0008, 0.0016] and set(slow[4:]) == {0.002}
+    assert 0.065 <= sum(pauses) < 0.067  # in on the first try after the release
     assert s.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
 
 
@@ -422,3 +430,28 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
         versions = pool.map(_open, [path] * 8)
     assert versions == [SCHEMA_VERSION] * 8
     assert SQLiteStore(path).integrity_check() == "ok"
+
+
+def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQLiteStore) -> None:
+    """A record read from a row (built without calling ``__init__``) compares, hashes and
+    replaces like one built by hand; a row without a defaulted column gets the default and a
+    row with a column the record does not know is refused."""
+    import dataclasses
+
+    from browserworker.store.records import AttemptRecord, RunRecord
+
+    run = store.claim_run("r1", A, ttl=30)
+    by_hand = RunRecord(**{f.name: getattr(run, f.name) for f in dataclasses.fields(RunRecord)})
+    assert run == by_hand and repr(run) == repr(by_hand)
+    assert dataclasses.replace(run, priority=3).priority == 3 and run.priority == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.state = RunState.QUEUED  # type: ignore[misc]
+    attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp")
+    again = AttemptRecord(**dataclasses.asdict(attempt))
+    assert attempt == again and hash(attempt) == hash(again) and attempt.state is AttemptState.INTENT
+
+    row = dict(store.conn.execute("SELECT * FROM runs WHERE id = 'r1'").fetchone())
+    del row["lease_losses"]
+    assert RunRecord.from_row(row).lease_losses == 0
+    with pytest.raises(TypeError, match="surprise"):
+        RunRecord.from_row({**row, "surprise": 1})

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import LeaseLost, QueueFull, StoreError, UsageError
 from ..canonical import canonical_json
-from ..states import AttemptState, RunState, check_attempt_transition, check_run_transition
+from ..states import RUN_TRANSITIONS, AttemptState, RunState, check_attempt_transition, check_run_transition
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord
 
 __all__ = ["GroupSpoiled", "SQLStore", "Store", "load_queries"]
@@ -66,6 +66,7 @@ class Store(Protocol):
     def outbox(self, attempt_id: int) -> list[OutboxRecord]: ...
     def events(self, run_id: str) -> list[EventRecord]: ...
     def restored_at(self, run_id: str) -> float | None: ...
+    def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None]: ...
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,
                      detail: Any = None) -> None: ...
@@ -95,6 +96,10 @@ class Store(Protocol):
 # set_run_state's narrow updates (the generic query sets every column, so rewrites every index)
 _STATE_QUERY = {RunState.RUNNING: "start_run", RunState.SUCCEEDED: "end_run", RunState.FAILED: "end_run",
                 RunState.CANCELLED: "end_run", RunState.NEEDS_REVIEW: "end_run"}
+
+# states only one state may precede: set_run_state's single-statement path
+_ONLY_FROM = {to: str(froms[0]) for to in RunState
+              if len(froms := [s for s in RunState if to in RUN_TRANSITIONS[s]]) == 1}
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
@@ -151,9 +156,11 @@ class SQLStore:
                attempt_no: int | None = None, worker: str | None = None, epoch: int | None = None,
                from_state: str | None = None, to_state: str | None = None, decision: str | None = None,
                detail: Any = None) -> None:
-        self._exec(tx, "insert_event", now=now, run_id=run_id, step_id=step_id, attempt_no=attempt_no,
-                   worker=worker, epoch=epoch, kind=kind, from_state=from_state, to_state=to_state,
-                   decision=decision, detail_json=None if detail is None else canonical_json(detail))
+        tx.execute(self.queries["insert_event"],
+                   (now, run_id, step_id, attempt_no, worker, epoch, kind,
+                    # plain str: the driver adapts a str subclass (a state) the slow way
+                    None if from_state is None else str(from_state), None if to_state is None else str(to_state),
+                    decision, None if detail is None else canonical_json(detail)))
 
     def _lease_lost(self, run_id: str, epoch: int, margin: float, what: str) -> LeaseLost:
         run = self.get_run(run_id)
@@ -230,19 +237,31 @@ class SQLStore:
 
     def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
                       error: str | None = None, decision: str | None = None) -> RunRecord:
-        """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now."""
+        """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now.
+
+        A state with one legal predecessor (RUNNING, SUCCEEDED: the happy path) is tried as a
+        single update conditioned on that predecessor; only when it matches nothing is the run
+        read, to tell an illegal transition (ValueError) from a lost lease.
+        """
         now = self.now()
+        only_from = _ONLY_FROM.get(state)
+        params = {"id": run_id, "epoch": epoch, "state": str(state), "error": error, "now": now,
+                  "from_state": only_from}
+        query = self.queries[_STATE_QUERY.get(state, "set_run_state")]
         with self._transaction() as tx:
-            before = tx.execute(self.queries["run_fence"], {"id": run_id}).fetchone()
-            if before is not None and before["lease_epoch"] == epoch:
-                check_run_transition(RunState(before["state"]), state)
-            query = _STATE_QUERY.get(state, "set_run_state")
-            row = tx.execute(self.queries[query], {"id": run_id, "epoch": epoch, "state": str(state), "error": error,
-                                                   "now": now}).fetchone()
+            from_state = only_from
+            row = None if only_from is None else tx.execute(query, params).fetchone()
             if row is None:
-                raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
+                before = tx.execute(self.queries["run_fence"], {"id": run_id}).fetchone()
+                if before is not None and before["lease_epoch"] == epoch:
+                    check_run_transition(RunState(before["state"]), state)
+                from_state = before["state"] if before else None
+                params["from_state"] = None
+                row = tx.execute(query, params).fetchone()
+                if row is None:
+                    raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
             self._event(tx, run_id, "run_state", now=now, worker=worker, epoch=epoch,
-                        from_state=before["state"] if before else None, to_state=state, decision=decision,
+                        from_state=from_state, to_state=state, decision=decision,
                         detail={"error": error} if error else None)
         return RunRecord.from_row(row)
 
@@ -346,6 +365,11 @@ class SQLStore:
         """When the run was last restored from a backup, or None (see :mod:`browserworker.backup`)."""
         row = self._one("restored_at", run_id=run_id)
         return None if row is None or row["at"] is None else float(row["at"])
+
+    def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None]:
+        """What a run's new pass starts from: its attempts and when it was last restored
+        (one call where two would each make a round trip to the store's thread)."""
+        return self.attempts(run_id), self.restored_at(run_id)
 
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,

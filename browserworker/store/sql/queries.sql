@@ -59,14 +59,14 @@ SET state = :state, error = :error, updated_at = :now,
     owner = CASE WHEN :state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW', 'QUEUED') THEN NULL ELSE owner END,
     lease_expires_at = CASE WHEN :state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW', 'QUEUED') THEN NULL
                             ELSE lease_expires_at END
-WHERE id = :id AND lease_epoch = :epoch
+WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
 RETURNING *
 
 -- name: start_run
 -- set_run_state to RUNNING: touches only the columns (and so the indexes) that change.
 UPDATE runs
 SET state = 'RUNNING', error = :error, updated_at = :now, started_at = COALESCE(started_at, :now)
-WHERE id = :id AND lease_epoch = :epoch
+WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
 RETURNING *
 
 -- name: end_run
@@ -74,7 +74,7 @@ RETURNING *
 UPDATE runs
 SET state = :state, error = :error, updated_at = :now, finished_at = :now, owner = NULL, lease_expires_at = NULL,
     needs_reconcile = CASE WHEN :state = 'NEEDS_REVIEW' THEN needs_reconcile ELSE 0 END
-WHERE id = :id AND lease_epoch = :epoch
+WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
 RETURNING *
 
 -- name: clear_reconcile
@@ -131,10 +131,11 @@ WHERE id = :attempt_id AND state = :from_state
 RETURNING *
 
 -- name: insert_event
+-- Positional (the columns in order): every transition writes one, several per run, and
+-- binding eleven names costs more than the insert's index writes.
 INSERT INTO events (at, run_id, step_id, attempt_no, worker, lease_epoch, kind, from_state, to_state, decision,
                     detail_json)
-VALUES (:now, :run_id, :step_id, :attempt_no, :worker, :epoch, :kind, :from_state, :to_state, :decision,
-        :detail_json)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: restored_at
 -- When the run was last restored from a backup (NULL if never).
