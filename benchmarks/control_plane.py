@@ -67,8 +67,7 @@ async def _drain(db: Path, concurrency: int) -> dict[str, Any]:
         epoch = run.lease_epoch
         await astore.call(store.history, run.id)
         await astore.call(store.set_run_state, run.id, epoch, RunState.RUNNING, worker=owner.worker)
-        await astore.call(store.cancel_requested, run.id)  # the step boundary
-        await astore.call(store.latest_attempt, run.id, "effect")
+        await astore.call(store.effect_boundary, run.id, "effect")  # cancel requested? the step's latest attempt
         attempt = await astore.call(store.begin_attempt, run.id, epoch, "effect", "effect", f"{run.id}/effect",
                                     "fp", worker=owner.worker, margin=5.0)
         outbox_id = await astore.call(store.mark_dispatched, attempt, epoch, "POST", "noop://", margin=5.0)

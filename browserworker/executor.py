@@ -215,9 +215,9 @@ class Executor:
                 page = await self._new_page(context)
                 await self._started()
                 for i, step in enumerate(steps):
-                    await self._boundary()
+                    latest = await self._boundary(step)
                     if isinstance(step, Effect):
-                        results[step.id] = await self._effect(step, context, page, results)
+                        results[step.id] = await self._effect(step, context, page, results, latest)
                     else:
                         assert isinstance(step, Action)
                         then_effect = i + 1 < len(steps) and isinstance(steps[i + 1], Effect)
@@ -237,14 +237,21 @@ class Executor:
                     await route.shut(leave_pages=not completed)
         return PassOutcome("done")
 
-    async def _boundary(self) -> None:
+    async def _boundary(self, step: Action | Effect) -> AttemptRecord | None:
         """Between steps (never between an effect's intent and its outcome): honour a lost
-        lease, a cancel request, or a stopping worker."""
+        lease, a cancel request, or a stopping worker. Before an effect, the same store call
+        reads the step's latest attempt, which is returned."""
         self.lease.check()
         if self.stop_requested:
             raise _Stop("released", "the worker is stopping")
-        if await self._db("cancel_requested", self.run.id):
+        latest = None
+        if isinstance(step, Effect):
+            cancelled, latest = await self._db("effect_boundary", self.run.id, step.id)
+        else:
+            cancelled = await self._db("cancel_requested", self.run.id)
+        if cancelled:
             raise _Stop("cancelled", "cancelled on request")
+        return latest
 
     async def _screenshot(self, page: Page, name: str) -> str | None:
         """Keep what the page showed when a step was parked for review."""
@@ -321,7 +328,8 @@ class Executor:
 
         return judge
 
-    async def _effect(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any]) -> Any:
+    async def _effect(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
+                      latest: AttemptRecord | None) -> Any:
         # The gate takes the context's route now, unarmed (it lets everything through), so that
         # putting the route in (first effect only) overlaps the journal reads and the intent
         # commit; it is armed with the attempt.
@@ -331,15 +339,16 @@ class Executor:
         assert self._route is not None
         installing = gate.install(self._route)
         try:
-            return await self._effect_steps(step, context, page, results, gate, installing)
+            return await self._effect_steps(step, context, page, results, gate, installing, latest)
         finally:
             await asyncio.gather(installing, return_exceptions=True)
             await gate.remove()
 
     async def _effect_steps(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
-                            gate: DispatchGate, installing: asyncio.Future[object]) -> Any:
+                            gate: DispatchGate, installing: asyncio.Future[object],
+                            latest: AttemptRecord | None) -> Any:
+        """``latest``: the step's latest attempt, read at its boundary."""
         fp = self.flow.fingerprint(step, self.inputs, results)
-        latest: AttemptRecord | None = await self._db("latest_attempt", self.run.id, step.id)
         if latest is not None:
             if latest.state == AttemptState.SUCCEEDED:
                 self.hooks.step_skipped(self.run, latest)

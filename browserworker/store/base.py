@@ -67,6 +67,7 @@ class Store(Protocol):
     def events(self, run_id: str) -> list[EventRecord]: ...
     def restored_at(self, run_id: str) -> float | None: ...
     def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None]: ...
+    def effect_boundary(self, run_id: str, step_id: str) -> tuple[bool, AttemptRecord | None]: ...
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,
                      detail: Any = None) -> None: ...
@@ -370,6 +371,11 @@ class SQLStore:
         """What a run's new pass starts from: its attempts and when it was last restored
         (one call where two would each make a round trip to the store's thread)."""
         return self.attempts(run_id), self.restored_at(run_id)
+
+    def effect_boundary(self, run_id: str, step_id: str) -> tuple[bool, AttemptRecord | None]:
+        """What the executor reads at the boundary before an effect, in one call: whether a
+        cancel was asked (:meth:`cancel_requested`) and the step's :meth:`latest_attempt`."""
+        return self.cancel_requested(run_id), self.latest_attempt(run_id, step_id)
 
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,

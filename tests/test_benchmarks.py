@@ -1,0 +1,86 @@
+"""The benchmarks measure what the kit really does."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from browserworker.browser import BrowserSettings
+from browserworker.loader import load_flow
+from browserworker.runner import run_flow
+from browserworker.states import RunState
+from browserworker.store import NewRun, SQLiteStore
+from browserworker.store.aio import AsyncStore
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+# how a run gets its lease differs (`run` leases its own run, a worker claims the next one),
+# and heartbeats come with the clock, not with the steps
+_LEASING = {"claim_run", "claim_next", "heartbeat", "get_run"}
+
+ONE_EFFECT = textwrap.dedent('''
+    from pydantic import BaseModel
+    from browserworker import Flow, StepContext
+
+    class Target(BaseModel):
+        url: str
+
+    flow = Flow("one-effect", inputs=Target)
+
+    @flow.effect(idempotent=True)
+    async def effect(ctx: StepContext[Target]) -> dict:
+        await ctx.page.goto(ctx.inputs.url)
+        status = await ctx.page.evaluate("fetch('/api/reset', {method: 'POST'}).then(r => r.text().then(() => r.status))")
+        return {"status": status}
+''')
+
+
+def _calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the name of every store method called through any AsyncStore."""
+    names: list[str] = []
+    original = AsyncStore.call
+
+    async def recording(self: AsyncStore, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        names.append(fn.__name__)
+        return await original(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncStore, "call", recording)
+    return names
+
+
+def test_the_control_plane_benchmark_makes_the_store_calls_of_a_real_run(
+        tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Benchmark (b) times, without a browser, the store calls that a run of one effect sending
+    one request makes in the executor and its gate: the same methods, as many times each."""
+    spec = importlib.util.spec_from_file_location("control_plane", BENCHMARKS / "control_plane.py")
+    assert spec is not None and spec.loader is not None
+    control_plane = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(control_plane)
+
+    calls = _calls(monkeypatch)
+    control_plane.seed(tmp_path / "bench.db", 1)
+    assert asyncio.run(control_plane._drain(tmp_path / "bench.db", 1))["runs"] == 1
+    bench = calls[:]
+
+    flow_file = tmp_path / "one_effect.py"
+    flow_file.write_text(ONE_EFFECT)
+    store = SQLiteStore(tmp_path / "real.db")
+    run = store.create_run(NewRun(id="real-1", flow_name="one-effect", inputs={"url": shop.url}))
+    del calls[:]
+    final = asyncio.run(run_flow(store, load_flow(flow_file), run, browser=BrowserSettings.discover()))
+    real = calls[:]
+    assert final.state == RunState.SUCCEEDED, final.error
+    [attempt] = store.attempts("real-1")
+    assert [o.status for o in store.outbox(attempt.id)] != []  # the POST went out through the gate
+
+    def made(names: list[str]) -> Counter[str]:
+        return Counter(n for n in names if n not in _LEASING)
+
+    assert made(real) == made(bench), ",".join(real)
+    assert "claim_next" in bench and "record_response" in bench
