@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from . import faults
 from .browser import BrowserSession
 from .errors import LeaseLost, StoreError
-from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
+from .flow import Action, Effect, Flow, RecordedResponse, Step, StepContext, Verdict
 from .gate import ActionGuard, ContextRoute, DispatchGate
 from .hooks import ExecutorHooks, HookBus, StepObserver
 from .leases import Lease, LeaseSettings
@@ -237,7 +237,7 @@ class Executor:
                     await route.shut(leave_pages=not completed)
         return PassOutcome("done")
 
-    async def _boundary(self, step: Action | Effect) -> AttemptRecord | None:
+    async def _boundary(self, step: Step) -> AttemptRecord | None:
         """Between steps (never between an effect's intent and its outcome): honour a lost
         lease, a cancel request, or a stopping worker. Before an effect, the same store call
         reads the step's latest attempt, which is returned."""
