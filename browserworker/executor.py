@@ -214,14 +214,13 @@ class Executor:
                     self._route.install()
                 page = await self._new_page(context)
                 await self._started()
-                for i, step in enumerate(steps):
+                for step in steps:
                     latest = await self._boundary(step)
                     if isinstance(step, Effect):
                         results[step.id] = await self._effect(step, context, page, results, latest)
                     else:
                         assert isinstance(step, Action)
-                        then_effect = i + 1 < len(steps) and isinstance(steps[i + 1], Effect)
-                        results[step.id] = await self._action(step, context, page, results, then_effect)
+                        results[step.id] = await self._action(step, context, page, results)
                 # Every step succeeded: nothing more leaves this context, so the run's end is
                 # committed while the context closes, not after.
                 self._ending = asyncio.ensure_future(self._finish(RunState.SUCCEEDED, None, "all steps succeeded"))
@@ -267,8 +266,7 @@ class Executor:
 
     # -- actions ----------------------------------------------------------------------
 
-    async def _action(self, step: Action, context: BrowserContext, page: Page, results: dict[str, Any],
-                      then_effect: bool = False) -> Any:
+    async def _action(self, step: Action, context: BrowserContext, page: Page, results: dict[str, Any]) -> Any:
         fp = self.flow.fingerprint(step, self.inputs, results)
         self.hooks.step_started(self.run, step.id, "action")
         attempt = await self._db("begin_attempt", self.run.id, self.epoch, step.id, "action",
@@ -284,8 +282,6 @@ class Executor:
         await self._before(ctx, step, context)
         assert self._route is not None
         await guard.install(self._route)
-        if then_effect:  # the browser intercepts by the time the effect's route goes in
-            self._route.prepare()
         try:
             value = await _in_own_task(step.fn(ctx))
         except LeaseLost:

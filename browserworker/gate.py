@@ -15,7 +15,6 @@ because taking a route off makes Playwright's driver let go of whatever that rou
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -67,17 +66,7 @@ class ContextRoute:
         self.handler: RouteHandler | None = None
         self.claimed: dict[Request, RouteHandler] = {}
         self._installed: asyncio.Future[object] | None = None
-        self._prepared: asyncio.Future[object] | None = None
         self.sealed = False  # set by shut(): every request that reaches the route is aborted
-
-    def prepare(self) -> asyncio.Future[object] | None:
-        """Turn the browser's request interception on ahead of :meth:`install`, without routing
-        any request to Python yet (a pattern that matches no URL: the driver lets each request
-        go on by itself). Putting the route in is then quick: interception is already on, so
-        the driver only widens its patterns. For the step before a context's first effect."""
-        if self._prepared is None and self._installed is None:
-            self._prepared = _background(self.context.route(_NO_URL, _never_routed))
-        return self._prepared
 
     def install(self) -> asyncio.Future[object]:
         """Put the route in, once; the future is done when the browser routes through it."""
@@ -99,10 +88,10 @@ class ContextRoute:
 
         Leaving the pages costs a navigation (tens of milliseconds); ``leave_pages=False``
         only seals, for a context whose effects are all decided and will not be replayed.
-        A context whose route was never prepared or put in intercepts nothing: only sealed.
+        A context whose route was never put in intercepts nothing: only sealed.
         """
         self.sealed = True
-        if not leave_pages or (self._installed is None and self._prepared is None):
+        if not leave_pages or self._installed is None:
             return
         for page in list(self.context.pages):
             try:
@@ -122,13 +111,6 @@ class ContextRoute:
             await route.fallback()
         else:
             await handler(route, request)
-
-
-_NO_URL = re.compile(r"(?!)")  # matches no URL
-
-
-async def _never_routed(route: Route) -> None:  # pragma: no cover - _NO_URL matches nothing
-    await route.fallback()
 
 
 def _background(work: Awaitable[object]) -> asyncio.Future[object]:
