@@ -434,8 +434,9 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
 
 def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQLiteStore) -> None:
     """A record read from a row (built without calling ``__init__``) compares, hashes and
-    replaces like one built by hand; a row without a defaulted column gets the default and a
-    row with a column the record does not know is refused."""
+    replaces like one built by hand; a row without a defaulted column gets the default, a
+    row with a column the record does not know is refused, and a record class with a
+    ``__post_init__`` is built through it."""
     import dataclasses
 
     from browserworker.store.records import AttemptRecord, RunRecord
@@ -455,3 +456,11 @@ def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQL
     assert RunRecord.from_row(row).lease_losses == 0
     with pytest.raises(TypeError, match="surprise"):
         RunRecord.from_row({**row, "surprise": 1})
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked(RunRecord):
+        def __post_init__(self) -> None:
+            raise ValueError("checked")
+
+    with pytest.raises(ValueError, match="checked"):  # a __post_init__ is never skipped
+        Checked.from_row({**row, "lease_losses": 0})

@@ -34,12 +34,13 @@ def _record(cls: type[R], data: dict[str, Any]) -> R:
     row's keys never are) matches each name by comparing strings, and a frozen dataclass
     sets each field through ``object.__setattr__``: 12-18 µs per run record, several per
     run on the hot path. The dataclass's ``__init__`` only assigns, so when ``data`` has
-    exactly its fields that is all this does; otherwise (a missing column, a stray one)
-    it calls ``cls(**data)``, for its defaults or its ``TypeError``.
+    exactly its fields that is all this does; otherwise (a missing column, a stray one, or a
+    record class given a ``__post_init__``) it calls ``cls(**data)``.
     """
     names = _NAMES.get(cls)
     if names is None:
-        names = _NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+        names = _NAMES[cls] = (frozenset() if hasattr(cls, "__post_init__")  # never equal: always cls(**data)
+                               else frozenset(f.name for f in fields(cls)))  # type: ignore[arg-type]
     if data.keys() != names:
         return cls(**data)
     record = object.__new__(cls)
