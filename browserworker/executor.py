@@ -327,8 +327,8 @@ class Executor:
     async def _effect(self, step: Effect, context: BrowserContext, page: Page, results: dict[str, Any],
                       latest: AttemptRecord | None) -> Any:
         # The gate takes the context's route now, unarmed (it lets everything through), so that
-        # putting the route in (first effect only) overlaps the journal reads and the intent
-        # commit; it is armed with the attempt.
+        # putting the route in (first effect only) overlaps the intent commit; it is armed with
+        # the attempt. (The step's latest attempt was read at its boundary.)
         gate = DispatchGate(self.store, None, step, epoch=self.epoch, margin=self.settings.margin,
                             hooks=self.hooks, is_alive=lambda: self.lease.lost is None,
                             holds_lease=lambda: self.lease.holds(self.settings.margin / 2))
