@@ -8,6 +8,9 @@ On Linux the Playwright driver and Chromium are tied to this process: each is st
 through ``setpriv --pdeathsig KILL``, so when this process dies (even by SIGKILL) its driver
 is killed at once, and the driver's death kills the browser. Without that, the orphaned
 driver shuts the browser down gracefully, with nobody gating what its pages still do.
+
+The driver's node keeps its compiled code in ``$TMPDIR/browserworker-<uid>/node-compile-cache``
+(``NODE_COMPILE_CACHE``, unless one is set), which takes about 0.1 s off every start.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ class BrowserSettings:
 
 
 _NODE_ENV = "PLAYWRIGHT_NODEJS_PATH"  # how playwright-python lets one choose the driver's node
+_CACHE_ENV = "NODE_COMPILE_CACHE"  # node >= 22.1 keeps compiled scripts there
 
 
 def tethered(executable: str) -> str:
@@ -203,25 +207,45 @@ class BrowserSession:
 
 
 async def _start_tethered_driver() -> Playwright:
-    """Start Playwright with its node driver tied to this process (see the module docstring).
+    """Start Playwright with its node driver tied to this process (see the module docstring)
+    and with node's compile cache on (:func:`_compile_cache`).
 
-    playwright-python reads which node to run from the environment as it starts, so the
-    variable is set for that moment only, and put back as it was.
+    playwright-python reads which node to run, and the driver its environment, as it
+    starts, so the variables are set for that moment only, and put back as they were.
     """
-    before = os.environ.get(_NODE_ENV)
+    overrides: dict[str, str] = {}
+    cache = _compile_cache()
+    if cache is not None:
+        overrides[_CACHE_ENV] = cache
     try:
-        real = before or _driver_node()
+        real = os.environ.get(_NODE_ENV) or _driver_node()
     except Exception:  # no bundled node: let Playwright say so
-        return await async_playwright().start()
-    node = tethered(real)
-    if node == real:
-        return await async_playwright().start()
-    os.environ[_NODE_ENV] = node
+        real = None
+    node = tethered(real) if real is not None else None
+    if node is not None and node != real:
+        overrides[_NODE_ENV] = node
+    before = {name: os.environ.get(name) for name in overrides}
+    os.environ.update(overrides)
     try:
         return await async_playwright().start()
     finally:
-        if os.environ.get(_NODE_ENV) == node:
-            if before is None:
-                del os.environ[_NODE_ENV]
-            else:
-                os.environ[_NODE_ENV] = before
+        for name, value in overrides.items():
+            if os.environ.get(name) == value:
+                if before[name] is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = before[name]  # type: ignore[assignment]
+
+
+def _compile_cache() -> str | None:
+    """Where the driver's node keeps compiled code between starts (``NODE_COMPILE_CACHE``):
+    the driver is one 3.6 MB script, and compiling it is most of a cold start (0.52-0.59 s
+    down to 0.37-0.43 s here). A cache the user chose is kept; None if none can be made."""
+    if os.environ.get(_CACHE_ENV):
+        return None
+    try:
+        path = _private_dir() / "node-compile-cache"
+        path.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return str(path)

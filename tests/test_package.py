@@ -100,3 +100,36 @@ def test_cli_reports_missing_browser(tmp_path: Path) -> None:
                                        "--input", "item=tea"], env=env)
     assert result.exit_code == 2 and "no Chromium found" in result.output
     assert not (tmp_path / "bw.db").exists()
+
+
+def _start_and_stop_driver() -> None:
+    import asyncio
+
+    from browserworker.browser import _start_tethered_driver
+
+    async def go() -> None:
+        playwright = await _start_tethered_driver()
+        await playwright.stop()
+
+    asyncio.run(go())
+
+
+def test_the_driver_keeps_its_compiled_code_in_a_private_cache(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's node is started with ``NODE_COMPILE_CACHE`` in the private directory,
+    which it fills; the variable is set only while the driver starts. A cache the user
+    chose is left as it is, and used."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("NODE_COMPILE_CACHE", raising=False)
+    _start_and_stop_driver()
+    ours = tmp_path / f"browserworker-{os.getuid()}" / "node-compile-cache"
+    assert ours.is_dir() and stat.S_IMODE(ours.stat().st_mode) == 0o700
+    assert any(p.is_file() for p in ours.rglob("*"))  # node wrote compiled code there
+    assert "NODE_COMPILE_CACHE" not in os.environ
+
+    theirs = tmp_path / "theirs"
+    monkeypatch.setenv("NODE_COMPILE_CACHE", str(theirs))
+    shutil.rmtree(ours)
+    _start_and_stop_driver()
+    assert os.environ["NODE_COMPILE_CACHE"] == str(theirs)
+    assert not ours.exists() and any(p.is_file() for p in theirs.rglob("*"))
