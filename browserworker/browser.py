@@ -230,11 +230,13 @@ async def _start_tethered_driver() -> Playwright:
         return await async_playwright().start()
     finally:
         for name, value in overrides.items():
-            if os.environ.get(name) == value:
-                if before[name] is None:
-                    del os.environ[name]
-                else:
-                    os.environ[name] = before[name]  # type: ignore[assignment]
+            previous = before[name]
+            if os.environ.get(name) != value:
+                continue  # changed meanwhile by someone else: theirs stands
+            if previous is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = previous
 
 
 def _compile_cache() -> str | None:

@@ -120,7 +120,7 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
     closed. Never raises: a page already closed or crashed has nothing left to stop."""
     if page.is_closed():
         return
-    crashed = asyncio.ensure_future(page.wait_for_event("crash", timeout=SHUT_TIMEOUT * 1000))
+    crashed = _background(page.wait_for_event("crash", timeout=SHUT_TIMEOUT * 1000))
     sent: asyncio.Future[object] | None = None
     try:
         session = await context.new_cdp_session(page)
@@ -130,10 +130,8 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
         log.debug("page renderer not seen stopped before closing", error=str(exc))
     finally:
         for future in (crashed, sent):
-            if future is not None and not future.done():
+            if future is not None:
                 future.cancel()
-        if crashed.done() and not crashed.cancelled():
-            crashed.exception()
 
 
 def _background(work: Awaitable[object]) -> asyncio.Future[object]:

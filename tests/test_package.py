@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import browserworker
-from browserworker.browser import find_chromium, tethered
+from browserworker.browser import _start_tethered_driver, find_chromium, tethered
 from browserworker.errors import BrowserNotFound
 
 
@@ -103,10 +104,6 @@ def test_cli_reports_missing_browser(tmp_path: Path) -> None:
 
 
 def _start_and_stop_driver() -> None:
-    import asyncio
-
-    from browserworker.browser import _start_tethered_driver
-
     async def go() -> None:
         playwright = await _start_tethered_driver()
         await playwright.stop()
