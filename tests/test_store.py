@@ -464,3 +464,33 @@ def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQL
 
     with pytest.raises(ValueError, match="checked"):  # a __post_init__ is never skipped
         Checked.from_row({**row, "lease_losses": 0})
+
+
+def test_each_write_returns_its_row_as_committed_and_no_query_says_returning(tmp_path: Path) -> None:
+    """The writes that hand back a record (claim, run transitions, intent, outcome) return the
+    row they changed as it is after the write, in a group too: the run claimed from two
+    queues is the highest-priority one, and a second run's rows never leak into the first's.
+    No named query uses RETURNING (SQLite spools such a statement through a temporary b-tree,
+    dearer than the write itself); the rows are read back by key instead."""
+    store = SQLiteStore(tmp_path / "bw.db")
+    store.create_run(NewRun(id="low", flow_name="f", inputs={}, queue="q1"))
+    store.create_run(NewRun(id="high", flow_name="f", inputs={}, queue="q2", priority=5))
+    with store.group(isolate=False):
+        first = store.claim_next(A, ["q1", "q2"], ttl=30)
+        second = store.claim_next(B, ["q1"], ttl=30)
+        assert store.claim_next(B, ["q1", "q2"], ttl=30) is None
+        assert first is not None and second is not None
+        running = store.set_run_state(first.id, first.lease_epoch, RunState.RUNNING, worker=A.worker)
+        attempt = store.begin_attempt(first.id, first.lease_epoch, "submit", "effect", "high/submit", "fp")
+        other = store.begin_attempt(second.id, second.lease_epoch, "submit", "action", "low/submit", "fp2")
+        done = store.finish_attempt(attempt, first.lease_epoch, AttemptState.SUCCEEDED, decided_by="return",
+                                    result={"order": 7})
+        ended = store.set_run_state(first.id, first.lease_epoch, RunState.SUCCEEDED, worker=A.worker)
+    assert (first.id, first.owner, first.state, first.lease_epoch) == ("high", A.worker, RunState.LEASED, 1)
+    assert (second.id, second.owner) == ("low", B.worker)
+    assert running.state is RunState.RUNNING and running.started_at is not None
+    assert ended == store.get_run("high") and ended.state is RunState.SUCCEEDED and ended.owner is None
+    assert attempt.state is AttemptState.INTENT and attempt.attempt_no == 1 and attempt.request_key == "high/submit"
+    assert other.run_id == "low" and other.state is AttemptState.RUNNING and other.id != attempt.id
+    assert done == store.get_attempt(attempt.id) and done.result == {"order": 7}
+    assert not [name for name, sql in store.queries.items() if "RETURNING" in sql.upper()]

@@ -251,16 +251,15 @@ class SQLStore:
         query = self.queries[_STATE_QUERY.get(state, "set_run_state")]
         with self._transaction() as tx:
             from_state = only_from
-            row = None if only_from is None else tx.execute(query, params).fetchone()
-            if row is None:
+            if only_from is None or tx.execute(query, params).rowcount != 1:
                 before = tx.execute(self.queries["run_fence"], {"id": run_id}).fetchone()
                 if before is not None and before["lease_epoch"] == epoch:
                     check_run_transition(RunState(before["state"]), state)
                 from_state = before["state"] if before else None
                 params["from_state"] = None
-                row = tx.execute(query, params).fetchone()
-                if row is None:
+                if tx.execute(query, params).rowcount != 1:
                     raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
+            row = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
             self._event(tx, run_id, "run_state", now=now, worker=worker, epoch=epoch,
                         from_state=from_state, to_state=state, decision=decision,
                         detail={"error": error} if error else None)
@@ -278,13 +277,14 @@ class SQLStore:
         now = self.now()
         state = AttemptState.INTENT if kind == "effect" else AttemptState.RUNNING
         with self._transaction() as tx:
-            row = tx.execute(self.queries["insert_attempt"],
-                             {"run_id": run_id, "step_id": step_id, "kind": kind, "request_key": request_key,
-                              "fingerprint": fingerprint, "state": str(state), "epoch": epoch, "worker": worker,
-                              "now": now, "margin": margin}).fetchone()
-            if row is None:
+            cursor = tx.execute(self.queries["insert_attempt"],
+                                {"run_id": run_id, "step_id": step_id, "kind": kind, "request_key": request_key,
+                                 "fingerprint": fingerprint, "state": str(state), "epoch": epoch, "worker": worker,
+                                 "now": now, "margin": margin})
+            if cursor.rowcount != 1:
                 raise self._lease_lost(run_id, epoch, margin, f"intent for {step_id}")
-            attempt = AttemptRecord.from_row(row)
+            attempt = AttemptRecord.from_row(tx.execute(self.queries["get_attempt"],
+                                                        {"id": cursor.lastrowid}).fetchone())
             if kind == "effect":
                 self._event(tx, run_id, "intent", now=now, step_id=step_id, attempt_no=attempt.attempt_no,
                             worker=worker, epoch=epoch, to_state=state,
@@ -323,14 +323,12 @@ class SQLStore:
         check_attempt_transition(attempt.state, state)
         now = self.now()
         with self._transaction() as tx:
-            row = tx.execute(self.queries["finish_attempt"],
-                             {"attempt_id": attempt.id, "from_state": str(attempt.state), "state": str(state),
-                              "now": now, "epoch": epoch,
-                              "result_json": None if result is None else canonical_json(result),
-                              "decided_by": decided_by,
-                              "evidence": None if evidence is None else canonical_json(evidence),
-                              "error": error}).fetchone()
-            if row is None:
+            changed = self._exec(tx, "finish_attempt", attempt_id=attempt.id, from_state=str(attempt.state),
+                                 state=str(state), now=now, epoch=epoch,
+                                 result_json=None if result is None else canonical_json(result),
+                                 decided_by=decided_by,
+                                 evidence=None if evidence is None else canonical_json(evidence), error=error)
+            if changed != 1:
                 current = tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone()
                 if current is not None and current["state"] != attempt.state:
                     raise LeaseLost(f"attempt {attempt.request_key}#{attempt.attempt_no} is already "
@@ -340,7 +338,7 @@ class SQLStore:
                         attempt_no=attempt.attempt_no, worker=worker, epoch=epoch, from_state=attempt.state,
                         to_state=state, decision=decided_by,
                         detail={"evidence": evidence, "error": error} if (evidence or error) else None)
-            return AttemptRecord.from_row(row)
+            return AttemptRecord.from_row(tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone())
 
     def get_attempt(self, attempt_id: int) -> AttemptRecord:
         row = self._one("get_attempt", id=attempt_id)
@@ -424,7 +422,8 @@ class SQLStore:
                "now": now, "ttl": ttl}
         with self._transaction() as tx:
             if len(queues) == 1:
-                row = tx.execute(self.queries["claim_next_in_queue"], {**who, "queue": queues[0]}).fetchone()
+                first = tx.execute(self.queries["next_queued_id"], {"queue": queues[0], "now": now}).fetchone()
+                run_id = None if first is None else first["id"]
             else:
                 best = None
                 for queue in queues:
@@ -433,10 +432,11 @@ class SQLStore:
                         key = (-cand["priority"], cand["created_at"], cand["id"])
                         if best is None or key < best[0]:
                             best = (key, cand["id"])
-                row = None if best is None else tx.execute(self.queries["claim_queued_by_id"],
-                                                           {**who, "id": best[1]}).fetchone()
-            if row is None:
+                run_id = None if best is None else best[1]
+            # in the write transaction: the run read above is still QUEUED
+            if run_id is None or self._exec(tx, "claim_queued_by_id", **who, id=run_id) != 1:
                 return None
+            row = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
             self._event(tx, row["id"], "lease_claimed", now=now, worker=owner.worker, epoch=row["lease_epoch"],
                         from_state=RunState.QUEUED, to_state=RunState.LEASED, decision="claimed",
                         detail={"ttl": ttl, "waited": now - row["created_at"]})
