@@ -417,6 +417,53 @@ def test_async_store_skips_cancelled_calls_and_wakes_the_loop_once_per_batch(tmp
     assert astore.commits == 2
 
 
+def test_reads_that_lead_a_batch_need_no_write_lock_and_answer_before_its_commit(tmp_path: Path) -> None:
+    """Reads at the head of a batch run outside its write transaction: while another
+    connection holds the write lock they are answered at once (WAL lets them read), and the
+    batch's write waits for the lock and commits after. A read behind the write stays in
+    the batch's transaction and sees it."""
+    import asyncio
+    import threading
+
+    from browserworker.store.aio import AsyncStore
+
+    path = tmp_path / "c.db"
+    s = SQLiteStore(path, busy_timeout=30)
+    s.create_run(NewRun(id="r1", flow_name="f", inputs={}))
+    astore = AsyncStore(s)
+    other = sqlite3.connect(path, isolation_level=None)
+    entered, hold = threading.Event(), threading.Event()
+
+    def holding(timeout: float) -> bool:
+        entered.set()
+        return hold.wait(timeout)
+
+    async def main() -> None:
+        blocker = asyncio.ensure_future(astore.call(holding, 30))
+        assert await asyncio.to_thread(entered.wait, 30)  # later calls queue up into one batch
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        reads = [asyncio.ensure_future(astore.call(s.get_run, "r1")),
+                 asyncio.ensure_future(astore.call(s.history, "r1"))]
+        write = asyncio.ensure_future(astore.call(s.create_run, NewRun(id="r2", flow_name="f", inputs={})))
+        behind = asyncio.ensure_future(astore.call(s.get_run, "r2"))
+        await asyncio.sleep(0)
+        hold.set()
+        assert await blocker is True
+        run, (attempts, restored) = await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
+        assert run is not None and run.id == "r1" and attempts == [] and restored is None
+        assert not write.done()  # still waiting for the lock the other writer holds
+        other.execute("COMMIT")
+        assert (await write).id == "r2"
+        seen = await behind
+        assert seen is not None and seen.id == "r2"
+
+    try:
+        asyncio.run(main())
+    finally:
+        other.close()
+        astore.close()
+
+
 def _open(path: str) -> int:
     return SQLiteStore(path).schema_version
 

@@ -5,6 +5,10 @@ worker), the thread runs them together in one transaction and commits once: one 
 the whole batch instead of one per call. A caller gets its result only after that commit,
 so nothing is acted on before it is durable.
 
+Reads (store methods marked :func:`~browserworker.store.base.read_only`) that lead a
+batch run before it, each on its own, outside the write transaction; the rest of the batch,
+reads included, runs inside it in order.
+
 A batch first runs bare, with no savepoint per call (the common case: every call succeeds).
 If one fails, that try is rolled back whole and the batch runs again with each call in its
 own savepoint, so a failing call rolls back only itself. A call may therefore run twice
@@ -37,7 +41,8 @@ class AsyncStore:
     """``await astore.call(store.begin_attempt, ...)``; the wrapped store stays usable directly.
 
     ``max_batch`` caps how many calls share one commit (1 turns group commit off). The
-    results of a batch reach their callers' event loop in one wake-up, not one per call.
+    results of a batch reach their callers' event loop in one wake-up, not one per call
+    (two when reads lead it: theirs come first).
     """
 
     def __init__(self, store: Store, *, max_batch: int = 256) -> None:
@@ -80,6 +85,16 @@ class AsyncStore:
         # a call whose caller was cancelled while it waited is skipped (as ThreadPoolExecutor
         # does); one cancelled after this check still runs, and its result is dropped
         batch = [call for call in batch if not call[4].cancelled()]
+        # the reads that lead the batch run first, outside its write transaction: they need
+        # no write lock (another process may hold it, while WAL lets them read), and their
+        # callers get their results at once instead of after the batch's commit
+        lead = 0
+        while lead < len(batch) and getattr(batch[lead][0], "read_only", False):
+            lead += 1
+        if lead:
+            reads, batch = batch[:lead], batch[lead:]
+            self.calls += lead
+            _deliver_all(reads, [_outcome(call) for call in reads])
         if not batch:
             return
         self.calls += len(batch)

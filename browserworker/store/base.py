@@ -11,14 +11,23 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from importlib import resources
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import LeaseLost, QueueFull, StoreError, UsageError
 from ..canonical import canonical_json
 from ..states import RUN_TRANSITIONS, AttemptState, RunState, check_attempt_transition, check_run_transition
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord
 
-__all__ = ["GroupSpoiled", "SQLStore", "Store", "load_queries"]
+__all__ = ["GroupSpoiled", "SQLStore", "Store", "load_queries", "read_only"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def read_only(method: F) -> F:
+    """Mark a store method that only reads. :class:`~browserworker.store.aio.AsyncStore`
+    runs such calls outside a batch's write transaction when they lead the batch."""
+    method.read_only = True  # type: ignore[attr-defined]
+    return method
 
 
 class GroupSpoiled(StoreError):
@@ -149,6 +158,7 @@ class SQLStore:
         rows = self._read(self.queries[_query], params)
         return rows[0] if rows else None
 
+    @read_only
     def ops_rows(self, _query: str, **params: Any) -> list[Mapping[str, Any]]:
         """Rows of a read-only named query of the ``-- ops`` section (metrics, status, health)."""
         return self._read(self.queries[_query], params)
@@ -188,10 +198,12 @@ class SQLStore:
         assert created is not None
         return created
 
+    @read_only
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._one("get_run", id=run_id)
         return None if row is None else RunRecord.from_row(row)
 
+    @read_only
     def list_runs(self, state: RunState | None = None, limit: int = 100) -> list[RunRecord]:
         if state is None:
             rows = self._read(self.queries["list_runs"], {"limit": limit})
@@ -231,6 +243,7 @@ class SQLStore:
             if self._exec(tx, "heartbeat", id=run_id, epoch=epoch, now=self.now(), ttl=ttl) != 1:
                 raise self._lease_lost(run_id, epoch, 0.0, "heartbeat")
 
+    @read_only
     def cancel_requested(self, run_id: str) -> bool:
         """Whether someone asked to cancel the run (read at every step boundary: one column)."""
         row = self._one("run_cancel_requested", id=run_id)
@@ -340,36 +353,44 @@ class SQLStore:
                         detail={"evidence": evidence, "error": error} if (evidence or error) else None)
             return AttemptRecord.from_row(tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone())
 
+    @read_only
     def get_attempt(self, attempt_id: int) -> AttemptRecord:
         row = self._one("get_attempt", id=attempt_id)
         if row is None:
             raise KeyError(attempt_id)
         return AttemptRecord.from_row(row)
 
+    @read_only
     def attempts(self, run_id: str) -> list[AttemptRecord]:
         return [AttemptRecord.from_row(r) for r in self._read(self.queries["attempts_of_run"], {"run_id": run_id})]
 
+    @read_only
     def latest_attempt(self, run_id: str, step_id: str) -> AttemptRecord | None:
         row = self._one("latest_attempt", run_id=run_id, step_id=step_id)
         return None if row is None else AttemptRecord.from_row(row)
 
+    @read_only
     def outbox(self, attempt_id: int) -> list[OutboxRecord]:
         rows = self._read(self.queries["outbox_of_attempt"], {"attempt_id": attempt_id})
         return [OutboxRecord.from_row(r) for r in rows]
 
+    @read_only
     def events(self, run_id: str) -> list[EventRecord]:
         return [EventRecord.from_row(r) for r in self._read(self.queries["events_of_run"], {"run_id": run_id})]
 
+    @read_only
     def restored_at(self, run_id: str) -> float | None:
         """When the run was last restored from a backup, or None (see :mod:`browserworker.backup`)."""
         row = self._one("restored_at", run_id=run_id)
         return None if row is None or row["at"] is None else float(row["at"])
 
+    @read_only
     def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None]:
         """What a run's new pass starts from: its attempts and when it was last restored
         (one call where two would each make a round trip to the store's thread)."""
         return self.attempts(run_id), self.restored_at(run_id)
 
+    @read_only
     def effect_boundary(self, run_id: str, step_id: str) -> tuple[bool, AttemptRecord | None]:
         """What the executor reads at the boundary before an effect, in one call: whether a
         cancel was asked (:meth:`cancel_requested`) and the step's :meth:`latest_attempt`."""
@@ -412,6 +433,7 @@ class SQLStore:
         with self._transaction() as tx:
             self._exec(tx, "set_queue", name=queue, max_depth=max_depth)
 
+    @read_only
     def queue_limits(self) -> dict[str, int | None]:
         return {r["name"]: r["max_depth"] for r in self._read(self.queries["list_queues"], {})}
 
@@ -581,8 +603,10 @@ class SQLStore:
         with self._transaction() as tx:
             self._exec(tx, "mark_worker", id=worker_id, health=health, now=self.now())
 
+    @read_only
     def workers(self) -> list[WorkerRecord]:
         return [WorkerRecord.from_row(r) for r in self._read(self.queries["list_workers"], {})]
 
+    @read_only
     def runs_needing_review(self, limit: int = 100) -> list[RunRecord]:
         return [RunRecord.from_row(r) for r in self._read(self.queries["runs_needing_review"], {"limit": limit})]
