@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -25,6 +25,7 @@ from browserworker.store import SQLiteStore
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PY = sys.executable
+T = TypeVar("T")
 
 
 def _env() -> dict[str, str]:
@@ -32,6 +33,14 @@ def _env() -> dict[str, str]:
     env.setdefault("BROWSERWORKER_CHROMIUM_ARGS",
                    "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'")
     return env
+
+
+def _abba(sides: list[T], rep: int) -> list[T]:
+    """The two sides of a comparison in ABBA order: as given on even repetitions, reversed
+    on odd ones. Plain alternation (ABAB) always runs B second, so a machine that slows
+    down (or speeds up) during the benchmark charges the drift to one side; ABBA cancels
+    a linear drift over each pair of repetitions."""
+    return sides if rep % 2 == 0 else sides[::-1]
 
 
 def _timed(cmd: list[str]) -> float:
@@ -44,10 +53,12 @@ def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
     """(a) `browserworker run` of a 6-action/4-effect flow vs the same steps as a plain script."""
     ours, plain = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(reps):  # alternate, so drift hits both sides alike
-            plain.append(_timed([PY, str(HERE / "plain_ten_steps.py"), base_url]))
-            ours.append(_timed([PY, "-m", "browserworker", "run", str(HERE / "flows" / "ten_steps.py"),
-                                "--input", f"base_url={base_url}", "--db", str(Path(tmp) / "a.db")]))
+        for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
+            sides = [lambda: plain.append(_timed([PY, str(HERE / "plain_ten_steps.py"), base_url])),
+                     lambda: ours.append(_timed([PY, "-m", "browserworker", "run", str(HERE / "flows" / "ten_steps.py"),
+                                                 "--input", f"base_url={base_url}", "--db", str(Path(tmp) / "a.db")]))]
+            for side in _abba(sides, i):
+                side()
     o, p = statistics.median(ours), statistics.median(plain)
     return {"ours_s": o, "plain_s": p, "ratio": o / p, "reps": reps}
 
@@ -131,7 +142,7 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
 
     Throughput is the drain's steady state: first run started to last run finished, so the
     process and browser start-up (the same on both sides) does not dilute the comparison.
-    Four alternating repetitions of 12/24/32 runs (a single drain of the same side varies by
+    Four repetitions of 12/24/32 runs, alternating in ABBA order (a single drain of the same side varies by
     up to a third on this 2-core machine, by up to half on a slow day). At N=8 each lane does
     four runs, so the ramp-down (lanes idle while the last runs finish) weighs less than with
     24. Every drain's seconds are kept in the JSON.
@@ -140,13 +151,12 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     for n in levels:
         runs = {1: 12, 4: 24}.get(n, 32)
         ours_t, ours_m, plain_t, plain_m = [], [], [], []
-        for _ in range(reps):  # alternate, so drift hits both sides alike
-            t, m = _plain_concurrency(base_url, n, runs)
-            plain_t.append(t)
-            plain_m.append(m)
-            t, m = _ours_concurrency(base_url, n, runs)
-            ours_t.append(t)
-            ours_m.append(m)
+        for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
+            for drain, times, peaks in _abba([(_plain_concurrency, plain_t, plain_m),
+                                              (_ours_concurrency, ours_t, ours_m)], i):
+                t, m = drain(base_url, n, runs)
+                times.append(t)
+                peaks.append(m)
         o_rpm = runs / statistics.median(ours_t) * 60
         p_rpm = runs / statistics.median(plain_t) * 60
         out.append({"concurrency": n, "runs": runs, "reps": reps, "ours_runs_per_min": o_rpm,
