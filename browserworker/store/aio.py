@@ -89,7 +89,7 @@ class AsyncStore:
         # no write lock (another process may hold it, while WAL lets them read), and their
         # callers get their results at once instead of after the batch's commit
         lead = 0
-        while lead < len(batch) and getattr(batch[lead][0], "read_only", False):
+        while lead < len(batch) and getattr(batch[lead][0], "read_only", False) is True:
             lead += 1
         if lead:
             reads, batch = batch[:lead], batch[lead:]
