@@ -36,10 +36,10 @@ def _env() -> dict[str, str]:
 
 
 def _abba(sides: list[T], rep: int) -> list[T]:
-    """The two sides of a comparison in ABBA order: as given on even repetitions, reversed
-    on odd ones. Plain alternation (ABAB) always runs B second, so a machine that slows
-    down (or speeds up) during the benchmark charges the drift to one side; ABBA cancels
-    a linear drift over each pair of repetitions."""
+    """The sides of a comparison in ABBA order: as given on even repetitions, reversed on
+    odd ones. Plain alternation (ABAB) always runs B second, so a machine that slows down
+    (or speeds up) during the benchmark charges the drift to one side; ABBA cancels a
+    linear drift over each pair of repetitions."""
     return sides if rep % 2 == 0 else sides[::-1]
 
 
@@ -51,14 +51,15 @@ def _timed(cmd: list[str]) -> float:
 
 def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
     """(a) `browserworker run` of a 6-action/4-effect flow vs the same steps as a plain script."""
-    ours, plain = [], []
+    ours: list[float] = []
+    plain: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
+        sides = [([PY, str(HERE / "plain_ten_steps.py"), base_url], plain),
+                 ([PY, "-m", "browserworker", "run", str(HERE / "flows" / "ten_steps.py"),
+                   "--input", f"base_url={base_url}", "--db", str(Path(tmp) / "a.db")], ours)]
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
-            sides = [lambda: plain.append(_timed([PY, str(HERE / "plain_ten_steps.py"), base_url])),
-                     lambda: ours.append(_timed([PY, "-m", "browserworker", "run", str(HERE / "flows" / "ten_steps.py"),
-                                                 "--input", f"base_url={base_url}", "--db", str(Path(tmp) / "a.db")]))]
-            for side in _abba(sides, i):
-                side()
+            for cmd, times in _abba(sides, i):
+                times.append(_timed(cmd))
     o, p = statistics.median(ours), statistics.median(plain)
     return {"ours_s": o, "plain_s": p, "ratio": o / p, "reps": reps}
 
@@ -150,7 +151,10 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     out = []
     for n in levels:
         runs = {1: 12, 4: 24}.get(n, 32)
-        ours_t, ours_m, plain_t, plain_m = [], [], [], []
+        ours_t: list[float] = []
+        plain_t: list[float] = []
+        ours_m: list[int] = []
+        plain_m: list[int] = []
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
             for drain, times, peaks in _abba([(_plain_concurrency, plain_t, plain_m),
                                               (_ours_concurrency, ours_t, ours_m)], i):

@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     sides: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("ours_1", lambda: control_plane.ours(1, 3000)), ("huey", lambda: control_plane.huey(3000)),
         ("ours_2", lambda: control_plane.ours(2, 3000)), ("dbos", lambda: control_plane.dbos(150))]
-    for rep in range(3):  # every other time in reverse order (ABBA: a drift hits every side alike)
-        for key, measure in sides if rep % 2 == 0 else sides[::-1]:
+    for rep in range(3):
+        for key, measure in browser_bench._abba(sides, rep):
             cp[key].append(measure())
     out["control_plane"] = {k: _median_of(v, "runs_per_s") for k, v in cp.items()}
     out["control_plane_detail"] = cp
