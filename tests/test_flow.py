@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import json
 import textwrap
 from pathlib import Path
 
@@ -9,6 +12,7 @@ import pytest
 from pydantic import BaseModel, SecretStr
 
 from browserworker import Flow, FlowDefinitionError, FlowLoadError, InputError, Verdict
+from browserworker.canonical import canonical_json, fingerprint_of
 from browserworker.flow import Effect, RecordedResponse
 from browserworker.loader import load_flow, parse_inputs
 
@@ -106,6 +110,22 @@ def test_fingerprint_is_stable_and_input_sensitive() -> None:
     assert a != flow.fingerprint(step, flow.validate_inputs({"item": "coffee"}), {})
     assert a != flow.fingerprint(flow.get("open_form"), flow.validate_inputs({"item": "tea"}), {})
     assert a == flow.fingerprint(step, flow.validate_inputs({"item": "tea", "password": "other"}), {})
+
+
+def test_canonical_json_writes_what_the_stdlib_encoder_writes() -> None:
+    """canonical_json reuses one C encoder instead of building one per call; the bytes (so
+    every fingerprint already journaled) stay those of the stdlib encoder with the same
+    settings: sorted keys, no spaces, unicode kept, unknown objects as str()."""
+    stdlib = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    values = [None, True, 3, -0.0, 1e300, float("inf"), "é\u2028\"\\", [1, "a", None], (1, {"u": 2}),
+              {"b": 1, "a": [{"z": 2, "y": None}]}, {"when": datetime.date(2020, 1, 2)}, {2: "b", 1: "a"},
+              {"dec": decimal.Decimal("1.10")}, {"big": 2**70}, {1.5: "x"}]
+    for value in values:
+        assert canonical_json(value) == stdlib.encode(value)
+    assert fingerprint_of({"item": "tea", "qty": 2}) == (
+        "940d57aaaceef22c396f1fb9a44be97074e585106e76fb96892efdee89cf4a7a")
+    with pytest.raises(TypeError):
+        canonical_json({1: "a", "b": 2})  # keys that do not sort, as with the stdlib
 
 
 def test_secret_fields_come_from_secretstr_and_redact() -> None:
