@@ -66,7 +66,7 @@ async def _drain(db: Path, concurrency: int) -> dict[str, Any]:
             return False
         epoch = run.lease_epoch
         await astore.call(store.history, run.id)
-        await astore.call(store.set_run_state, run.id, epoch, RunState.RUNNING, worker=owner.worker)
+        await astore.call(store.advance_run, run.id, epoch, RunState.RUNNING, worker=owner.worker, decision="started")
         await astore.call(store.effect_boundary, run.id, "effect")  # cancel requested? the step's latest attempt
         attempt = await astore.call(store.begin_attempt, run.id, epoch, "effect", "effect", f"{run.id}/effect",
                                     "fp", worker=owner.worker, margin=5.0)

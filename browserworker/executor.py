@@ -160,7 +160,7 @@ class Executor:
         self._restored_at = restored_at
         if self.run.state != RunState.RUNNING:
             # committed while the first browser context opens; awaited before the first step
-            self._starting = asyncio.ensure_future(self._db("set_run_state", self.run.id, self.epoch,
+            self._starting = asyncio.ensure_future(self._db("advance_run", self.run.id, self.epoch,
                                                             RunState.RUNNING, worker=self.owner.worker,
                                                             decision="started"))
         self.hooks.run_started(self.run)

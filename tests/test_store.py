@@ -541,3 +541,97 @@ def test_each_write_returns_its_row_as_committed_and_no_query_says_returning(tmp
     assert other.run_id == "low" and other.state is AttemptState.RUNNING and other.id != attempt.id
     assert done == store.get_attempt(attempt.id) and done.result == {"order": 7}
     assert not [name for name, sql in store.queries.items() if "RETURNING" in sql.upper()]
+
+
+def test_begin_attempt_returns_the_row_as_stored(store: SQLiteStore) -> None:
+    """The attempt begin_attempt hands back is built from what it inserted, not read back: it
+    must equal the stored row in every field, for an effect (INTENT) and an action (RUNNING),
+    with the attempt number the insert computed counting up per step."""
+    run = store.claim_run("r1", A, ttl=30)
+    assert run is not None
+    first = store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp", worker=A.worker, margin=1.0)
+    store.finish_attempt(first, run.lease_epoch, AttemptState.FAILED_BEFORE_SEND, decided_by="gate")
+    second = store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp", worker=A.worker)
+    action = store.begin_attempt("r1", run.lease_epoch, "open", "action", "r1/open", "fp-open")
+    assert (first.attempt_no, second.attempt_no, action.attempt_no) == (1, 2, 1)
+    assert first.state is AttemptState.INTENT and action.state is AttemptState.RUNNING
+    for attempt in (second, action):
+        assert attempt == store.get_attempt(attempt.id)
+    assert store.get_attempt(first.id).state is AttemptState.FAILED_BEFORE_SEND
+
+
+def test_advance_run_is_set_run_state_without_the_read_back(store: SQLiteStore) -> None:
+    """advance_run makes the same fenced transition and event as set_run_state and returns
+    nothing: a stale epoch is a lost lease, an illegal transition a ValueError, and neither
+    writes anything."""
+    run = store.claim_run("r1", A, ttl=30)
+    assert run is not None
+    with pytest.raises(LeaseLost):
+        store.advance_run("r1", run.lease_epoch + 1, RunState.RUNNING, worker=A.worker)
+    with pytest.raises(ValueError):
+        store.advance_run("r1", run.lease_epoch, RunState.SUCCEEDED, worker=A.worker)  # LEASED -> SUCCEEDED
+    assert store.get_run("r1").state is RunState.LEASED  # type: ignore[union-attr]
+    assert store.advance_run("r1", run.lease_epoch, RunState.RUNNING, worker=A.worker, decision="started") is None
+    now = store.get_run("r1")
+    assert now is not None and now.state is RunState.RUNNING and now.started_at is not None
+    last = store.events("r1")[-1]
+    assert (last.kind, last.from_state, last.to_state, last.decision, last.worker) == (
+        "run_state", "LEASED", "RUNNING", "started", A.worker)
+
+
+def test_effect_boundary_reads_the_cancel_flag_and_the_latest_attempt(store: SQLiteStore) -> None:
+    """effect_boundary answers in one read what cancel_requested and latest_attempt answer:
+    no attempt yet, the newest of several, a cancel asked meanwhile, and a run that is gone."""
+    run = store.claim_run("r1", A, ttl=30)
+    assert run is not None
+    assert store.effect_boundary("r1", "pay") == (False, None)
+    first = store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp")
+    store.finish_attempt(first, run.lease_epoch, AttemptState.FAILED_BEFORE_SEND, decided_by="gate")
+    store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp")
+    store.begin_attempt("r1", run.lease_epoch, "other", "action", "r1/other", "fp")
+    cancelled, latest = store.effect_boundary("r1", "pay")
+    assert not cancelled and latest == store.latest_attempt("r1", "pay") and latest is not None
+    assert latest.attempt_no == 2
+    store.cancel("r1")
+    assert store.effect_boundary("r1", "pay") == (True, latest) == (store.cancel_requested("r1"), latest)
+    assert store.effect_boundary("gone", "pay") == (False, None)
+
+
+def test_finish_attempt_returns_the_row_as_stored(store: SQLiteStore) -> None:
+    """finish_attempt builds its answer from the attempt given and what it wrote, not from a
+    full read: it must still equal the stored row, with the dispatch time the gate wrote
+    after the caller's copy was taken, and result and evidence as they read back from JSON
+    (a tuple as a list, a date as its string, integer keys as strings)."""
+    import datetime
+
+    run = store.claim_run("r1", A, ttl=30)
+    assert run is not None
+    attempt = store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp", worker=A.worker)
+    store.mark_dispatched(attempt, run.lease_epoch, "POST", "http://127.0.0.1/pay")
+    assert attempt.dispatched_at is None  # the caller's copy is stale
+    done = store.finish_attempt(attempt, run.lease_epoch, AttemptState.SUCCEEDED, decided_by="confirm",
+                                result={"ids": (1, 2), "on": datetime.date(2026, 1, 2), "by_no": {3: "x"}},
+                                evidence={"status": 303}, worker=A.worker)
+    assert done == store.get_attempt(attempt.id)
+    assert done.dispatched_at is not None and done.result == {"ids": [1, 2], "on": "2026-01-02", "by_no": {"3": "x"}}
+    action = store.begin_attempt("r1", run.lease_epoch, "open", "action", "r1/open", "fp-open")
+    failed = store.finish_attempt(action, run.lease_epoch, AttemptState.FAILED, decided_by="raise", error="boom")
+    assert failed == store.get_attempt(action.id) and failed.dispatched_at is None and failed.result is None
+
+
+def test_history_is_attempts_and_restored_at_in_one_read(store: SQLiteStore) -> None:
+    """history answers what attempts and restored_at answer, with no attempts yet, with
+    several, and after a restore event (the latest one counts)."""
+    run = store.claim_run("r1", A, ttl=30)
+    assert run is not None
+    assert store.history("r1") == ([], None) == (store.attempts("r1"), store.restored_at("r1"))
+    store.record_event("r1", "restored", detail={"from": "a backup"})
+    store.record_event("r1", "restored", detail={"from": "a later backup"})
+    later = store.restored_at("r1")
+    assert later is not None and store.history("r1") == ([], later)
+    store.begin_attempt("r1", run.lease_epoch, "open", "action", "r1/open", "fp")
+    store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp")
+    attempts, restored = store.history("r1")
+    assert attempts == store.attempts("r1") and [a.step_id for a in attempts] == ["open", "pay"]
+    assert restored == later
+    assert store.history("gone") == ([], None)

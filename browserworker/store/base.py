@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ..errors import LeaseLost, QueueFull, StoreError, UsageError
 from ..canonical import canonical_json
 from ..states import RUN_TRANSITIONS, AttemptState, RunState, check_attempt_transition, check_run_transition
-from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord
+from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord, _fields
 
 __all__ = ["GroupSpoiled", "SQLStore", "Store", "load_queries", "read_only"]
 
@@ -57,6 +57,8 @@ class Store(Protocol):
     def cancel_requested(self, run_id: str) -> bool: ...
     def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
                       error: str | None = None, decision: str | None = None) -> RunRecord: ...
+    def advance_run(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
+                    error: str | None = None, decision: str | None = None) -> None: ...
     def clear_reconcile(self, run_id: str, epoch: int) -> None: ...
 
     # journal
@@ -251,7 +253,22 @@ class SQLStore:
 
     def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
                       error: str | None = None, decision: str | None = None) -> RunRecord:
-        """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now.
+        """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now."""
+        with self._transaction() as tx:
+            self._move_run(tx, run_id, epoch, state, worker, error, decision)
+            row = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
+        return RunRecord.from_row(row)
+
+    def advance_run(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
+                    error: str | None = None, decision: str | None = None) -> None:
+        """:meth:`set_run_state` for a caller that does not use the run afterwards (the
+        executor's RUNNING transition): the same write, without reading 25 columns back."""
+        with self._transaction() as tx:
+            self._move_run(tx, run_id, epoch, state, worker, error, decision)
+
+    def _move_run(self, tx: Any, run_id: str, epoch: int, state: RunState, worker: str | None, error: str | None,
+                  decision: str | None) -> None:
+        """The fenced transition and its event, in the caller's transaction.
 
         A state with one legal predecessor (RUNNING, SUCCEEDED: the happy path) is tried as a
         single update conditioned on that predecessor; only when it matches nothing is the run
@@ -262,21 +279,18 @@ class SQLStore:
         params = {"id": run_id, "epoch": epoch, "state": str(state), "error": error, "now": now,
                   "from_state": only_from}
         query = self.queries[_STATE_QUERY.get(state, "set_run_state")]
-        with self._transaction() as tx:
-            from_state = only_from
-            if only_from is None or tx.execute(query, params).rowcount != 1:
-                before = tx.execute(self.queries["run_fence"], {"id": run_id}).fetchone()
-                if before is not None and before["lease_epoch"] == epoch:
-                    check_run_transition(RunState(before["state"]), state)
-                from_state = before["state"] if before else None
-                params["from_state"] = None
-                if tx.execute(query, params).rowcount != 1:
-                    raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
-            row = tx.execute(self.queries["get_run"], {"id": run_id}).fetchone()
-            self._event(tx, run_id, "run_state", now=now, worker=worker, epoch=epoch,
-                        from_state=from_state, to_state=state, decision=decision,
-                        detail={"error": error} if error else None)
-        return RunRecord.from_row(row)
+        from_state = only_from
+        if only_from is None or tx.execute(query, params).rowcount != 1:
+            before = tx.execute(self.queries["run_fence"], {"id": run_id}).fetchone()
+            if before is not None and before["lease_epoch"] == epoch:
+                check_run_transition(RunState(before["state"]), state)
+            from_state = before["state"] if before else None
+            params["from_state"] = None
+            if tx.execute(query, params).rowcount != 1:
+                raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
+        self._event(tx, run_id, "run_state", now=now, worker=worker, epoch=epoch,
+                    from_state=from_state, to_state=state, decision=decision,
+                    detail={"error": error} if error else None)
 
     def clear_reconcile(self, run_id: str, epoch: int) -> None:
         with self._transaction() as tx:
@@ -296,8 +310,12 @@ class SQLStore:
                                  "now": now, "margin": margin})
             if cursor.rowcount != 1:
                 raise self._lease_lost(run_id, epoch, margin, f"intent for {step_id}")
-            attempt = AttemptRecord.from_row(tx.execute(self.queries["get_attempt"],
-                                                        {"id": cursor.lastrowid}).fetchone())
+            # the row is what was just inserted: only its attempt_no was computed by the insert
+            attempt_id = cursor.lastrowid
+            attempt_no = tx.execute(self.queries["attempt_no"], {"id": attempt_id}).fetchone()[0]
+            attempt = AttemptRecord.new(id=attempt_id, run_id=run_id, step_id=step_id, kind=kind, attempt_no=attempt_no,
+                                        request_key=request_key, request_fingerprint=fingerprint, state=state,
+                                        lease_epoch=epoch, worker=worker, intent_at=now)
             if kind == "effect":
                 self._event(tx, run_id, "intent", now=now, step_id=step_id, attempt_no=attempt.attempt_no,
                             worker=worker, epoch=epoch, to_state=state,
@@ -332,15 +350,19 @@ class SQLStore:
     def finish_attempt(self, attempt: AttemptRecord, epoch: int, state: AttemptState, *,
                        decided_by: str, result: Any = None, evidence: Any = None, error: str | None = None,
                        worker: str | None = None) -> AttemptRecord:
-        """Move an attempt out of INTENT/RUNNING/UNKNOWN, fenced by the run's current epoch."""
+        """Move an attempt out of INTENT/RUNNING/UNKNOWN, fenced by the run's current epoch.
+
+        Returns the attempt as it now reads, built from ``attempt`` and what this update wrote
+        (result and evidence as they read back from their JSON) rather than read in full.
+        """
         check_attempt_transition(attempt.state, state)
         now = self.now()
+        result_json = None if result is None else canonical_json(result)
+        evidence_json = None if evidence is None else canonical_json(evidence)
         with self._transaction() as tx:
             changed = self._exec(tx, "finish_attempt", attempt_id=attempt.id, from_state=str(attempt.state),
-                                 state=str(state), now=now, epoch=epoch,
-                                 result_json=None if result is None else canonical_json(result),
-                                 decided_by=decided_by,
-                                 evidence=None if evidence is None else canonical_json(evidence), error=error)
+                                 state=str(state), now=now, epoch=epoch, result_json=result_json,
+                                 decided_by=decided_by, evidence=evidence_json, error=error)
             if changed != 1:
                 current = tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone()
                 if current is not None and current["state"] != attempt.state:
@@ -351,7 +373,12 @@ class SQLStore:
                         attempt_no=attempt.attempt_no, worker=worker, epoch=epoch, from_state=attempt.state,
                         to_state=state, decision=decided_by,
                         detail={"evidence": evidence, "error": error} if (evidence or error) else None)
-            return AttemptRecord.from_row(tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone())
+            # of the columns this update did not set, only dispatched_at may have changed since
+            # the caller read ``attempt`` (the gate sets it); the others never change
+            dispatched_at = tx.execute(self.queries["dispatched_at"], {"id": attempt.id}).fetchone()[0]
+        return attempt.finished(state=AttemptState(state), finished_at=now, result_json=result_json,
+                                decided_by=decided_by, evidence_json=evidence_json, error=error,
+                                dispatched_at=dispatched_at)
 
     @read_only
     def get_attempt(self, attempt_id: int) -> AttemptRecord:
@@ -386,15 +413,28 @@ class SQLStore:
 
     @read_only
     def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None]:
-        """What a run's new pass starts from: its attempts and when it was last restored
-        (one call where two would each make a round trip to the store's thread)."""
-        return self.attempts(run_id), self.restored_at(run_id)
+        """What a run's new pass starts from: :meth:`attempts` and :meth:`restored_at`, in one
+        call (one round trip to the store's thread) and one statement."""
+        attempts, restored_at = [], None
+        for row in self._read(self.queries["history"], {"run_id": run_id}):
+            data = _fields(row)
+            at = data.pop("restored_at")
+            restored_at = None if at is None else float(at)
+            if data["id"] is not None:
+                attempts.append(AttemptRecord.from_row(data))
+        return attempts, restored_at
 
     @read_only
     def effect_boundary(self, run_id: str, step_id: str) -> tuple[bool, AttemptRecord | None]:
-        """What the executor reads at the boundary before an effect, in one call: whether a
-        cancel was asked (:meth:`cancel_requested`) and the step's :meth:`latest_attempt`."""
-        return self.cancel_requested(run_id), self.latest_attempt(run_id, step_id)
+        """What the executor reads at the boundary before an effect, in one call (one
+        statement): whether a cancel was asked (:meth:`cancel_requested`) and the step's
+        :meth:`latest_attempt`."""
+        row = self._one("effect_boundary", run_id=run_id, step_id=step_id)
+        if row is None:
+            return False, None
+        data = _fields(row)
+        cancelled = bool(data.pop("run_cancel_requested"))
+        return cancelled, None if data["id"] is None else AttemptRecord.from_row(data)
 
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,

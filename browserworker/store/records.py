@@ -17,10 +17,17 @@ __all__ = ["REDACTED", "AttemptRecord", "EventRecord", "NewRun", "OutboxRecord",
 def _fields(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row as a new dict. ``dict(sqlite3.Row)`` looks every column up by name, each a linear
     case-insensitive scan of the names (quadratic in the columns); a Row (not a registered
-    Mapping) iterates over its values, so pair them with its keys instead."""
-    if isinstance(row, Mapping):
+    Mapping) iterates over its values, so pair them with its keys instead. Whether a row's
+    type is a Mapping is asked once per type (an ABC check that fails is not cheap)."""
+    mapping = _IS_MAPPING.get(type(row))
+    if mapping is None:
+        mapping = _IS_MAPPING[type(row)] = isinstance(row, Mapping)
+    if mapping:
         return dict(row)
     return dict(zip(row.keys(), row))
+
+
+_IS_MAPPING: dict[type, bool] = {dict: True}
 
 
 R = TypeVar("R")
@@ -160,6 +167,25 @@ class AttemptRecord:
     decided_by: str | None
     evidence: Any
     error: str | None
+
+    @classmethod
+    def new(cls, *, id: int, run_id: str, step_id: str, kind: str, attempt_no: int, request_key: str,
+            request_fingerprint: str, state: AttemptState, lease_epoch: int, worker: str | None,
+            intent_at: float) -> AttemptRecord:
+        """A just-journaled attempt, as its row reads: not yet dispatched, finished or decided."""
+        return _record(cls, {"id": id, "run_id": run_id, "step_id": step_id, "kind": kind, "attempt_no": attempt_no,
+                             "request_key": request_key, "request_fingerprint": request_fingerprint,
+                             "state": state, "lease_epoch": lease_epoch, "worker": worker, "intent_at": intent_at,
+                             "dispatched_at": None, "finished_at": None, "result": None, "decided_by": None,
+                             "evidence": None, "error": None})
+
+    def finished(self, *, state: AttemptState, finished_at: float, result_json: str | None, decided_by: str,
+                 evidence_json: str | None, error: str | None, dispatched_at: float | None) -> AttemptRecord:
+        """This attempt as it reads after its outcome was written (the store's finish_attempt)."""
+        data = dict(self.__dict__)
+        data.update(state=state, finished_at=finished_at, result=_json(result_json), decided_by=decided_by,
+                    evidence=_json(evidence_json), error=error, dispatched_at=dispatched_at)
+        return _record(type(self), data)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> AttemptRecord:

@@ -97,8 +97,29 @@ SELECT * FROM attempts WHERE id = :id
 -- name: attempts_of_run
 SELECT * FROM attempts WHERE run_id = :run_id ORDER BY id
 
+-- name: history
+-- A run's attempts and when it was last restored (restored_at, the same on every row), in
+-- one statement: one row of NULL attempt columns when it has no attempts yet.
+SELECT (SELECT MAX(at) FROM events WHERE run_id = :run_id AND kind = 'restored') AS restored_at, attempts.*
+FROM (SELECT 1) LEFT JOIN attempts ON attempts.run_id = :run_id
+ORDER BY attempts.id
+
+-- name: dispatched_at
+SELECT dispatched_at FROM attempts WHERE id = :id
+
 -- name: latest_attempt
 SELECT * FROM attempts WHERE run_id = :run_id AND step_id = :step_id ORDER BY attempt_no DESC LIMIT 1
+
+-- name: attempt_no
+SELECT attempt_no FROM attempts WHERE id = :id
+
+-- name: effect_boundary
+-- What the executor reads before an effect, in one statement: the run's cancel flag and the
+-- step's latest attempt (its columns NULL when there is none; no row when the run is gone).
+SELECT runs.cancel_requested AS run_cancel_requested, attempts.*
+FROM runs LEFT JOIN attempts ON attempts.id = (
+    SELECT id FROM attempts WHERE run_id = :run_id AND step_id = :step_id ORDER BY attempt_no DESC LIMIT 1)
+WHERE runs.id = :run_id
 
 -- name: mark_dispatched
 -- The dispatch gate's fenced commit: only while the lease has the margin left.
