@@ -635,3 +635,22 @@ def test_history_is_attempts_and_restored_at_in_one_read(store: SQLiteStore) -> 
     assert attempts == store.attempts("r1") and [a.step_id for a in attempts] == ["open", "pay"]
     assert restored == later
     assert store.history("gone") == ([], None)
+
+
+def test_no_happy_path_write_spools_into_a_temporary_table(store: SQLiteStore) -> None:
+    """SQLite runs an INSERT whose SELECT reads the table it inserts into (as the attempt
+    number's MAX once did) through a temporary table first, as it does a RETURNING: dearer
+    than the write. No write query does so, but the generic run transition, off the happy
+    path (its IN lists of states are built as temporary indexes)."""
+    import re
+
+    spooling = set()
+    for name, sql in store.queries.items():
+        body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--")).strip()
+        if not re.match(r"(INSERT|UPDATE|DELETE)\b", body, re.I):
+            continue
+        params: tuple[None, ...] | dict[str, None] = (
+            (None,) * body.count("?") if "?" in body else dict.fromkeys(re.findall(r":(\w+)", body)))
+        if any(row[1] == "OpenEphemeral" for row in store.conn.execute("EXPLAIN " + body, params)):
+            spooling.add(name)
+    assert spooling == {"set_run_state"}

@@ -304,18 +304,18 @@ class SQLStore:
         now = self.now()
         state = AttemptState.INTENT if kind == "effect" else AttemptState.RUNNING
         with self._transaction() as tx:
+            next_no = tx.execute(self.queries["next_attempt_no"], {"run_id": run_id, "step_id": step_id})
+            attempt_no = next_no.fetchone()[0]
             cursor = tx.execute(self.queries["insert_attempt"],
-                                {"run_id": run_id, "step_id": step_id, "kind": kind, "request_key": request_key,
-                                 "fingerprint": fingerprint, "state": str(state), "epoch": epoch, "worker": worker,
-                                 "now": now, "margin": margin})
+                                {"run_id": run_id, "step_id": step_id, "kind": kind, "attempt_no": attempt_no,
+                                 "request_key": request_key, "fingerprint": fingerprint, "state": str(state),
+                                 "epoch": epoch, "worker": worker, "now": now, "margin": margin})
             if cursor.rowcount != 1:
                 raise self._lease_lost(run_id, epoch, margin, f"intent for {step_id}")
-            # the row is what was just inserted: only its attempt_no was computed by the insert
-            attempt_id = cursor.lastrowid
-            attempt_no = tx.execute(self.queries["attempt_no"], {"id": attempt_id}).fetchone()[0]
-            attempt = AttemptRecord.new(id=attempt_id, run_id=run_id, step_id=step_id, kind=kind, attempt_no=attempt_no,
-                                        request_key=request_key, request_fingerprint=fingerprint, state=state,
-                                        lease_epoch=epoch, worker=worker, intent_at=now)
+            attempt = AttemptRecord.new(id=cursor.lastrowid, run_id=run_id, step_id=step_id, kind=kind,
+                                        attempt_no=attempt_no, request_key=request_key,
+                                        request_fingerprint=fingerprint, state=state, lease_epoch=epoch, worker=worker,
+                                        intent_at=now)
             if kind == "effect":
                 self._event(tx, run_id, "intent", now=now, step_id=step_id, attempt_no=attempt.attempt_no,
                             worker=worker, epoch=epoch, to_state=state,

@@ -81,13 +81,16 @@ WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :fro
 -- name: clear_reconcile
 UPDATE runs SET needs_reconcile = 0, updated_at = :now WHERE id = :id AND lease_epoch = :epoch
 
+-- name: next_attempt_no
+-- Read in the write transaction that inserts the attempt. (Not a subquery of the insert: an
+-- INSERT whose SELECT reads the table it inserts into is run into a temporary table first.)
+SELECT COALESCE(MAX(attempt_no), 0) + 1 FROM attempts WHERE run_id = :run_id AND step_id = :step_id
+
 -- name: insert_attempt
 -- Fenced by epoch and, for effects, by the dispatch margin.
 INSERT INTO attempts (run_id, step_id, kind, attempt_no, request_key, request_fingerprint, state,
                       lease_epoch, worker, intent_at)
-SELECT :run_id, :step_id, :kind,
-       (SELECT COALESCE(MAX(attempt_no), 0) + 1 FROM attempts WHERE run_id = :run_id AND step_id = :step_id),
-       :request_key, :fingerprint, :state, :epoch, :worker, :now
+SELECT :run_id, :step_id, :kind, :attempt_no, :request_key, :fingerprint, :state, :epoch, :worker, :now
 FROM runs
 WHERE id = :run_id AND lease_epoch = :epoch AND lease_expires_at >= :now + :margin
 
@@ -109,9 +112,6 @@ SELECT dispatched_at FROM attempts WHERE id = :id
 
 -- name: latest_attempt
 SELECT * FROM attempts WHERE run_id = :run_id AND step_id = :step_id ORDER BY attempt_no DESC LIMIT 1
-
--- name: attempt_no
-SELECT attempt_no FROM attempts WHERE id = :id
 
 -- name: effect_boundary
 -- What the executor reads before an effect, in one statement: the run's cancel flag and the
