@@ -143,14 +143,15 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
 
     Throughput is the drain's steady state: first run started to last run finished, so the
     process and browser start-up (the same on both sides) does not dilute the comparison.
-    Four repetitions of 12/24/32 runs, alternating in ABBA order (a single drain of the same side varies by
-    up to a third on this 2-core machine, by up to half on a slow day). At N=8 each lane does
-    four runs, so the ramp-down (lanes idle while the last runs finish) weighs less than with
-    24. Every drain's seconds are kept in the JSON.
+    Four repetitions of 8/16/24 runs, alternating in ABBA order (a single drain of the same side varies by
+    up to a third on this 2-core machine, by up to half on a slow day). Each lane does at least
+    three runs, so the ramp-down (lanes idle while the last runs finish) does not dominate; more
+    (12/24/32 until 2026-12-01) took (e) to nine minutes on a slow day and `make bench` close to
+    its 15. Every drain's seconds are kept in the JSON.
     """
     out = []
     for n in levels:
-        runs = {1: 12, 4: 24}.get(n, 32)
+        runs = {1: 8, 4: 16}.get(n, 24)
         ours_t: list[float] = []
         plain_t: list[float] = []
         ours_m: list[int] = []
