@@ -107,17 +107,17 @@ def enqueue_short_orders(db: Path, base_url: str, runs: int) -> None:
         store.close()
 
 
-def _ours_concurrency(base_url: str, n: int, runs: int) -> tuple[float, int]:
+def _ours_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple[float, int | None]:
     """Drain ``runs`` runs with one `browserworker worker -n N`: (seconds from the first claim
-    to the last finish, peak PSS of the whole process tree)."""
+    to the last finish, peak PSS of the whole process tree if ``meter``)."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "e.db"
         enqueue_short_orders(db, base_url, runs)
         proc = subprocess.Popen([PY, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
-        meter = _PeakPss(proc.pid)
+        pss = _PeakPss(proc.pid) if meter else None
         proc.wait()
-        peak = meter.stop()
+        peak = pss.stop() if pss is not None else None
         store = SQLiteStore(db)
         done = store.list_runs(limit=runs + 1)
         first = store.conn.execute("SELECT MIN(at) FROM events WHERE kind = 'lease_claimed'").fetchone()[0]
@@ -127,46 +127,58 @@ def _ours_concurrency(base_url: str, n: int, runs: int) -> tuple[float, int]:
         return max(r.finished_at or 0 for r in done) - first, peak
 
 
-def _plain_concurrency(base_url: str, n: int, runs: int) -> tuple[float, int]:
+def _plain_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple[float, int | None]:
     proc = subprocess.Popen([PY, str(HERE / "plain_concurrent.py"), base_url, str(n), str(runs)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT, text=True)
-    meter = _PeakPss(proc.pid)
+    pss = _PeakPss(proc.pid) if meter else None
     out, _ = proc.communicate()
-    peak = meter.stop()
+    peak = pss.stop() if pss is not None else None
     assert proc.returncode == 0
     span = json.loads(out.strip().splitlines()[-1])
     return span["last_finish"] - span["first_start"], peak
 
 
-def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 4) -> list[dict[str, Any]]:
+def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 4,
+                memory_reps: int = 2) -> list[dict[str, Any]]:
     """(e) runs/min and peak PSS for N concurrent flows on one Chromium, ours vs plain.
 
     Throughput is the drain's steady state: first run started to last run finished, so the
     process and browser start-up (the same on both sides) does not dilute the comparison.
-    Four repetitions of 8/16/24 runs, alternating in ABBA order (a single drain of the same side varies by
-    up to a third on this 2-core machine, by up to half on a slow day). Each lane does at least
-    three runs, so the ramp-down (lanes idle while the last runs finish) does not dominate; more
-    (12/24/32 until 2026-12-01) took (e) to nine minutes on a slow day and `make bench` close to
-    its 15. Every drain's seconds are kept in the JSON.
+    Four repetitions of 8/16/24 runs, alternating in ABBA order (a single drain of the same
+    side varies by up to a third on this 2-core machine, by up to half on a slow day). Each
+    lane does at least three runs, so the ramp-down (lanes idle while the last runs finish)
+    does not dominate.
+
+    Peak PSS comes from separate drains (two repetitions of two runs per lane, also ABBA),
+    never from the timed ones: reading a process's PSS makes the kernel walk its whole
+    address space under its memory-map lock, and sampling a Chromium tree every 0.2 s slowed
+    a drain at N=4 by ~60%, on both sides (2026-12-01: ours 10.9 to 17.3 s, plain 9.6 to
+    15.1 s, medians of two). Every drain's seconds are kept in the JSON, the metered ones apart.
     """
     out = []
     for n in levels:
         runs = {1: 8, 4: 16}.get(n, 24)
         ours_t: list[float] = []
         plain_t: list[float] = []
+        for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
+            for drain, times in _abba([(_plain_concurrency, plain_t), (_ours_concurrency, ours_t)], i):
+                times.append(drain(base_url, n, runs, meter=False)[0])
         ours_m: list[int] = []
         plain_m: list[int] = []
-        for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
-            for drain, times, peaks in _abba([(_plain_concurrency, plain_t, plain_m),
-                                              (_ours_concurrency, ours_t, ours_m)], i):
-                t, m = drain(base_url, n, runs)
-                times.append(t)
-                peaks.append(m)
+        metered: dict[str, list[float]] = {"ours": [], "plain": []}
+        for i in range(memory_reps):
+            for drain, peaks, key in _abba([(_plain_concurrency, plain_m, "plain"),
+                                            (_ours_concurrency, ours_m, "ours")], i):
+                seconds, peak = drain(base_url, n, 2 * n, meter=True)
+                assert peak is not None
+                metered[key].append(seconds)
+                peaks.append(peak)
         o_rpm = runs / statistics.median(ours_t) * 60
         p_rpm = runs / statistics.median(plain_t) * 60
         out.append({"concurrency": n, "runs": runs, "reps": reps, "ours_runs_per_min": o_rpm,
                     "plain_runs_per_min": p_rpm, "throughput_ratio": o_rpm / p_rpm,
                     "ours_seconds": ours_t, "plain_seconds": plain_t,
+                    "memory_runs": 2 * n, "memory_reps": memory_reps, "metered_seconds": metered,
                     "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,
                     "plain_peak_pss_mb": statistics.median(plain_m) / 2**20,
                     "memory_ratio": statistics.median(ours_m) / statistics.median(plain_m)})
