@@ -139,7 +139,7 @@ def _plain_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tupl
 
 
 def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 4,
-                memory_reps: int = 2) -> list[dict[str, Any]]:
+                memory_reps: int = 4) -> list[dict[str, Any]]:
     """(e) runs/min and peak PSS for N concurrent flows on one Chromium, ours vs plain.
 
     Throughput is the drain's steady state: first run started to last run finished, so the
@@ -149,7 +149,7 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     lane does at least three runs, so the ramp-down (lanes idle while the last runs finish)
     does not dominate.
 
-    Peak PSS comes from separate drains (two repetitions of two runs per lane, also ABBA),
+    Peak PSS comes from separate drains (four repetitions of two runs per lane, also ABBA),
     never from the timed ones: reading a process's PSS makes the kernel walk its whole
     address space under its memory-map lock, and sampling a Chromium tree every 0.2 s slowed
     a drain at N=4 by ~60%, on both sides (2026-12-01: ours 10.9 to 17.3 s, plain 9.6 to
