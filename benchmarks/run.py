@@ -152,8 +152,8 @@ def render(o: dict[str, Any]) -> str:
                      f"{r['ttl_s']:.0f} s | - | <= TTL + 2 s | {'yes' if r['met'] else 'no'} |")
     for r in o["concurrency"]:
         lines.append(f"| e | {r['concurrency']} concurrent flows on one Chromium ({r['runs']} runs, first start to "
-                     f"last finish, median of {r['reps']}; PSS from {r.get('memory_reps', r['reps'])} separate "
-                     f"drains of {r.get('memory_runs', r['runs'])}) | {r['ours_runs_per_min']:.0f} runs/min, "
+                     f"last finish, median of {r['reps']}; PSS from {r['memory_reps']} separate "
+                     f"drains of {r['memory_runs']}) | {r['ours_runs_per_min']:.0f} runs/min, "
                      f"{r['ours_peak_pss_mb']:.0f} MB PSS | plain {r['plain_runs_per_min']:.0f} runs/min, "
                      f"{r['plain_peak_pss_mb']:.0f} MB | {r['throughput_ratio']:.2f}x runs, {r['memory_ratio']:.2f}x "
                      f"memory | >= 0.9x, <= 1.1x | "

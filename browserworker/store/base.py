@@ -113,6 +113,14 @@ _STATE_QUERY = {RunState.RUNNING: "start_run", RunState.SUCCEEDED: "end_run", Ru
 _ONLY_FROM = {to: str(froms[0]) for to in RunState
               if len(froms := [s for s in RunState if to in RUN_TRANSITIONS[s]]) == 1}
 
+def _attempt_beside(row: Mapping[str, Any], column: str) -> tuple[Any, AttemptRecord | None]:
+    """A row of an attempt's columns plus one more (``column``), as ``(that value, the
+    attempt)``; the attempt is None where a LEFT JOIN found none (its columns all NULL)."""
+    data = _fields(row)
+    value = data.pop(column)
+    return value, None if data["id"] is None else AttemptRecord.from_row(data)
+
+
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
 
 
@@ -415,14 +423,12 @@ class SQLStore:
     def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None]:
         """What a run's new pass starts from: :meth:`attempts` and :meth:`restored_at`, in one
         call (one round trip to the store's thread) and one statement."""
-        attempts, restored_at = [], None
+        attempts, at = [], None
         for row in self._read(self.queries["history"], {"run_id": run_id}):
-            data = _fields(row)
-            at = data.pop("restored_at")
-            restored_at = None if at is None else float(at)
-            if data["id"] is not None:
-                attempts.append(AttemptRecord.from_row(data))
-        return attempts, restored_at
+            at, attempt = _attempt_beside(row, "restored_at")
+            if attempt is not None:
+                attempts.append(attempt)
+        return attempts, None if at is None else float(at)
 
     @read_only
     def effect_boundary(self, run_id: str, step_id: str) -> tuple[bool, AttemptRecord | None]:
@@ -432,9 +438,8 @@ class SQLStore:
         row = self._one("effect_boundary", run_id=run_id, step_id=step_id)
         if row is None:
             return False, None
-        data = _fields(row)
-        cancelled = bool(data.pop("run_cancel_requested"))
-        return cancelled, None if data["id"] is None else AttemptRecord.from_row(data)
+        cancelled, latest = _attempt_beside(row, "run_cancel_requested")
+        return bool(cancelled), latest
 
     def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
                      worker: str | None = None, epoch: int | None = None, decision: str | None = None,
