@@ -279,8 +279,8 @@ def snapshot(store: SQLStore, *, window: float = DEFAULT_WINDOW, stale_after: fl
         workers.append(WorkerStatus(id=w["id"], host=w["host"], pid=w["pid"], status=status, heartbeat_age=age,
                                     concurrency=w["concurrency"], queues=_json_list(w["queues"]), leased=w["leased"]))
     worker_counts = {s: 0 for s in ("healthy", "unhealthy", "stale", "dead", "stopped")}
-    for w in workers:
-        worker_counts[w.status] += 1
+    for worker in workers:
+        worker_counts[worker.status] += 1
 
     classified = {(r["flow_name"], r["step_id"]): r for r in rows("ops_unknown_classified", since=since)}
     unknown = [StepUnknown(flow=f, step=s, open=step_open.get((f, s), 0),
@@ -291,8 +291,8 @@ def snapshot(store: SQLStore, *, window: float = DEFAULT_WINDOW, stale_after: fl
     expiries = rows("ops_lease_expiries", since=since)[0]
     duplicates: dict[tuple[str, str, str], int] = {}
     for r in rows("ops_duplicates_prevented"):
-        key = (r["flow_name"], r["step_id"], _by(r["decision"]))
-        duplicates[key] = duplicates.get(key, 0) + r["n"]
+        dup = (r["flow_name"], r["step_id"], _by(r["decision"]))
+        duplicates[dup] = duplicates.get(dup, 0) + r["n"]
 
     queue_ages = (ages or QueueAges()).read(store, now) if histograms else {}
     latencies: dict[str, list[float]] = {}

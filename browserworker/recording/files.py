@@ -135,8 +135,8 @@ class RecordingWriter:
                     for f in d.iterdir():
                         f.unlink()
                     d.rmdir()
-            for f in ("meta.json", "journal.json"):
-                (self.root / f).unlink(missing_ok=True)
+            for name in ("meta.json", "journal.json"):
+                (self.root / name).unlink(missing_ok=True)
         (self.root / "network").mkdir(parents=True, exist_ok=True)
 
     def _body(self, content: Mapping[str, Any]) -> dict[str, Any]:
