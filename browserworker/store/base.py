@@ -113,6 +113,7 @@ _STATE_QUERY = {RunState.RUNNING: "start_run", RunState.SUCCEEDED: "end_run", Ru
 _ONLY_FROM = {to: str(froms[0]) for to in RunState
               if len(froms := [s for s in RunState if to in RUN_TRANSITIONS[s]]) == 1}
 
+
 def _attempt_beside(row: Mapping[str, Any], column: str) -> tuple[Any, AttemptRecord | None]:
     """A row of an attempt's columns plus one more (``column``), as ``(that value, the
     attempt)``; the attempt is None where a LEFT JOIN found none (its columns all NULL)."""
