@@ -43,6 +43,12 @@ def _abba(sides: list[T], rep: int) -> list[T]:
     return sides if rep % 2 == 0 else sides[::-1]
 
 
+def _machine_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (every process, kernel included)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
 def _timed(cmd: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
@@ -149,6 +155,11 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     lane does at least three runs, so the ramp-down (lanes idle while the last runs finish)
     does not dominate.
 
+    With the throughput, the machine's CPU seconds per run over each timed drain (every
+    process, the sandbox and the drain's start-up included, alike on both sides): once the
+    machine is saturated (N=4 and up on 2 cores, often N=1 too), throughput is CPU per run,
+    and this figure varies less from drain to drain than the seconds do.
+
     Peak PSS comes from separate drains (four repetitions of two runs per lane, also ABBA),
     never from the timed ones: reading a process's PSS makes the kernel walk its whole
     address space under its memory-map lock, and sampling a Chromium tree every 0.2 s slowed
@@ -160,9 +171,14 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
         runs = {1: 8, 4: 16}.get(n, 24)
         ours_t: list[float] = []
         plain_t: list[float] = []
+        ours_cpu: list[float] = []
+        plain_cpu: list[float] = []
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
-            for drain, times in _abba([(_plain_concurrency, plain_t), (_ours_concurrency, ours_t)], i):
+            for drain, times, cpu in _abba([(_plain_concurrency, plain_t, plain_cpu),
+                                            (_ours_concurrency, ours_t, ours_cpu)], i):
+                busy = _machine_cpu_s()
                 times.append(drain(base_url, n, runs, meter=False)[0])
+                cpu.append((_machine_cpu_s() - busy) / runs)
         ours_m: list[int] = []
         plain_m: list[int] = []
         metered: dict[str, list[float]] = {"ours": [], "plain": []}
@@ -178,6 +194,10 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
         out.append({"concurrency": n, "runs": runs, "reps": reps, "ours_runs_per_min": o_rpm,
                     "plain_runs_per_min": p_rpm, "throughput_ratio": o_rpm / p_rpm,
                     "ours_seconds": ours_t, "plain_seconds": plain_t,
+                    "ours_cpu_s_per_run": statistics.median(ours_cpu),
+                    "plain_cpu_s_per_run": statistics.median(plain_cpu),
+                    "cpu_ratio": statistics.median(ours_cpu) / statistics.median(plain_cpu),
+                    "ours_cpu_s_per_run_each": ours_cpu, "plain_cpu_s_per_run_each": plain_cpu,
                     "memory_runs": 2 * n, "memory_reps": memory_reps, "metered_seconds": metered,
                     "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,
                     "plain_peak_pss_mb": statistics.median(plain_m) / 2**20,

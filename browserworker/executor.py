@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -100,6 +100,10 @@ class Executor:
         self._restored_at: float | None = None  # the run was restored from a backup (see _restore_gap)
         self._starting: asyncio.Future[Any] | None = None  # the RUNNING transition, in flight
         self._ending: asyncio.Future[RunRecord] | None = None  # the SUCCEEDED transition, in flight
+        # True once the run's end is committed while its context may still be closing; then
+        # ``on_settled`` is called (a worker starts its next run beside that close)
+        self.settled = False
+        self.on_settled: Callable[[], None] | None = None
         self.log = log.bind(run_id=run.id, flow=flow.name, worker_id=owner.worker, lease_epoch=self.epoch)
 
     # -- plumbing -------------------------------------------------------------------
@@ -192,6 +196,15 @@ class Executor:
         self.hooks.run_finished(final)
         return final
 
+    def _settle(self, ending: asyncio.Future[RunRecord]) -> None:
+        """The SUCCEEDED transition is committed: nothing of this run is left but closing its
+        context (its route is sealed by then)."""
+        if ending.cancelled() or ending.exception() is not None:
+            return  # raised where it is awaited
+        self.settled = True
+        if self.on_settled is not None:
+            self.on_settled()
+
     async def _started(self) -> None:
         """Wait for the RUNNING transition (its failure, e.g. a lost lease, surfaces here)."""
         starting, self._starting = self._starting, None
@@ -224,6 +237,7 @@ class Executor:
                 # Every step succeeded: nothing more leaves this context, so the run's end is
                 # committed while the context closes, not after.
                 self._ending = asyncio.ensure_future(self._finish(RunState.SUCCEEDED, None, "all steps succeeded"))
+                self._ending.add_done_callback(self._settle)
                 completed = True
             except _Again as again:
                 return PassOutcome("again", str(again), again.backoff)

@@ -109,6 +109,7 @@ class Worker:
         self.stats = WorkerStats()
         self._stop = asyncio.Event()
         self._active: dict[asyncio.Task[None], Executor | None] = {}
+        self._settled = asyncio.Event()  # a run's end was committed: its slot is free
         self.log = log.bind(worker_id=self.owner.worker)
 
     @property
@@ -168,7 +169,8 @@ class Worker:
                 reclaiming = None
             reclaimed = reclaiming is None  # every run it requeued is claimable from here on
             claimed_any = False
-            while len(self._active) < s.concurrency and not self._stop.is_set():
+            self._settled.clear()
+            while self._busy() < s.concurrency and not self._stop.is_set():
                 try:
                     run = await astore.call(self.store.claim_next, self.owner, s.queues, s.lease.ttl)
                 except StoreError as exc:
@@ -186,12 +188,18 @@ class Worker:
             waiters: set[asyncio.Future[Any]] = set(self._active)
             if reclaiming is not None:
                 waiters.add(reclaiming)
-            stop_wait = asyncio.ensure_future(self._stop.wait())
-            waiters.add(stop_wait)
+            wakers = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._settled.wait())]
+            waiters.update(wakers)
             await asyncio.wait(waiters, timeout=s.poll_interval, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
+            for waker in wakers:
+                waker.cancel()
         if reclaiming is not None:
             await reclaiming
+
+    def _busy(self) -> int:
+        """Runs holding one of the N slots. A run whose end is committed holds none: all it has
+        left is closing its context, and the next run starts beside that close."""
+        return sum(1 for executor in self._active.values() if executor is None or not executor.settled)
 
     async def _drain(self) -> None:
         if not self._active:
@@ -242,6 +250,7 @@ class Worker:
                             hooks=self.hooks, evidence_dir=self.settings.evidence_dir)
         executor.stop_requested = self._stop.is_set()
         lease.on_lost = executor.on_lease_lost
+        executor.on_settled = self._settled.set
         current = asyncio.current_task()
         if current is not None:
             self._active[current] = executor

@@ -3,6 +3,7 @@ drains, SIGKILL, SIGSTOP past the lease, SIGTERM hand-over, cancel, review and r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -10,9 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import BrowserContext
 
+from browserworker.browser import BrowserSettings
+from browserworker.hooks import NoHooks
+from browserworker.jobs import enqueue
+from browserworker.loader import load_flow
 from browserworker.states import RunState
 from browserworker.store import SQLiteStore
+from browserworker.store.records import RunRecord
+from browserworker.worker import Worker, WorkerSettings
 from conftest import BW, FLOWS, sigkill
 from fleet import TEST_FLOWS, duplicate_references, enqueue_many, events, run_states, start_worker, states, \
     wait_until_done
@@ -52,6 +60,59 @@ def test_workers_drain_200_runs_exactly_once(tmp_path: Path, shop: Any, workers:
     assert duplicate_references(shop) == {}
     claimers = {e.worker for e in events(db, "lease_claimed")}
     assert len(claimers) == workers  # every worker took a share
+
+
+LOOK_FLOW = """
+from browserworker import Flow, StepContext
+
+flow = Flow("look")
+
+
+@flow.step
+async def look(ctx: StepContext) -> None:
+    await ctx.page.evaluate("1 + 1")
+"""
+
+
+def test_a_slot_frees_when_the_runs_end_is_committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one slot, the next run starts while the finished run's context is still closing:
+    a slot frees when the run's end is committed, not when its browser context is gone."""
+    path = tmp_path / "look.py"
+    path.write_text(LOOK_FLOW)
+    store = SQLiteStore(tmp_path / "bw.db")
+    loaded = load_flow(path)
+    runs = [enqueue(store, loaded, {}).id for _ in range(2)]
+    started: list[str] = []
+    both_started = asyncio.Event()
+
+    class Starts(NoHooks):
+        def run_started(self, run: RunRecord) -> None:
+            started.append(run.id)
+            if len(started) == 2:
+                both_started.set()
+
+    started_when_closed: list[list[str]] = []
+    close = BrowserContext.close
+
+    async def held_close(self: BrowserContext, *args: Any, **kwargs: Any) -> None:
+        if not started_when_closed:  # the first context to close waits (at most 10 s) for the second run
+            try:
+                await asyncio.wait_for(both_started.wait(), timeout=10)
+            except asyncio.TimeoutError:
+                pass
+        started_when_closed.append(list(started))
+        await close(self, *args, **kwargs)
+
+    monkeypatch.setattr(BrowserContext, "close", held_close)
+    worker = Worker(store, WorkerSettings(concurrency=1, once=True, poll_interval=0.05), BrowserSettings.discover(),
+                    hooks=Starts())
+    try:
+        stats = asyncio.run(worker.run())
+        assert stats.finished == {"SUCCEEDED": 2}
+        assert started_when_closed[0] == runs  # the second run had started before the first context closed
+        assert states(tmp_path / "bw.db") == {"SUCCEEDED": 2}
+    finally:
+        store.close()
 
 
 def test_sigkilled_worker_runs_finish_elsewhere(tmp_path: Path, shop: Any) -> None:
