@@ -133,8 +133,13 @@ def _ours_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple
         return max(r.finished_at or 0 for r in done) - first, peak
 
 
-def _plain_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple[float, int | None]:
-    proc = subprocess.Popen([PY, str(HERE / "plain_concurrent.py"), base_url, str(n), str(runs)],
+def _plain_concurrency(base_url: str, n: int, runs: int, *, meter: bool,
+                       playwright_defaults: bool = False) -> tuple[float, int | None]:
+    """Drain ``runs`` runs with benchmarks/plain_concurrent.py: (seconds from the first start
+    to the last finish, peak PSS if ``meter``); Chromium with the kit's browser flags, or with
+    Playwright's own if ``playwright_defaults``."""
+    extra = ["--playwright-defaults"] if playwright_defaults else []
+    proc = subprocess.Popen([PY, str(HERE / "plain_concurrent.py"), base_url, str(n), str(runs), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT, text=True)
     pss = _PeakPss(proc.pid) if meter else None
     out, _ = proc.communicate()
@@ -142,6 +147,10 @@ def _plain_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tupl
     assert proc.returncode == 0
     span = json.loads(out.strip().splitlines()[-1])
     return span["last_finish"] - span["first_start"], peak
+
+
+def _plain_defaults_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple[float, int | None]:
+    return _plain_concurrency(base_url, n, runs, meter=meter, playwright_defaults=True)
 
 
 def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 4,
@@ -154,6 +163,11 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     side varies by up to a third on this 2-core machine, by up to half on a slow day). Each
     lane does at least three runs, so the ramp-down (lanes idle while the last runs finish)
     does not dominate.
+
+    Both sides launch Chromium with the kit's browser flags (browserworker.browser.launch_options),
+    so the ratio is what the kit adds around the same browser work. A third side, plain
+    Playwright with only Playwright's own flags, is timed alongside (throughput only) to show
+    what those flags are worth to a plain script.
 
     With the throughput, the machine's CPU seconds per run over each timed drain (every
     process, the sandbox and the drain's start-up included, alike on both sides): once the
@@ -173,9 +187,12 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
         plain_t: list[float] = []
         ours_cpu: list[float] = []
         plain_cpu: list[float] = []
+        defaults_t: list[float] = []
+        defaults_cpu: list[float] = []
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
             for drain, times, cpu in _abba([(_plain_concurrency, plain_t, plain_cpu),
-                                            (_ours_concurrency, ours_t, ours_cpu)], i):
+                                            (_ours_concurrency, ours_t, ours_cpu),
+                                            (_plain_defaults_concurrency, defaults_t, defaults_cpu)], i):
                 busy = _machine_cpu_s()
                 times.append(drain(base_url, n, runs, meter=False)[0])
                 cpu.append((_machine_cpu_s() - busy) / runs)
@@ -198,6 +215,9 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
                     "plain_cpu_s_per_run": statistics.median(plain_cpu),
                     "cpu_ratio": statistics.median(ours_cpu) / statistics.median(plain_cpu),
                     "ours_cpu_s_per_run_each": ours_cpu, "plain_cpu_s_per_run_each": plain_cpu,
+                    "plain_playwright_flags_runs_per_min": runs / statistics.median(defaults_t) * 60,
+                    "plain_playwright_flags_seconds": defaults_t,
+                    "plain_playwright_flags_cpu_s_per_run": statistics.median(defaults_cpu),
                     "memory_runs": 2 * n, "memory_reps": memory_reps, "metered_seconds": metered,
                     "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,
                     "plain_peak_pss_mb": statistics.median(plain_m) / 2**20,

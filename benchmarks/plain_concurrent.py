@@ -1,4 +1,9 @@
-"""Benchmark baseline (e): the short order flow, N at a time on one Chromium, plain Playwright."""
+"""Benchmark baseline (e): the short order flow, N at a time on one Chromium, plain Playwright.
+
+``plain_concurrent.py BASE N RUNS [--playwright-defaults]``: Chromium is launched with the
+kit's browser flags (:func:`browserworker.browser.launch_options`), so the comparison is of
+what the kit adds around the same browser work; with ``--playwright-defaults``, with the
+flags Playwright alone passes."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import uuid
 
 from playwright.async_api import Browser, async_playwright
 
-from browserworker.browser import BrowserSettings
+from browserworker.browser import BrowserSettings, launch_options
 
 POST = """async ([item, quantity, reference]) => {
     const r = await fetch('/api/orders', {method: 'POST', headers: {'Content-Type': 'application/json'},
@@ -34,10 +39,12 @@ async def one(browser: Browser, base: str, i: int) -> None:
     await context.close()
 
 
-async def main(base: str, n: int, runs: int) -> None:
+async def main(base: str, n: int, runs: int, playwright_defaults: bool) -> None:
     settings = BrowserSettings.discover()
+    if playwright_defaults:
+        settings.disable_features = ()
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=settings.executable_path, args=settings.args)
+        browser = await p.chromium.launch(**await launch_options(p, settings))
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(runs):
             queue.put_nowait(i)
@@ -54,4 +61,4 @@ async def main(base: str, n: int, runs: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "--playwright-defaults" in sys.argv[4:]))

@@ -9,7 +9,7 @@ import uuid
 
 from playwright.async_api import async_playwright
 
-from browserworker.browser import BrowserSettings
+from browserworker.browser import BrowserSettings, launch_options
 
 ORDER_PAGE = re.compile(r"/orders/\d+$")
 
@@ -17,7 +17,7 @@ ORDER_PAGE = re.compile(r"/orders/\d+$")
 async def main(base: str) -> None:
     settings = BrowserSettings.discover()
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=settings.executable_path, args=settings.args)
+        browser = await p.chromium.launch(**await launch_options(p, settings))  # the kit's browser flags
         context = await browser.new_context(service_workers="block")
         page = await context.new_page()
         run = uuid.uuid4().hex

@@ -11,6 +11,9 @@ driver shuts the browser down gracefully, with nobody gating what its pages stil
 
 The driver's node keeps its compiled code in ``$TMPDIR/browserworker-<uid>/node-compile-cache``
 (``NODE_COMPILE_CACHE``, unless one is set), which takes about 0.1 s off every start.
+
+Chromium is launched without the features in :data:`LEAN_FEATURES`, merged into
+Playwright's own ``--disable-features`` list (see :func:`launch_options`).
 """
 
 from __future__ import annotations
@@ -35,10 +38,19 @@ from .errors import BrowserNotFound
 
 log = structlog.get_logger("browserworker.browser")
 
-__all__ = ["BrowserSession", "BrowserSettings", "find_chromium"]
+__all__ = ["LEAN_FEATURES", "BrowserSession", "BrowserSettings", "find_chromium", "launch_options"]
 
 ENV_EXECUTABLE = "BROWSERWORKER_CHROMIUM"
 ENV_ARGS = "BROWSERWORKER_CHROMIUM_ARGS"
+
+LEAN_FEATURES = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "WebUIOmniboxFullPopup")
+"""Chromium features the kit turns off by default. Every Playwright context is a browser
+window of its own, and Chromium 156 preloads the omnibox's WebUI popups for each window in a
+renderer of its own (``--top-chrome-webui``: some 400 JavaScript modules): about 0.35 CPU
+seconds per context, spent mostly after the page is already usable, for a popup that
+automation never opens. Pages and what they send are unaffected."""
+
+_DISABLE = "--disable-features="
 _SYSTEM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 _HOW_TO_FIX = (
@@ -94,6 +106,7 @@ class BrowserSettings:
     args: list[str] = field(default_factory=list)
     launch_options: dict[str, Any] = field(default_factory=dict)
     context_options: dict[str, Any] = field(default_factory=dict)
+    disable_features: tuple[str, ...] = LEAN_FEATURES
 
     @classmethod
     def discover(cls, *, headless: bool = True, env: Mapping[str, str] | None = None) -> BrowserSettings:
@@ -120,19 +133,25 @@ def tethered(executable: str) -> str:
     script = (f"#!/bin/sh\n# browserworker: dies with the process that started it\n"
               f"exec {shlex.quote(setpriv)} --pdeathsig KILL -- {shlex.quote(executable)} \"$@\"\n")
     try:
-        home = _private_dir()
-        path = home / f"tethered-{hashlib.sha256(script.encode()).hexdigest()[:16]}"
-        if not (path.is_file() and path.read_text() == script):
-            tmp = home / f".{path.name}.{os.getpid()}"
-            tmp.write_text(script)
-            tmp.chmod(0o700)
-            os.replace(tmp, path)
-        if not os.access(path, os.X_OK):  # e.g. a temporary directory mounted noexec
-            raise OSError(f"{path} cannot run")
+        path = _private_script("tethered", script)
     except OSError as exc:
         log.warning("cannot tie the browser to this process", executable=executable, error=str(exc))
         return executable
     return str(path)
+
+
+def _private_script(prefix: str, script: str) -> Path:
+    """``script`` as an executable file in :func:`_private_dir`, named by its content."""
+    home = _private_dir()
+    path = home / f"{prefix}-{hashlib.sha256(script.encode()).hexdigest()[:16]}"
+    if not (path.is_file() and path.read_text() == script):
+        tmp = home / f".{path.name}.{os.getpid()}"
+        tmp.write_text(script)
+        tmp.chmod(0o700)
+        os.replace(tmp, path)
+    if not os.access(path, os.X_OK):  # e.g. a temporary directory mounted noexec
+        raise OSError(f"{path} cannot run")
+    return path
 
 
 def _private_dir() -> Path:
@@ -151,6 +170,83 @@ def _driver_node() -> str:
     return str(compute_driver_executable()[0])
 
 
+def merge_disabled_features(defaults: Sequence[str], args: Sequence[str],
+                            extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(args, ignore_default_args)`` that turn ``extra`` off without losing what
+    Playwright's default arguments (``defaults``) and ``args`` already turn off.
+
+    Chromium reads only the last of several ``--disable-features`` switches, and Playwright
+    puts the user's arguments after its own, so one more switch would switch Playwright's
+    list back on. Instead Playwright's switch is left out and one switch carries every list.
+    """
+    own = [a for a in defaults if a.startswith(_DISABLE)]
+    given = [a for a in args if a.startswith(_DISABLE)]
+    if len(own) != 1 or not extra:
+        return list(args), []
+    features: list[str] = []
+    for switch in own + given:
+        features += [f for f in switch[len(_DISABLE):].split(",") if f]
+    features += extra
+    merged = _DISABLE + ",".join(dict.fromkeys(features))
+    return [a for a in args if not a.startswith(_DISABLE)] + [merged], own
+
+
+_DEFAULT_ARGS: list[str] | None = None  # what Playwright adds to every launch, once read
+
+
+async def _playwright_default_args(pw: Playwright) -> list[str] | None:
+    """The arguments Playwright's Chromium launcher adds by itself: it is asked to launch a
+    stand-in executable that writes down its arguments and exits (10 ms). None where that
+    cannot be done; read once per process."""
+    global _DEFAULT_ARGS
+    if _DEFAULT_ARGS is not None:
+        return _DEFAULT_ARGS
+    if sys.platform.startswith("win"):
+        return None
+    script = ("#!/bin/sh\n# browserworker: writes down the arguments a launcher passes\n"
+              "printf '%s\\0' \"$@\" > \"$BROWSERWORKER_ARGS_OUT\"\nexit 1\n")
+    try:
+        path = _private_script("args", script)
+        out = path.parent / f"args-{os.getpid()}-{id(pw)}.out"
+    except OSError as exc:
+        log.debug("cannot read Playwright's launch arguments", error=str(exc))
+        return None
+    try:
+        await pw.chromium.launch(executable_path=str(path), env={"BROWSERWORKER_ARGS_OUT": str(out)}, timeout=10_000)
+    except Exception:
+        pass  # the stand-in exits at once: the launch fails, as it should
+    try:
+        written = out.read_bytes().decode()
+        out.unlink()
+    except OSError as exc:
+        log.debug("cannot read Playwright's launch arguments", error=str(exc))
+        return None
+    _DEFAULT_ARGS = [a for a in written.split("\0") if a]
+    return _DEFAULT_ARGS
+
+
+async def launch_options(pw: Playwright, settings: BrowserSettings) -> dict[str, Any]:
+    """The keyword arguments of ``pw.chromium.launch`` for ``settings``: headless, the
+    executable, the extra args and launch options, with ``settings.disable_features``
+    merged into Playwright's own ``--disable-features`` (:func:`merge_disabled_features`).
+    Where Playwright's arguments cannot be read, or ``ignore_default_args=True`` is asked
+    for, nothing is merged and the features stay as Playwright leaves them."""
+    options: dict[str, Any] = {"headless": settings.headless, "args": list(settings.args)}
+    if settings.executable_path:
+        options["executable_path"] = settings.executable_path
+    options.update(settings.launch_options)
+    ignore = options.get("ignore_default_args")
+    if not settings.disable_features or ignore is True:
+        return options
+    defaults = await _playwright_default_args(pw)
+    if defaults is None:
+        return options
+    options["args"], left_out = merge_disabled_features(defaults, options.get("args") or [], settings.disable_features)
+    if left_out:
+        options["ignore_default_args"] = list(ignore or []) + left_out
+    return options
+
+
 class BrowserSession:
     """One Playwright driver and one Chromium for this process; contexts on demand."""
 
@@ -163,10 +259,9 @@ class BrowserSession:
 
     async def __aenter__(self) -> BrowserSession:
         self._pw = await _start_tethered_driver()
-        options: dict[str, Any] = {"headless": self.settings.headless, "args": list(self.settings.args)}
-        if self.settings.executable_path:
-            options["executable_path"] = tethered(self.settings.executable_path)
-        options.update(self.settings.launch_options)
+        options = await launch_options(self._pw, self.settings)
+        if options.get("executable_path"):
+            options["executable_path"] = tethered(options["executable_path"])
         try:
             self._browser = await self._pw.chromium.launch(**options)
         except Exception as exc:

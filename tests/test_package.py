@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import browserworker
-from browserworker.browser import _start_tethered_driver, find_chromium, tethered
+from browserworker.browser import LEAN_FEATURES, BrowserSession, BrowserSettings, _start_tethered_driver, \
+    find_chromium, merge_disabled_features, tethered
 from browserworker.errors import BrowserNotFound
 
 
@@ -130,3 +131,83 @@ def test_the_driver_keeps_its_compiled_code_in_a_private_cache(tmp_path: Path,
     _start_and_stop_driver()
     assert os.environ["NODE_COMPILE_CACHE"] == str(theirs)
     assert not ours.exists() and any(p.is_file() for p in theirs.rglob("*"))
+
+
+PLAYWRIGHT_DEFAULTS = ["--disable-field-trial-config", "--disable-features=PaintHolding,HttpsUpgrades",
+                       "--enable-features=CDPScreenshotNewSurface", "--no-first-run"]
+
+
+def test_disabled_features_are_merged_into_playwrights_one_switch() -> None:
+    """Chromium reads only the last --disable-features: the kit's features, Playwright's and the
+    user's go into one switch, Playwright's own switch is left out, nothing is listed twice."""
+    args, ignore = merge_disabled_features(PLAYWRIGHT_DEFAULTS, ["--lang=fr", "--disable-features=Foo,PaintHolding"],
+                                           ["WebUIOmniboxPopup"])
+    assert args == ["--lang=fr", "--disable-features=PaintHolding,HttpsUpgrades,Foo,WebUIOmniboxPopup"]
+    assert ignore == ["--disable-features=PaintHolding,HttpsUpgrades"]
+
+
+def test_without_playwrights_switch_or_features_nothing_is_merged() -> None:
+    """Where Playwright's own switch is unknown (or there is nothing to add), the arguments are
+    passed as given: one more switch would turn Playwright's list back on."""
+    assert merge_disabled_features(["--no-first-run"], ["--x"], ["A"]) == (["--x"], [])
+    assert merge_disabled_features(PLAYWRIGHT_DEFAULTS, ["--x"], []) == (["--x"], [])
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process under ``root``, from /proc."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:  # gone meanwhile
+                continue
+            children.setdefault(ppid, []).append((int(entry), cmdline.replace("\0", " ")))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def _browser_processes(settings: BrowserSettings) -> tuple[list[str], int]:
+    """Launch as the kit does, open one context with a loaded page: (the browser process's
+    --disable-features switches, how many renderers host Chromium's own WebUI by then)."""
+
+    async def go() -> tuple[list[str], int]:
+        async with BrowserSession(settings) as session, session.context() as context:
+            page = await context.new_page()
+            await page.goto("data:text/html,<p>ready</p>")
+            browser = [(pid, cmd) for pid, cmd in _descendants(os.getpid())
+                       if "chrom" in cmd.split(" ", 1)[0] and "--type=" not in cmd]
+            assert len(browser) == 1
+            switches = [a for a in browser[0][1].split(" ") if a.startswith("--disable-features=")]
+            webui = 0
+            for _ in range(50):  # up to 1 s: the WebUI renderer, if any, starts with the window
+                webui = sum(1 for _, cmd in _descendants(browser[0][0]) if "--top-chrome-webui" in cmd)
+                if webui:
+                    break
+                await asyncio.sleep(0.02)
+            return switches, webui
+
+    return asyncio.run(go())
+
+
+@pytest.mark.browser
+def test_chromium_starts_no_webui_renderer_per_context() -> None:
+    """A context opened by the kit has no renderer for Chromium's own omnibox WebUI (0.35 CPU-s
+    per context otherwise), and Playwright's disabled features are all still disabled: the
+    browser gets one --disable-features with both lists. With Playwright's flags alone (the
+    control) the same Chromium starts such a renderer for the context's window."""
+    switches, webui = _browser_processes(BrowserSettings.discover())
+    assert len(switches) == 1 and webui == 0
+    features = switches[0].split("=", 1)[1].split(",")
+    assert set(LEAN_FEATURES) <= set(features)
+    assert {"AvoidCorsURLLoaderRestartOnRedirect", "PaintHolding"} <= set(features)  # Playwright's own
+
+    plain = BrowserSettings.discover()
+    plain.disable_features = ()
+    switches, webui = _browser_processes(plain)
+    assert len(switches) == 1 and webui >= 1
