@@ -153,13 +153,13 @@ def _plain_defaults_concurrency(base_url: str, n: int, runs: int, *, meter: bool
     return _plain_concurrency(base_url, n, runs, meter=meter, playwright_defaults=True)
 
 
-def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 4,
+def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 6,
                 memory_reps: int = 4) -> list[dict[str, Any]]:
     """(e) runs/min and peak PSS for N concurrent flows on one Chromium, ours vs plain.
 
     Throughput is the drain's steady state: first run started to last run finished, so the
     process and browser start-up (the same on both sides) does not dilute the comparison.
-    Four repetitions of 8/16/24 runs, alternating in ABBA order (a single drain of the same
+    Six repetitions of 8/16/24 runs, alternating in ABBA order (a single drain of the same
     side varies by up to a third on this 2-core machine, by up to half on a slow day). Each
     lane does at least three runs, so the ramp-down (lanes idle while the last runs finish)
     does not dominate.
@@ -169,10 +169,11 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     Playwright with only Playwright's own flags, is timed alongside (throughput only) to show
     what those flags are worth to a plain script.
 
-    With the throughput, the machine's CPU seconds per run over each timed drain (every
-    process, the sandbox and the drain's start-up included, alike on both sides): once the
-    machine is saturated (N=4 and up on 2 cores, often N=1 too), throughput is CPU per run,
-    and this figure varies less from drain to drain than the seconds do.
+    With the throughput, the machine's CPU seconds per run over each timed drain's whole
+    process (every process, the sandbox included): once the machine is saturated (N=4 and up
+    on 2 cores, and N=1 too since the browser flags), throughput follows CPU per run. It
+    counts each side's start-up, which the seconds leave out (ours imports and opens more
+    before its first claim, ~10 ms per run of 24).
 
     Peak PSS comes from separate drains (four repetitions of two runs per lane, also ABBA),
     never from the timed ones: reading a process's PSS makes the kernel walk its whole
