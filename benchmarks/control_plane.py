@@ -1,6 +1,7 @@
 """Benchmark (b): control-plane throughput with no browser, and its peers.
 
-Ours: runs of one no-op effect through the full journal — claim, the run's history, RUNNING,
+Ours: runs of one no-op effect through the full journal — claim (a first lease: like the executor,
+no history read), RUNNING,
 the step boundary, intent, the gate's dispatch commit and response, outcome, SUCCEEDED —
 the store calls the executor makes for such a run, reads included, in its order, through
 the same AsyncStore (group commit), at synchronous=FULL. Peers: Huey's SqliteHuey
@@ -65,7 +66,8 @@ async def _drain(db: Path, concurrency: int) -> dict[str, Any]:
         if run is None:
             return False
         epoch = run.lease_epoch
-        await astore.call(store.history, run.id)
+        if not run.fresh:  # as the executor: a run leased for the first time has no history to read
+            await astore.call(store.history, run.id)
         await astore.call(store.advance_run, run.id, epoch, RunState.RUNNING, worker=owner.worker, decision="started")
         await astore.call(store.effect_boundary, run.id, "effect")  # cancel requested? the step's latest attempt
         attempt = await astore.call(store.begin_attempt, run.id, epoch, "effect", "effect", f"{run.id}/effect",

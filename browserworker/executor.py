@@ -156,7 +156,8 @@ class Executor:
 
     async def execute(self) -> RunRecord:
         """Run to SUCCEEDED, FAILED or NEEDS_REVIEW; raises LeaseLost if the run is taken away."""
-        attempts, restored_at = await self._db("history", self.run.id)
+        # a run leased for the first time has no journal yet: one round trip fewer
+        attempts, restored_at = ([], None) if self.run.fresh else await self._db("history", self.run.id)
         missing = sorted({a.step_id for a in attempts} - {s.id for s in self.flow.steps})
         if missing:
             return await self._finish(RunState.NEEDS_REVIEW,

@@ -38,14 +38,30 @@ class LeaseSettings:
         return self.ttl / 3
 
 
-def pid_start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (Linux ``/proc``), to tell a reused pid apart."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (Linux), or None if gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # the command name may contain spaces; fields after the closing paren are fixed
-    return stat.rpartition(")")[2].split()[19]
+    return stat.rpartition(")")[2].split()
+
+
+def pid_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (Linux ``/proc``), to tell a reused pid apart."""
+    fields = _stat(pid)
+    return None if fields is None else fields[19]
+
+
+_OWN_START: dict[int, str | None] = {}  # this process's start time, by pid (a fork has its own)
+
+
+def _own_start() -> str | None:
+    pid = os.getpid()
+    if pid not in _OWN_START:
+        _OWN_START[pid] = pid_start_time(pid)
+    return _OWN_START[pid]
 
 
 def this_owner(label: str = "run") -> Owner:
@@ -53,28 +69,28 @@ def this_owner(label: str = "run") -> Owner:
     pid = os.getpid()
     host = socket.gethostname()
     return Owner(worker=f"{label}-{host}-{pid}-{uuid.uuid4().hex[:6]}", host=host, pid=pid,
-                 pid_start=pid_start_time(pid))
+                 pid_start=_own_start())
 
 
 def owner_is_gone(run: RunRecord, host: str | None = None) -> bool:
     """True only when the owner provably stopped: same host and its process is gone."""
     if run.owner_pid is None or run.owner_host != (host or socket.gethostname()):
         return False
+    if run.owner_pid == os.getpid() and run.owner_pid_start in (None, _own_start()):
+        return False  # this very process: alive, no need to ask the kernel
     try:
         os.kill(run.owner_pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         return False
-    start = pid_start_time(run.owner_pid)
-    if run.owner_pid_start and start and start != run.owner_pid_start:
+    fields = _stat(run.owner_pid)  # one read: start time and state
+    if fields is None:
+        return True
+    if run.owner_pid_start and fields[19] != run.owner_pid_start:
         return True  # the pid was reused by another process
     # a zombie (killed, not yet reaped by its parent) has stopped too
-    try:
-        state = Path(f"/proc/{run.owner_pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return True
-    return state in ("Z", "X")
+    return fields[0] in ("Z", "X")
 
 
 class Lease:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,9 @@ __all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats"]
 
 log = structlog.get_logger("browserworker.worker")
 
+_PAST_EDGE = 0.01  # seconds past a lease's expiry (plus skew) at which the reclaimer wakes for it
+_MIN_GAP = 0.05  # the least time between two reclaims woken by an expiry
+
 
 @dataclass
 class WorkerSettings:
@@ -44,6 +48,7 @@ class WorkerSettings:
     concurrency: int = 1
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     poll_interval: float = 0.5
+    reclaim_every: float = 0.5  # the reclaimer's poll; it also wakes when a live lease expires
     grace: float = 30.0
     max_lease_losses: int = 3
     once: bool = False
@@ -155,18 +160,21 @@ class Worker:
 
     async def _loop(self, astore: AsyncStore, session: BrowserSession) -> None:
         s = self.settings
-        await self._reclaim(astore)  # before the first claim: lost runs first
-        last_reclaim = time.monotonic()
-        reclaiming: asyncio.Task[None] | None = None
+        every = min(s.reclaim_every, s.lease.heartbeat_every)
+        # the next reclaim: at the poll cadence, or sooner when a live lease expires (plus skew)
+        # before that; each reclaim reads the earliest expiry for the next one
+        next_reclaim = min(time.monotonic() + every, await self._reclaim(astore))  # lost runs first
+        reclaiming: asyncio.Task[float] | None = None
         while not self._stop.is_set():
+            if reclaiming is not None and reclaiming.done():
+                next_reclaim = min(next_reclaim, reclaiming.result())
+                reclaiming = None
             now = time.monotonic()
-            if now - last_reclaim >= min(0.5, s.lease.heartbeat_every) and (reclaiming is None or reclaiming.done()):
+            if now >= next_reclaim and reclaiming is None:
                 # beside the claims, not in front of them: the runs it requeues are claimed
                 # when it ends (it wakes this loop)
-                last_reclaim = now
+                next_reclaim = now + every
                 reclaiming = asyncio.create_task(self._reclaim(astore), name="worker-reclaim")
-            if reclaiming is not None and reclaiming.done():
-                reclaiming = None
             reclaimed = reclaiming is None  # every run it requeued is claimable from here on
             claimed_any = False
             self._settled.clear()
@@ -190,7 +198,8 @@ class Worker:
                 waiters.add(reclaiming)
             wakers = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._settled.wait())]
             waiters.update(wakers)
-            await asyncio.wait(waiters, timeout=s.poll_interval, return_when=asyncio.FIRST_COMPLETED)
+            timeout = min(s.poll_interval, max(0.0, next_reclaim - time.monotonic()))
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             for waker in wakers:
                 waker.cancel()
         if reclaiming is not None:
@@ -212,14 +221,16 @@ class Worker:
         if pending:
             await asyncio.wait(pending, timeout=5)
 
-    async def _reclaim(self, astore: AsyncStore) -> None:
+    async def _reclaim(self, astore: AsyncStore) -> float:
+        """Requeue lost runs; returns when (monotonic clock) the earliest live lease left will
+        have expired past the skew (infinity if none is held or that is unknown)."""
         s = self.settings
         try:
             runs = await astore.call(self.store.reclaim_expired, skew=s.lease.skew,
                                      max_lease_losses=s.max_lease_losses, worker=self.id)
         except StoreError as exc:
             self.log.warning("reclaim failed", error=str(exc))
-            return
+            return math.inf
         try:  # same host: an owner whose process is gone is proven dead now, not at expiry
             runs += await astore.call(self.store.reclaim_dead_owners, self.owner.host, owner_is_gone,
                                       max_lease_losses=s.max_lease_losses, worker=self.id)
@@ -228,6 +239,16 @@ class Worker:
         for run in runs:
             self.stats.reclaimed += 1
             self.log.warning("reclaimed a lost lease", run_id=run.id, state=str(run.state))
+        try:
+            expires_in = await astore.call(self.store.next_expiry_in)
+        except StoreError:
+            return math.inf
+        if expires_in is None:
+            return math.inf
+        # a hair past the edge, so the lease reads as expired (``<``) when the reclaim comes;
+        # never sooner than _MIN_GAP (leases already past it, more than one reclaim takes,
+        # are taken by the next)
+        return time.monotonic() + max(_MIN_GAP, expires_in + s.lease.skew + _PAST_EDGE)
 
     async def _execute(self, astore: AsyncStore, session: BrowserSession, run: RunRecord) -> None:
         rlog = self.log.bind(run_id=run.id, lease_epoch=run.lease_epoch)

@@ -10,6 +10,7 @@ import pytest
 from browserworker.errors import LeaseLost, StoreError
 from browserworker.states import AttemptState, RunState
 from browserworker.store import SCHEMA_VERSION, NewRun, Owner, SQLiteStore
+from browserworker.store.records import RunRecord
 
 A = Owner("worker-a", "host", 1)
 B = Owner("worker-b", "host", 2)
@@ -86,6 +87,44 @@ def test_takeover_of_a_dead_owner_needs_the_current_epoch(store: SQLiteStore) ->
     taken = store.claim_run("r1", B, ttl=30, takeover_epoch=1)
     assert taken is not None and taken.lease_epoch == 2
     assert [e.decision for e in store.events("r1") if e.kind == "lease_claimed"] == ["claimed", "owner_dead"]
+
+
+def test_dead_owner_reclaim_looks_past_the_callers_own_runs(store: SQLiteStore) -> None:
+    """reclaim_dead_owners asks ``is_gone`` about every live lease on the host but the
+    calling worker's own (it is alive: it is asking), and requeues those proven gone."""
+    store.enqueue(NewRun(id="r2", flow_name="f", inputs={}))
+    store.claim_run("r1", A, ttl=30)
+    store.claim_run("r2", B, ttl=30)
+    asked: list[str] = []
+
+    def gone(run: RunRecord) -> bool:
+        asked.append(run.id)
+        return True
+
+    assert [r.id for r in store.reclaim_dead_owners("host", gone, max_lease_losses=3, worker=A.worker)] == ["r2"]
+    assert asked == ["r2"] and store.get_run("r1").state == RunState.LEASED
+
+
+def test_owner_is_gone_knows_this_process_without_asking_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reclaimer's check of a lease held by this very process needs no syscall; the same
+    pid with another start time is a reused pid, whose owner is gone."""
+    import os
+    import socket
+    from types import SimpleNamespace
+
+    from browserworker import leases
+
+    me = leases.this_owner("w")
+    held = SimpleNamespace(owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start=me.pid_start)
+    reused = SimpleNamespace(owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start="1")
+
+    def no_kill(pid: int, sig: int) -> None:
+        raise AssertionError("asked the kernel about this process")
+
+    monkeypatch.setattr(os, "kill", no_kill)
+    assert me.pid_start is not None and not leases.owner_is_gone(held)  # type: ignore[arg-type]
+    monkeypatch.undo()
+    assert leases.owner_is_gone(reused)  # type: ignore[arg-type]
 
 
 def test_stale_epoch_writes_are_rejected(store: SQLiteStore) -> None:
@@ -635,6 +674,47 @@ def test_history_is_attempts_and_restored_at_in_one_read(store: SQLiteStore) -> 
     assert attempts == store.attempts("r1") and [a.step_id for a in attempts] == ["open", "pay"]
     assert restored == later
     assert store.history("gone") == ([], None)
+
+
+def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
+    """The executor skips the history read of a *fresh* run (its first lease, nothing to
+    reconcile). A run leased again after a release or a lost lease, or restored from a
+    backup while still queued (never leased), is not fresh: it may have a journal or a
+    restore to reconcile."""
+    from browserworker.backup import backup, restore
+
+    db = tmp_path / "bw.db"
+    store = SQLiteStore(db)
+    for name in ("first", "released", "expired", "restored"):
+        store.enqueue(NewRun(id=name, flow_name="f", inputs={}))
+    backup(db, tmp_path / "bw.backup")  # every run still queued, never leased
+    first = store.claim_run("first", A, ttl=30)
+    assert first is not None and first.fresh and store.history("first") == ([], None)
+    store.begin_attempt("first", first.lease_epoch, "open", "action", "first/open", "fp")
+
+    released = store.claim_run("released", A, ttl=30)
+    assert released is not None and released.fresh
+    store.begin_attempt("released", released.lease_epoch, "open", "action", "released/open", "fp")
+    store.release_run("released", released.lease_epoch)
+    again = store.claim_run("released", B, ttl=30)
+    assert again is not None and not again.fresh and store.history("released")[0] != []
+
+    expired = store.claim_run("expired", A, ttl=30)
+    assert expired is not None and expired.fresh
+    backdate_lease(store, "expired", 60)
+    assert [r.id for r in store.reclaim_expired(skew=0.5, max_lease_losses=3)] == ["expired"]
+    again = store.claim_run("expired", B, ttl=30)
+    assert again is not None and not again.fresh
+    store.close()
+
+    restore(tmp_path / "bw.backup", tmp_path / "restored.db")
+    store = SQLiteStore(tmp_path / "restored.db")
+    try:
+        restored = store.claim_run("restored", A, ttl=30)
+        assert restored is not None and restored.lease_epoch == 1 and not restored.fresh
+        assert store.history("restored")[1] is not None  # the restore the executor must know of
+    finally:
+        store.close()
 
 
 def test_no_happy_path_write_spools_into_a_temporary_table(store: SQLiteStore) -> None:

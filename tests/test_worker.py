@@ -16,10 +16,11 @@ from playwright.async_api import BrowserContext
 from browserworker.browser import BrowserSettings
 from browserworker.hooks import NoHooks
 from browserworker.jobs import enqueue
+from browserworker.leases import LeaseSettings
 from browserworker.loader import load_flow
 from browserworker.states import RunState
 from browserworker.store import SQLiteStore
-from browserworker.store.records import RunRecord
+from browserworker.store.records import Owner, RunRecord
 from browserworker.worker import Worker, WorkerSettings
 from conftest import BW, FLOWS, sigkill
 from fleet import TEST_FLOWS, duplicate_references, enqueue_many, events, run_states, start_worker, states, \
@@ -111,6 +112,44 @@ def test_a_slot_frees_when_the_runs_end_is_committed(tmp_path: Path, monkeypatch
         assert stats.finished == {"SUCCEEDED": 2}
         assert started_when_closed[0] == runs  # the second run had started before the first context closed
         assert states(tmp_path / "bw.db") == {"SUCCEEDED": 2}
+    finally:
+        store.close()
+
+
+def test_the_reclaimer_wakes_when_a_lease_expires(tmp_path: Path) -> None:
+    """A lease held elsewhere (no pid to check) is reclaimed when it expires (plus the skew),
+    not at the reclaimer's next poll: here the poll is a minute away, and the run, leased
+    for one second, finishes well within that."""
+    path = tmp_path / "look.py"
+    path.write_text(LOOK_FLOW)
+    store = SQLiteStore(tmp_path / "bw.db")
+    run = enqueue(store, load_flow(path), {})
+    elsewhere = Owner(worker="worker-elsewhere", host="elsewhere.invalid", pid=1)
+    leased = store.claim_run(run.id, elsewhere, 1.0)
+    assert leased is not None and leased.owner == "worker-elsewhere"
+    done = asyncio.Event()
+
+    class Finished(NoHooks):
+        def run_finished(self, record: RunRecord) -> None:
+            done.set()
+
+    settings = WorkerSettings(reclaim_every=60, poll_interval=60, lease=LeaseSettings(ttl=300, skew=0.2))
+    worker = Worker(store, settings, BrowserSettings.discover(), hooks=Finished())
+
+    async def main() -> None:
+        working = asyncio.create_task(worker.run())
+        try:
+            await asyncio.wait_for(done.wait(), timeout=20)
+        finally:
+            worker.request_stop()
+            await working
+
+    try:
+        asyncio.run(main())
+        assert worker.stats.reclaimed == 1 and worker.stats.finished == {"SUCCEEDED": 1}
+        expired = events(tmp_path / "bw.db", "lease_expired")
+        assert [e.detail["previous_owner"] for e in expired] == ["worker-elsewhere"]
+        assert expired[0].at >= leased.lease_expires_at + 0.2  # not before expiry plus skew
     finally:
         store.close()
 

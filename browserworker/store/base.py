@@ -95,6 +95,7 @@ class Store(Protocol):
                         limit: int = 100) -> list[RunRecord]: ...
     def reclaim_dead_owners(self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int,
                             worker: str | None = None) -> list[RunRecord]: ...
+    def next_expiry_in(self) -> float | None: ...
     def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None: ...
     def cancel(self, run_id: str) -> str: ...
     def resolve(self, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str) -> RunRecord: ...
@@ -538,12 +539,20 @@ class SQLStore:
             reclaimed.append(self.get_run(row["id"]))
         return [r for r in reclaimed if r is not None]
 
+    @read_only
+    def next_expiry_in(self) -> float | None:
+        """Seconds until the earliest lease of a LEASED or RUNNING run expires, by the store's
+        clock (negative once it has); None if no lease is held."""
+        row = self._one("next_lease_expiry")
+        return None if row is None or row["at"] is None else float(row["at"]) - self.now()
+
     def reclaim_dead_owners(self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int,
                             worker: str | None = None) -> list[RunRecord]:
         """Requeue runs held on ``host`` by owners ``is_gone`` proves dead, without waiting for
-        expiry; ``owner_stopped_at`` is now, for the settle rule."""
+        expiry; ``owner_stopped_at`` is now, for the settle rule. The runs of ``worker`` (the
+        caller, alive) are not looked at."""
         reclaimed = []
-        for row in self._read(self.queries["owned_on_host"], {"host": host}):
+        for row in self._read(self.queries["owned_on_host"], {"host": host, "worker": worker}):
             run = RunRecord.from_row(row)
             if not is_gone(run):
                 continue

@@ -135,6 +135,17 @@ class RunRecord:
         data["cancel_requested"] = bool(data.get("cancel_requested", 0))
         return _record(cls, data)
 
+    @property
+    def fresh(self) -> bool:
+        """Leased for the first time, with nothing to reconcile: the run has no journal yet.
+
+        No attempt can be written without a lease (every journal write is fenced by the
+        epoch), and every claim bumps the epoch, so a run at epoch 1 has never been leased
+        before this claim; a restore from a backup flags every unfinished run
+        ``needs_reconcile``. The executor reads no history for such a run.
+        """
+        return self.lease_epoch == 1 and not self.needs_reconcile
+
     def public_inputs(self) -> dict[str, Any]:
         """The inputs with secret fields masked, for display."""
         return {k: (REDACTED if k in self.secret_fields else v) for k, v in self.inputs.items()}

@@ -200,6 +200,10 @@ WHERE id = :id AND state = 'QUEUED'
 SELECT * FROM runs WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
 ORDER BY lease_expires_at LIMIT :limit
 
+-- name: next_lease_expiry
+-- When the earliest live lease expires (the reclaimer wakes then, not at its next poll).
+SELECT MIN(lease_expires_at) AS at FROM runs WHERE state IN ('LEASED', 'RUNNING')
+
 -- name: requeue_expired
 -- The reclaimer: an expired lease goes back to QUEUED (or to review once it was lost too
 -- often), flagged for reconciliation; the epoch is bumped so the old owner is fenced off.
@@ -211,7 +215,8 @@ SET state = :state, owner = NULL, lease_expires_at = NULL, lease_epoch = lease_e
 WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
 
 -- name: owned_on_host
-SELECT * FROM runs WHERE owner_host = :host AND state IN ('LEASED', 'RUNNING')
+-- Live leases on a host, but the asking worker's own (it is alive: it is asking).
+SELECT * FROM runs WHERE owner_host = :host AND state IN ('LEASED', 'RUNNING') AND owner IS NOT :worker
 
 -- name: requeue_dead_owner
 -- The owner was proven gone (same host, pid dead): requeue at once, no expiry wait.
