@@ -154,7 +154,7 @@ def _plain_defaults_concurrency(base_url: str, n: int, runs: int, *, meter: bool
 
 
 def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 6,
-                memory_reps: int = 4) -> list[dict[str, Any]]:
+                memory_reps: int = 4, defaults_reps: int = 2) -> list[dict[str, Any]]:
     """(e) runs/min and peak PSS for N concurrent flows on one Chromium, ours vs plain.
 
     Throughput is the drain's steady state: first run started to last run finished, so the
@@ -166,8 +166,10 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
 
     Both sides launch Chromium with the kit's browser flags (browserworker.browser.launch_options),
     so the ratio is what the kit adds around the same browser work. A third side, plain
-    Playwright with only Playwright's own flags, is timed alongside (throughput only) to show
-    what those flags are worth to a plain script.
+    Playwright with only Playwright's own flags, is timed alongside (throughput only, in the
+    first ``defaults_reps`` repetitions: its drains are the slowest, and on a slow machine six
+    of them pushed `make bench` past 15 minutes) to show what those flags are worth to a
+    plain script.
 
     With the throughput, the machine's CPU seconds per run over each timed drain's whole
     process (every process, the sandbox included): once the machine is saturated (N=4 and up
@@ -191,9 +193,10 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
         defaults_t: list[float] = []
         defaults_cpu: list[float] = []
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
-            for drain, times, cpu in _abba([(_plain_concurrency, plain_t, plain_cpu),
-                                            (_ours_concurrency, ours_t, ours_cpu),
-                                            (_plain_defaults_concurrency, defaults_t, defaults_cpu)], i):
+            sides = [(_plain_concurrency, plain_t, plain_cpu), (_ours_concurrency, ours_t, ours_cpu)]
+            if i < defaults_reps:  # for information, not compared: its slow drains only twice
+                sides.append((_plain_defaults_concurrency, defaults_t, defaults_cpu))
+            for drain, times, cpu in _abba(sides, i):
                 busy = _machine_cpu_s()
                 times.append(drain(base_url, n, runs, meter=False)[0])
                 cpu.append((_machine_cpu_s() - busy) / runs)
@@ -217,7 +220,7 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
                     "cpu_ratio": statistics.median(ours_cpu) / statistics.median(plain_cpu),
                     "ours_cpu_s_per_run_each": ours_cpu, "plain_cpu_s_per_run_each": plain_cpu,
                     "plain_playwright_flags_runs_per_min": runs / statistics.median(defaults_t) * 60,
-                    "plain_playwright_flags_seconds": defaults_t,
+                    "plain_playwright_flags_seconds": defaults_t, "plain_playwright_flags_reps": len(defaults_t),
                     "plain_playwright_flags_cpu_s_per_run": statistics.median(defaults_cpu),
                     "memory_runs": 2 * n, "memory_reps": memory_reps, "metered_seconds": metered,
                     "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,

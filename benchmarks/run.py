@@ -156,7 +156,8 @@ def render(o: dict[str, Any]) -> str:
                      f"drains of {r['memory_runs']}) | {r['ours_runs_per_min']:.0f} runs/min, "
                      f"{r['ours_peak_pss_mb']:.0f} MB PSS | plain {r['plain_runs_per_min']:.0f} runs/min, "
                      f"{r['plain_peak_pss_mb']:.0f} MB (with Playwright's own flags only: "
-                     f"{r['plain_playwright_flags_runs_per_min']:.0f} runs/min) | {r['throughput_ratio']:.2f}x runs, {r['memory_ratio']:.2f}x "
+                     f"{r['plain_playwright_flags_runs_per_min']:.0f} runs/min, "
+                     f"{r.get('plain_playwright_flags_reps', r['reps'])} drains) | {r['throughput_ratio']:.2f}x runs, {r['memory_ratio']:.2f}x "
                      f"memory (CPU {r['ours_cpu_s_per_run']:.2f} vs {r['plain_cpu_s_per_run']:.2f} s/run, "
                      f"{r['cpu_ratio']:.2f}x) | >= 0.9x, <= 1.1x | "
                      f"{'yes' if r['throughput_ratio'] >= 0.9 and r['memory_ratio'] <= 1.1 else 'no'} |")
