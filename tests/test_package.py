@@ -17,6 +17,7 @@ import browserworker
 from browserworker.browser import LEAN_FEATURES, BrowserSession, BrowserSettings, _start_tethered_driver, \
     find_chromium, merge_disabled_features, tethered
 from browserworker.errors import BrowserNotFound
+from browserworker.leases import _stat
 
 
 def test_all_is_complete_and_importable() -> None:
@@ -158,11 +159,14 @@ def _descendants(root: int) -> list[tuple[int, str]]:
     children: dict[int, list[tuple[int, str]]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
+            stat = _stat(int(entry))
             try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
             except OSError:  # gone meanwhile
                 continue
+            if stat is None:
+                continue
+            ppid = int(stat[1])
             children.setdefault(ppid, []).append((int(entry), cmdline.replace("\0", " ")))
     found, todo = [], [root]
     while todo:
