@@ -42,7 +42,7 @@ WORKERS = 2
 TTL = 3.0
 SKEW = 2.0  # the reclaimer's clock-skew tolerance (LeaseSettings default)
 MAX_KILLS = 8
-BUDGET = 480.0  # seconds for the whole drain; it takes one to three minutes on two busy cores
+BUDGET = 480.0  # seconds for the whole drain: ~15 s on two idle fast cores, a minute or more on slow or busy ones
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW")
 ACTIVE = ("LEASED", "RUNNING")
 
@@ -98,10 +98,11 @@ class Supervisor:
     def alive(self) -> list[int]:
         return [i for i, p in enumerate(self.procs) if p is not None and p.poll() is None]
 
-    def kill(self, now: float) -> None:
+    def kill(self, now: float) -> bool:
+        """SIGKILL a live worker (not the paused one); whether there was one to kill."""
         slots = [i for i in self.alive() if self.paused is None or i != self.paused[0]]
         if not slots:
-            return
+            return False
         slot = self.rng.choice(slots)
         proc = self.procs[slot]
         assert proc is not None
@@ -111,6 +112,7 @@ class Supervisor:
         self.procs[slot] = None
         self.restart_at[slot] = now + self.rng.uniform(0.2, 2.0)
         self.note(f"SIGKILL worker {slot} (pid {proc.pid})")
+        return True
 
     def pause(self, runs: list[Any], now: float) -> bool:
         """SIGSTOP a worker that holds at least one run, while another worker is up or coming."""
@@ -205,8 +207,11 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
     prefix = f"soak{seed % 100000:05d}-{tmp_path.name[-6:]}"
     kinds = enqueue_mix(db, shop, rng, prefix)
     sup = Supervisor(db, tmp_path, rng)
-    pause_after = rng.randint(1, 3)  # the pause comes after this many kills
-    next_kill = time.monotonic() + rng.uniform(2.0, 5.0)
+    # The chaos follows the drain's progress, not the clock, so that it lands on a fast machine
+    # (60 runs in ~15 s) as on a slow one: a kill once `kill_at` runs have ended (and a restarted
+    # worker has had a moment), the pause after `pause_after` kills, early enough to fall mid-drain.
+    pause_after = rng.randint(1, 2)
+    kill_at, not_before = rng.randint(2, 6), time.monotonic() + rng.uniform(1.0, 3.0)
     reader = SQLiteStore(db)
     try:
         for slot in range(WORKERS):
@@ -215,7 +220,8 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
             now = time.monotonic()
             runs = [r for r in reader.list_runs(limit=10_000) if r.id in kinds]
             counts = collections.Counter(str(r.state) for r in runs)
-            if sum(counts[s] for s in FINAL) == len(kinds) and sup.paused is None:
+            ended = sum(counts[s] for s in FINAL)
+            if ended == len(kinds) and sup.paused is None:
                 break
             assert now - sup.t0 < BUDGET, f"seed {seed}: not drained in {BUDGET:g}s: {dict(counts)}\n" + \
                 "\n".join(sup.timeline)
@@ -226,12 +232,12 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
             if sup.paused is not None:
                 sup.maybe_resume(runs, now)
                 if sup.paused is None:  # let the woken worker live a while: its stale gate must send nothing
-                    next_kill = max(next_kill, now + rng.uniform(3.0, 8.0))
+                    kill_at, not_before = max(kill_at, ended + 1), max(not_before, now + rng.uniform(1.5, 4.0))
             elif sup.pauses == 0 and sup.kills >= pause_after and sup.pause(runs, now):
                 pass
-            elif now >= next_kill and sup.kills < MAX_KILLS and counts["QUEUED"] + sum(counts[s] for s in ACTIVE):
-                sup.kill(now)
-                next_kill = now + rng.uniform(3.0, 8.0)
+            elif ended >= kill_at and now >= not_before and sup.kills < MAX_KILLS and ended < len(kinds):
+                if sup.kill(now):
+                    kill_at, not_before = ended + rng.randint(3, 8), now + rng.uniform(1.0, 3.0)
             time.sleep(0.2)  # the polling interval, not a synchronisation
     finally:
         reader.close()
