@@ -12,6 +12,14 @@ driver shuts the browser down gracefully, with nobody gating what its pages stil
 The driver's node keeps its compiled code in ``$TMPDIR/browserworker-<uid>/node-compile-cache``
 (``NODE_COMPILE_CACHE``, unless one is set), which takes about 0.1 s off every start.
 
+Each session's driver keeps its temporary files (the browser's profile, about 1.4 MB, and
+Playwright's artifacts) in a directory of their own, ``$TMPDIR/browserworker-<uid>/
+session-<pid>-<start>-<host>-<random>``, removed when the session closes. A SIGKILLed process
+cannot remove its own: the next session on the host removes every one whose process is gone,
+so a fleet that crashes now and then does not fill ``/tmp`` with profiles. (Chromium itself
+keeps the system's ``$TMPDIR``, where a killed one leaves a 4 KB directory for its singleton
+socket, whose path must stay short.)
+
 Chromium is launched without the features in :data:`LEAN_FEATURES`, merged into
 Playwright's own ``--disable-features`` list (see :func:`launch_options`).
 """
@@ -22,6 +30,7 @@ import hashlib
 import os
 import shlex
 import shutil
+import socket
 import stat
 import sys
 import tempfile
@@ -35,6 +44,7 @@ import structlog
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
 from .errors import BrowserNotFound
+from .leases import pid_start_time
 
 log = structlog.get_logger("browserworker.browser")
 
@@ -256,28 +266,44 @@ class BrowserSession:
         self.on_context = list(on_context)
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
+        self.temp_dir: Path | None = None  # the driver's and browser's TMPDIR while open (see the module docstring)
 
     async def __aenter__(self) -> BrowserSession:
-        self._pw = await _start_tethered_driver()
+        self.temp_dir = _session_dir()
+        try:
+            self._pw = await _start_tethered_driver(self.temp_dir)
+        except BaseException:
+            self._remove_temp_dir()
+            raise
         options = await launch_options(self._pw, self.settings)
         if options.get("executable_path"):
             options["executable_path"] = tethered(options["executable_path"])
+        if self.temp_dir is not None:  # Chromium's own $TMPDIR stays: its singleton socket's path
+            options.setdefault("env", dict(os.environ))  # must fit a socket address (108 bytes)
         try:
             self._browser = await self._pw.chromium.launch(**options)
         except Exception as exc:
             await self._pw.stop()
+            self._remove_temp_dir()
             raise BrowserNotFound(f"could not launch Chromium ({self.settings.executable_path or 'managed'}): "
                                   f"{str(exc).splitlines()[0]}; {_HOW_TO_FIX}") from exc
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._browser is not None:
-            try:
-                await self._browser.close()
-            except Exception:  # pragma: no cover - the browser may already be gone
-                pass
-        if self._pw is not None:
-            await self._pw.stop()
+        try:
+            if self._browser is not None:
+                try:
+                    await self._browser.close()
+                except Exception:  # pragma: no cover - the browser may already be gone
+                    pass
+            if self._pw is not None:
+                await self._pw.stop()
+        finally:
+            self._remove_temp_dir()
+
+    def _remove_temp_dir(self) -> None:
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     @property
     def browser(self) -> Browser:
@@ -301,9 +327,10 @@ class BrowserSession:
                 pass
 
 
-async def _start_tethered_driver() -> Playwright:
-    """Start Playwright with its node driver tied to this process (see the module docstring)
-    and with node's compile cache on (:func:`_compile_cache`).
+async def _start_tethered_driver(temp_dir: Path | None = None) -> Playwright:
+    """Start Playwright with its node driver tied to this process (see the module docstring),
+    with node's compile cache on (:func:`_compile_cache`) and, if given, ``temp_dir`` as the
+    driver's (and so the browser's) ``TMPDIR``.
 
     playwright-python reads which node to run, and the driver its environment, as it
     starts, so the variables are set for that moment only, and put back as they were.
@@ -319,6 +346,8 @@ async def _start_tethered_driver() -> Playwright:
     node = tethered(real) if real is not None else None
     if node is not None and node != real:
         overrides[_NODE_ENV] = node
+    if temp_dir is not None:
+        overrides["TMPDIR"] = str(temp_dir)
     before = {name: os.environ.get(name) for name in overrides}
     os.environ.update(overrides)
     try:
@@ -332,6 +361,40 @@ async def _start_tethered_driver() -> Playwright:
                 del os.environ[name]
             else:
                 os.environ[name] = previous
+
+
+_SESSION = "session-"
+
+
+def _session_dir() -> Path | None:
+    """A new private directory for one session's temporary files, after removing those of
+    sessions whose process is gone (see the module docstring); None if none can be made
+    (the driver then uses the system's temporary directory, as Playwright does)."""
+    own = pid_start_time(os.getpid())
+    try:
+        home = _private_dir()
+        if own is not None:  # without /proc nobody can tell a live session from a dead one
+            _remove_dead_sessions(home)
+        return Path(tempfile.mkdtemp(prefix=f"{_SESSION}{os.getpid()}-{own or 0}-{_host_tag()}-", dir=home))
+    except OSError as exc:
+        log.warning("no private temporary directory for the browser", error=str(exc))
+        return None
+
+
+def _host_tag() -> str:
+    """This host's name, hashed: containers that share a temporary directory but not their
+    process ids (each its own host name) never judge each other's sessions."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _remove_dead_sessions(home: Path) -> None:
+    """Remove this host's session directories in ``home`` whose process (pid and start time)
+    is gone."""
+    tag = _host_tag()
+    for path in home.glob(f"{_SESSION}*"):
+        pid, start, host, _ = (path.name[len(_SESSION):].split("-", 3) + ["", "", ""])[:4]
+        if host == tag and pid.isdigit() and pid_start_time(int(pid)) != start:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _compile_cache() -> str | None:

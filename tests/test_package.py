@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import stat
@@ -215,3 +216,68 @@ def test_chromium_starts_no_webui_renderer_per_context() -> None:
     plain.disable_features = ()
     switches, webui = _browser_processes(plain)
     assert len(switches) == 1 and webui >= 1
+
+
+
+HOLD_A_SESSION = """
+import asyncio
+from browserworker.browser import BrowserSession, BrowserSettings
+
+async def main():
+    async with BrowserSession(BrowserSettings.discover()) as session, session.context() as context:
+        page = await context.new_page()
+        await page.goto("data:text/html,<p>up</p>")
+        print(session.temp_dir, flush=True)
+        await asyncio.Event().wait()  # until killed
+
+asyncio.run(main())
+"""
+
+NEXT_SESSION = """
+import asyncio, json, sys
+from pathlib import Path
+from browserworker.browser import BrowserSession, BrowserSettings
+
+async def main():
+    async with BrowserSession(BrowserSettings.discover()) as session:
+        print(json.dumps({"own": str(session.temp_dir), "own_there": session.temp_dir.is_dir(),
+                          "there": {p: Path(p).exists() for p in sys.argv[1:]}}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.browser
+def test_a_killed_sessions_temporary_files_go_with_the_next_session() -> None:
+    """The browser's profile lives in the session's own temporary directory; a SIGKILLed
+    process leaves it behind, and the next session on the host removes it (its process is
+    gone) but not a live process's. A session that closes removes its own."""
+    tmp = Path(tempfile.mkdtemp(prefix="bwt-", dir="/tmp"))  # this test's $TMPDIR
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    procs: list[subprocess.Popen[str]] = []
+
+    def hold() -> Path:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD_A_SESSION], stdout=subprocess.PIPE, text=True, env=env)
+        procs.append(proc)
+        assert proc.stdout is not None
+        return Path(proc.stdout.readline().strip())
+
+    try:
+        killed, alive = hold(), hold()
+        assert killed.parent == tmp / f"browserworker-{os.getuid()}" and killed.is_dir()
+        assert any(p.name.startswith("playwright_chromiumdev_profile-") for p in killed.iterdir())
+        procs[0].kill()
+        procs[0].wait(timeout=30)
+        assert killed.is_dir()  # nobody removed it: its process was killed
+
+        out = subprocess.run([sys.executable, "-c", NEXT_SESSION, str(killed), str(alive)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        seen = json.loads(out.stdout)
+        assert seen["there"] == {str(killed): False, str(alive): True}  # the dead one's gone, the live one's kept
+        assert seen["own_there"] and not Path(seen["own"]).exists()  # its own: there while open, gone at close
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
