@@ -266,28 +266,32 @@ class BrowserSession:
         self.on_context = list(on_context)
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
-        self.temp_dir: Path | None = None  # the driver's and browser's TMPDIR while open (see the module docstring)
+        self.temp_dir: Path | None = None  # the driver's TMPDIR while open (see the module docstring)
 
     async def __aenter__(self) -> BrowserSession:
         self.temp_dir = _session_dir()
         try:
             self._pw = await _start_tethered_driver(self.temp_dir)
+            self._browser = await self._launch(self._pw)
         except BaseException:
+            if self._pw is not None:
+                await self._pw.stop()
+                self._pw = None
             self._remove_temp_dir()
             raise
-        options = await launch_options(self._pw, self.settings)
+        return self
+
+    async def _launch(self, pw: Playwright) -> Browser:
+        options = await launch_options(pw, self.settings)
         if options.get("executable_path"):
             options["executable_path"] = tethered(options["executable_path"])
         if self.temp_dir is not None:  # Chromium's own $TMPDIR stays: its singleton socket's path
             options.setdefault("env", dict(os.environ))  # must fit a socket address (108 bytes)
         try:
-            self._browser = await self._pw.chromium.launch(**options)
+            return await pw.chromium.launch(**options)
         except Exception as exc:
-            await self._pw.stop()
-            self._remove_temp_dir()
             raise BrowserNotFound(f"could not launch Chromium ({self.settings.executable_path or 'managed'}): "
                                   f"{str(exc).splitlines()[0]}; {_HOW_TO_FIX}") from exc
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         try:
@@ -330,7 +334,7 @@ class BrowserSession:
 async def _start_tethered_driver(temp_dir: Path | None = None) -> Playwright:
     """Start Playwright with its node driver tied to this process (see the module docstring),
     with node's compile cache on (:func:`_compile_cache`) and, if given, ``temp_dir`` as the
-    driver's (and so the browser's) ``TMPDIR``.
+    driver's ``TMPDIR`` (where it makes the browser's profile and its artifacts directory).
 
     playwright-python reads which node to run, and the driver its environment, as it
     starts, so the variables are set for that moment only, and put back as they were.

@@ -218,7 +218,6 @@ def test_chromium_starts_no_webui_renderer_per_context() -> None:
     assert len(switches) == 1 and webui >= 1
 
 
-
 HOLD_A_SESSION = """
 import asyncio
 from browserworker.browser import BrowserSession, BrowserSettings
@@ -281,3 +280,18 @@ def test_a_killed_sessions_temporary_files_go_with_the_next_session() -> None:
             proc.kill()
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_browser_that_cannot_start_is_one_clear_error_and_leaves_no_files(tmp_path: Path) -> None:
+    """An executable that is not a browser: BrowserNotFound with the fix, and the session's
+    temporary directory is gone with it."""
+    before = set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob("session-*"))
+    settings = BrowserSettings(executable_path=str(fake_exe(tmp_path / "not-a-browser")))
+
+    async def start() -> None:
+        async with BrowserSession(settings):
+            pass
+
+    with pytest.raises(BrowserNotFound, match="could not launch Chromium .*not-a-browser.*apt-get install chromium"):
+        asyncio.run(start())
+    assert set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob("session-*")) <= before
