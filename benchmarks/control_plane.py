@@ -1,9 +1,8 @@
 """Benchmark (b): control-plane throughput with no browser, and its peers.
 
-Ours: runs of one no-op effect through the full journal — claim (a first lease: like the executor,
-no history read), RUNNING,
-the step boundary, intent, the gate's dispatch commit and response, outcome, SUCCEEDED —
-the store calls the executor makes for such a run, reads included, in its order, through
+Ours: runs of one no-op effect through the full journal — claim (a first lease: like the
+executor, no history read), RUNNING, the step boundary, intent, the gate's dispatch commit and
+response, outcome, SUCCEEDED — the store calls the executor makes for such a run, reads included, in its order, through
 the same AsyncStore (group commit), at synchronous=FULL. Peers: Huey's SqliteHuey
 (fsync=True: synchronous=FULL, WAL) and DBOS Transact workflows of one step on its SQLite
 system database.

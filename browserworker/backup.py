@@ -29,12 +29,11 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from .canonical import canonical_json
 from .errors import StoreError, UsageError
-from .leases import owner_is_gone
+from .leases import process_is_gone
 from .metrics import DEFAULT_STALE_AFTER
 from .store.sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -175,15 +174,14 @@ def in_use_reasons(conn: sqlite3.Connection, *, now: float | None = None,
     reasons = []
     if "workers" in tables:
         for w in conn.execute(Q["ops_live_workers"], {"since": now - stale_after}):
-            if owner_is_gone(SimpleNamespace(owner_pid=w["pid"], owner_host=w["host"], owner_pid_start=None),  # type: ignore[arg-type]
-                             host):
+            if w["host"] == host and process_is_gone(w["pid"]):
                 continue
             reasons.append(f"worker {w['id']} (pid {w['pid']} on {w['host']}) heartbeated "
                            f"{now - w['last_heartbeat']:.0f}s ago")
     if "runs" in tables:
         for r in conn.execute(Q["ops_live_leases"], {"now": now}):
-            if owner_is_gone(SimpleNamespace(owner_pid=r["owner_pid"], owner_host=r["owner_host"],  # type: ignore[arg-type]
-                                             owner_pid_start=r["owner_pid_start"]), host):
+            if r["owner_host"] == host and r["owner_pid"] is not None and \
+                    process_is_gone(r["owner_pid"], r["owner_pid_start"]):
                 continue
             reasons.append(f"run {r['id']} is leased by {r['owner']} (pid {r['owner_pid']} on {r['owner_host']}) "
                            f"for {r['lease_expires_at'] - now:.0f}s more")

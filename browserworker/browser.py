@@ -44,7 +44,7 @@ import structlog
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
 from .errors import BrowserNotFound
-from .leases import pid_start_time
+from .leases import own_start_time, process_is_gone
 
 log = structlog.get_logger("browserworker.browser")
 
@@ -374,12 +374,11 @@ def _session_dir() -> Path | None:
     """A new private directory for one session's temporary files, after removing those of
     sessions whose process is gone (see the module docstring); None if none can be made
     (the driver then uses the system's temporary directory, as Playwright does)."""
-    own = pid_start_time(os.getpid())
     try:
         home = _private_dir()
-        if own is not None:  # without /proc nobody can tell a live session from a dead one
-            _remove_dead_sessions(home)
-        return Path(tempfile.mkdtemp(prefix=f"{_SESSION}{os.getpid()}-{own or 0}-{_host_tag()}-", dir=home))
+        _remove_dead_sessions(home)
+        prefix = f"{_SESSION}{os.getpid()}-{own_start_time() or ''}-{_host_tag()}-"
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=home))
     except OSError as exc:
         log.warning("no private temporary directory for the browser", error=str(exc))
         return None
@@ -392,12 +391,12 @@ def _host_tag() -> str:
 
 
 def _remove_dead_sessions(home: Path) -> None:
-    """Remove this host's session directories in ``home`` whose process (pid and start time)
-    is gone."""
+    """Remove this host's session directories in ``home`` whose process is gone."""
     tag = _host_tag()
     for path in home.glob(f"{_SESSION}*"):
-        pid, start, host, _ = (path.name[len(_SESSION):].split("-", 3) + ["", "", ""])[:4]
-        if host == tag and pid.isdigit() and pid_start_time(int(pid)) != start:
+        parts = path.name[len(_SESSION):].split("-", 3)  # pid, start time, host tag, random
+        if len(parts) == 4 and parts[2] == tag and parts[0].isdigit() and \
+                process_is_gone(int(parts[0]), parts[1] or None):
             shutil.rmtree(path, ignore_errors=True)
 
 

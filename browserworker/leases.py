@@ -16,7 +16,8 @@ from .errors import LeaseLost, StoreError
 from .store.aio import AsyncStore
 from .store.records import Owner, RunRecord
 
-__all__ = ["Lease", "LeaseSettings", "owner_is_gone", "pid_start_time", "this_owner"]
+__all__ = ["Lease", "LeaseSettings", "own_start_time", "owner_is_gone", "pid_start_time", "process_is_gone",
+           "this_owner"]
 
 log = structlog.get_logger("browserworker.leases")
 
@@ -57,7 +58,8 @@ def pid_start_time(pid: int) -> str | None:
 _OWN_START: dict[int, str | None] = {}  # this process's start time, by pid (a fork has its own)
 
 
-def _own_start() -> str | None:
+def own_start_time() -> str | None:
+    """:func:`pid_start_time` of this process, read once."""
     pid = os.getpid()
     if pid not in _OWN_START:
         _OWN_START[pid] = pid_start_time(pid)
@@ -69,28 +71,34 @@ def this_owner(label: str = "run") -> Owner:
     pid = os.getpid()
     host = socket.gethostname()
     return Owner(worker=f"{label}-{host}-{pid}-{uuid.uuid4().hex[:6]}", host=host, pid=pid,
-                 pid_start=_own_start())
+                 pid_start=own_start_time())
+
+
+def process_is_gone(pid: int, start: str | None = None) -> bool:
+    """True only when process ``pid`` of this host provably stopped: no such process, the pid
+    reused by another (its start time is not ``start``, if known), or a zombie (killed, not
+    yet reaped by its parent). False for one that cannot be checked (no permission)."""
+    if pid == os.getpid() and start in (None, own_start_time()):
+        return False  # this very process: alive, no need to ask the kernel
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    fields = _stat(pid)  # one read: start time and state
+    if fields is None:  # it existed a moment ago: gone since, if there is a /proc to tell
+        return Path("/proc/self/stat").exists()
+    if start and fields[19] != start:
+        return True  # the pid was reused by another process
+    return fields[0] in ("Z", "X")
 
 
 def owner_is_gone(run: RunRecord, host: str | None = None) -> bool:
     """True only when the owner provably stopped: same host and its process is gone."""
     if run.owner_pid is None or run.owner_host != (host or socket.gethostname()):
         return False
-    if run.owner_pid == os.getpid() and run.owner_pid_start in (None, _own_start()):
-        return False  # this very process: alive, no need to ask the kernel
-    try:
-        os.kill(run.owner_pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    fields = _stat(run.owner_pid)  # one read: start time and state
-    if fields is None:
-        return True
-    if run.owner_pid_start and fields[19] != run.owner_pid_start:
-        return True  # the pid was reused by another process
-    # a zombie (killed, not yet reaped by its parent) has stopped too
-    return fields[0] in ("Z", "X")
+    return process_is_gone(run.owner_pid, run.owner_pid_start)
 
 
 class Lease:

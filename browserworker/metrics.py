@@ -19,14 +19,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 
-from .leases import owner_is_gone
+from .leases import process_is_gone
 from .store.base import SQLStore
 
 __all__ = [
@@ -314,7 +313,7 @@ def snapshot(store: SQLStore, *, window: float = DEFAULT_WINDOW, stale_after: fl
 
 def _process_gone(host: str, pid: int) -> bool:
     """The worker ran on this host and its process no longer exists."""
-    return owner_is_gone(SimpleNamespace(owner_pid=pid, owner_host=host, owner_pid_start=None))  # type: ignore[arg-type]
+    return host == socket.gethostname() and process_is_gone(pid)
 
 
 def _json_list(text: str) -> list[str]:
