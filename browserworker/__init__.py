@@ -14,6 +14,7 @@ from .errors import (
     QueueFull,
     RunNotFound,
     StoreError,
+    UndeclaredEffect,
     UsageError,
 )
 from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
@@ -42,6 +43,7 @@ __all__ = [
     "SQLiteStore",
     "StepContext",
     "StoreError",
+    "UndeclaredEffect",
     "UsageError",
     "Verdict",
     "__version__",

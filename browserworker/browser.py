@@ -38,12 +38,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
-from .errors import BrowserNotFound
+from .errors import BrowserNotFound, UsageError
 from .leases import own_start_time, process_is_gone
 
 log = structlog.get_logger("browserworker.browser")
@@ -52,6 +52,9 @@ __all__ = ["LEAN_FEATURES", "BrowserSession", "BrowserSettings", "find_chromium"
 
 ENV_EXECUTABLE = "BROWSERWORKER_CHROMIUM"
 ENV_ARGS = "BROWSERWORKER_CHROMIUM_ARGS"
+ENV_SHARED_WORKERS = "BROWSERWORKER_SHARED_WORKERS"
+_NO_SHARED_WORKERS = "SharedWorker"  # a Blink feature: --disable-blink-features=SharedWorker
+_DISABLE_BLINK = "--disable-blink-features="
 
 LEAN_FEATURES = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "WebUIOmniboxFullPopup")
 """Chromium features the kit turns off by default. Every Playwright context is a browser
@@ -117,13 +120,20 @@ class BrowserSettings:
     launch_options: dict[str, Any] = field(default_factory=dict)
     context_options: dict[str, Any] = field(default_factory=dict)
     disable_features: tuple[str, ...] = LEAN_FEATURES
+    shared_workers: Literal["block", "allow"] = "block"
+    """``"block"``: pages have no ``SharedWorker`` (what one sends is neither routed nor reported
+    by Playwright, so no gate could hold it). ``"allow"`` keeps them; every effect attempt then
+    counts as possibly dispatched (reconciled after a crash, never replayed blind)."""
 
     @classmethod
     def discover(cls, *, headless: bool = True, env: Mapping[str, str] | None = None) -> BrowserSettings:
         """Settings with the discovered executable and the extra args from the environment."""
         env = os.environ if env is None else env
+        shared = env.get(ENV_SHARED_WORKERS, "block").strip().lower() or "block"
+        if shared not in ("block", "allow"):
+            raise UsageError(f"{ENV_SHARED_WORKERS}={env[ENV_SHARED_WORKERS]!r}: use 'block' (the default) or 'allow'")
         return cls(headless=headless, executable_path=find_chromium(env),
-                   args=shlex.split(env.get(ENV_ARGS, "")))
+                   args=shlex.split(env.get(ENV_ARGS, "")), shared_workers=shared)  # type: ignore[arg-type]
 
 
 _NODE_ENV = "PLAYWRIGHT_NODEJS_PATH"  # how playwright-python lets one choose the driver's node
@@ -241,7 +251,10 @@ async def launch_options(pw: Playwright, settings: BrowserSettings) -> dict[str,
     merged into Playwright's own ``--disable-features`` (:func:`merge_disabled_features`).
     Where Playwright's arguments cannot be read, or ``ignore_default_args=True`` is asked
     for, nothing is merged and the features stay as Playwright leaves them."""
-    options: dict[str, Any] = {"headless": settings.headless, "args": list(settings.args)}
+    args = list(settings.args)
+    if settings.shared_workers == "block":
+        args = _without_shared_workers(args)
+    options: dict[str, Any] = {"headless": settings.headless, "args": args}
     if settings.executable_path:
         options["executable_path"] = settings.executable_path
     options.update(settings.launch_options)
@@ -255,6 +268,18 @@ async def launch_options(pw: Playwright, settings: BrowserSettings) -> dict[str,
     if left_out:
         options["ignore_default_args"] = list(ignore or []) + left_out
     return options
+
+
+def _without_shared_workers(args: list[str]) -> list[str]:
+    """``args`` with ``SharedWorker`` among the disabled Blink features (merged into a
+    ``--disable-blink-features`` the user gave: Chromium reads only the last one)."""
+    for i, arg in enumerate(args):
+        if arg.startswith(_DISABLE_BLINK):
+            features = [f for f in arg[len(_DISABLE_BLINK):].split(",") if f]
+            if _NO_SHARED_WORKERS not in features:
+                args[i] = _DISABLE_BLINK + ",".join([*features, _NO_SHARED_WORKERS])
+            return args
+    return [*args, _DISABLE_BLINK + _NO_SHARED_WORKERS]
 
 
 class BrowserSession:

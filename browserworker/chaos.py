@@ -1,14 +1,17 @@
 """``browserworker chaos``: prove a flow's effects take place exactly once under crashes.
 
-For every effect step and every fault point, a child ``browserworker run`` is crashed at
-that point (SIGKILL, or SIGSTOP past its lease), the run is resumed by a fresh process,
-and the business outcome is checked on the target: the effect's ``@effect.count`` probe
-(how many times it landed for the request key) when the flow has one, else its verifier.
+First each effect's verifier is self-tested in one clean run (:mod:`.chaos_selftest`): it
+must say not done before the dispatch and done after the effect. Then, for every effect
+step and every fault point, a child ``browserworker run`` is crashed at that point
+(SIGKILL, or SIGSTOP past its lease), the run is resumed by a fresh process, and the
+business outcome is checked on the target: the effect's ``@effect.count`` probe (how many
+times it landed for the request key) when the flow has one, else its verifier.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -16,14 +19,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from .browser import BrowserSession, BrowserSettings
+from .chaos_selftest import VerifierCheck, self_test_verifiers
 from .errors import UsageError
 from .faults import CHAOS_POINTS
 from .flow import Action, Effect, StepContext, Verdict
@@ -31,7 +35,7 @@ from .loader import LoadedFlow
 from .states import AttemptState, RunState
 from .store.sqlite import SQLiteStore
 
-__all__ = ["CHAOS_POINTS", "ChaosResult", "run_chaos"]
+__all__ = ["CHAOS_POINTS", "ChaosReport", "ChaosResult", "VerifierCheck", "run_chaos"]
 
 _TTL = 3.0
 _CHILD_TIMEOUT = 300.0
@@ -58,8 +62,48 @@ class ChaosResult:
     verdict: str  # ok | DUPLICATE | LOST | not reached
     seconds: float
 
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("ok", "not reached")
+
+    def describe(self) -> str:
+        return f"{self.step} @ {self.point} #{self.round}: {self.verdict} ({self.decision}, landings {self.landings})"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class ChaosReport:
+    """Everything ``chaos`` found: the verifier self-tests and the crash scenarios."""
+
+    results: list[ChaosResult] = field(default_factory=list)
+    self_tests: list[VerifierCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No duplicate, lost or hung run, and no verifier that said the wrong thing."""
+        return all(r.ok for r in self.results) and all(t.status != "BROKEN" for t in self.self_tests)
+
+    def problems(self) -> list[str]:
+        """One line per wrong verifier (with what it caused under the crashes) and per bad scenario."""
+        lines = []
+        for t in self.self_tests:
+            if t.status == "BROKEN":
+                caused = [f"{r.verdict} at {r.point} (landings {r.landings})" for r in self.results
+                          if r.step == t.step and not r.ok]
+                when = "before the dispatch" if t.test.phase == "before" else "after the effect"
+                why = f" ({t.test.reason})" if t.test.reason else ""
+                lines.append(f"verifier {t.verifier} of step {t.step} ({t.where}) is wrong: {when} it said "
+                             f"{t.test.said}{why}, expected {t.test.expected}"
+                             + (f"; under the crashes: {', '.join(caused)}" if caused else ""))
+        lines += [f"{r.step} @ {r.point} #{r.round}: {r.verdict} (run {r.run_id}, {r.decision}, landings "
+                  f"{r.landings})" for r in self.results if not r.ok]
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "results": [r.to_dict() for r in self.results],
+                "self_tests": [t.to_dict() for t in self.self_tests]}
 
 
 def _cmd(*args: str) -> list[str]:
@@ -67,9 +111,9 @@ def _cmd(*args: str) -> list[str]:
 
 
 class _Scenario:
-    def __init__(self, loaded: LoadedFlow, inputs_args: Sequence[str], db: Path, env: dict[str, str]) -> None:
+    def __init__(self, loaded: LoadedFlow, inputs: Mapping[str, Any], db: Path, env: dict[str, str]) -> None:
         self.loaded = loaded
-        self.inputs_args = list(inputs_args)
+        self.inputs_args = ["--inputs-json", json.dumps(dict(inputs))]
         self.db = db
         self.env = env
 
@@ -171,48 +215,59 @@ def _journal_summary(store: SQLiteStore, run_id: str, step: str) -> tuple[str, s
     return classification, decision
 
 
-def run_chaos(loaded: LoadedFlow, inputs_args: Sequence[str], *, points: Sequence[str], rounds: int = 1,
+def run_chaos(loaded: LoadedFlow, inputs: Mapping[str, Any], *, points: Sequence[str], rounds: int = 1,
               browser: BrowserSettings, steps: Sequence[str] | None = None,
-              progress: Callable[[ChaosResult], None] | None = None) -> list[ChaosResult]:
-    """Every effect step × every point × ``rounds``: crash, resume, check the outcome."""
+              progress: Callable[[ChaosResult | VerifierCheck], None] | None = None) -> ChaosReport:
+    """Self-test every effect step's verifier in a clean run; then every effect step × every
+    point × ``rounds``: crash, resume, check the outcome."""
     unknown = [p for p in points if p not in CHAOS_POINTS]
     if unknown:
         raise UsageError(f"unknown chaos point(s) {', '.join(unknown)} (known: {', '.join(CHAOS_POINTS)})")
     effects = [s for s in loaded.flow.steps if isinstance(s, Effect) and (not steps or s.id in steps)]
     if not effects:
         raise UsageError(f"flow {loaded.flow.name!r} has no effect steps to test")
-    results: list[ChaosResult] = []
+    report = ChaosReport()
     with tempfile.TemporaryDirectory(prefix="browserworker-chaos-") as tmp:
         db = Path(tmp) / "chaos.db"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        sc = _Scenario(loaded, inputs_args, db, env)
+        sc = _Scenario(loaded, inputs, db, env)
+        store = SQLiteStore(db)
+        try:
+            report.self_tests = asyncio.run(self_test_verifiers(store, loaded, inputs, effects, browser=browser,
+                                                                progress=progress))
+        finally:
+            store.close()
         for effect in effects:
             for point in points:
                 for rnd in range(1, rounds + 1):
-                    started = time.monotonic()
-                    run_id = f"chaos-{effect.id}-{point}-{rnd}-{uuid.uuid4().hex[:6]}".replace("_", "-")
-                    try:
-                        fired = _crash(sc, effect.id, point, run_id)
-                        sc.run(run_id)  # resume to the end (a no-op if it already ended)
-                        hung = None
-                    except (_Hung, subprocess.TimeoutExpired) as exc:
-                        fired, hung = True, str(exc)
-                    store = SQLiteStore(db)
-                    try:
-                        run = store.get_run(run_id)
-                        state = str(run.state) if run else "missing"
-                        classification, decision = _journal_summary(store, run_id, effect.id)
-                        landings, probe = asyncio.run(_probe(loaded, store, run_id, effect, browser)) if run else (
-                            None, "none")
-                    finally:
-                        store.close()
-                    verdict = f"HUNG: {hung}" if hung else _verdict(fired, state, landings, effect)
-                    result = ChaosResult(effect.id, point, rnd, run_id, fired, state, classification, decision,
-                                         landings, probe, verdict, round(time.monotonic() - started, 1))
-                    results.append(result)
+                    result = _scenario(sc, effect, point, rnd, browser)
+                    report.results.append(result)
                     if progress:
                         progress(result)
-    return results
+    return report
+
+
+def _scenario(sc: _Scenario, effect: Effect, point: str, rnd: int, browser: BrowserSettings) -> ChaosResult:
+    """Crash ``effect`` at ``point``, resume the run to its end, and check the target."""
+    started = time.monotonic()
+    run_id = f"chaos-{effect.id}-{point}-{rnd}-{uuid.uuid4().hex[:6]}".replace("_", "-")
+    try:
+        fired = _crash(sc, effect.id, point, run_id)
+        sc.run(run_id)  # resume to the end (a no-op if it already ended)
+        hung = None
+    except (_Hung, subprocess.TimeoutExpired) as exc:
+        fired, hung = True, str(exc)
+    store = SQLiteStore(sc.db)
+    try:
+        run = store.get_run(run_id)
+        state = str(run.state) if run else "missing"
+        classification, decision = _journal_summary(store, run_id, effect.id)
+        landings, probe = asyncio.run(_probe(sc.loaded, store, run_id, effect, browser)) if run else (None, "none")
+    finally:
+        store.close()
+    verdict = f"HUNG: {hung}" if hung else _verdict(fired, state, landings, effect)
+    return ChaosResult(effect.id, point, rnd, run_id, fired, state, classification, decision, landings, probe,
+                       verdict, round(time.monotonic() - started, 1))
 
 
 def _verdict(fired: bool, state: str, landings: int | None, effect: Effect) -> str:

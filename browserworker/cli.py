@@ -3,7 +3,7 @@
 Each command parses its options, calls one library function and prints. Exit codes of
 ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing written),
 3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost or store failure;
-resume with ``--run-id``).
+resume with ``--run-id``), 7 (``--record``) the run SUCCEEDED but a verifier failed its self-test.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ EXIT_CODES = {
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 5
 EXIT_QUEUE_FULL = 6
+EXIT_VERIFIER_BROKEN = 7
 DEFAULT_DB = "browserworker.db"
 
 db_option = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), envvar="BROWSERWORKER_DB",
@@ -123,7 +124,8 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
     """Run FLOW_FILE to the end in this process (or resume --run-id).
 
     Exit codes: 0 SUCCEEDED, 1 FAILED, 2 bad usage/input/flow (nothing written),
-    3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost, store failure).
+    3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost, store failure),
+    7 with --record: the run SUCCEEDED but a verifier failed its self-test (verifier BROKEN).
     """
     if trace and not record_name:
         _fail("--trace needs --record NAME")
@@ -153,12 +155,14 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
     click.echo(f"run {record.id} {'created' if created else 'resumed'} ({loaded.flow.name}, db {db})", err=True)
     if not as_json:
         click.echo(record.id)
+    broken: list[str] = []
     try:
         if record_name:  # the same run, with its network, journal and verifier self-tests recorded
-            from .recording import record_run
-            final = asyncio.run(_with_signals(lambda stop: record_run(
+            from .recording import record as record_flow
+            recorded = asyncio.run(_with_signals(lambda stop: record_flow(
                 store, loaded, record, name=record_name, trace=trace, browser=browser,
                 lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err), evidence_dir=_evidence_dir(db), stop=stop)))
+            final, broken = recorded.run, recorded.broken
         else:
             final = asyncio.run(_with_signals(lambda stop: run_flow(
                 store, loaded, record, browser=browser, lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err),
@@ -182,7 +186,13 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
     if as_json:
         click.echo(json.dumps(journal_view(store, final), indent=2, default=str))
     store.close()
-    sys.exit(EXIT_CODES.get(final.state, EXIT_INTERRUPTED))
+    code = EXIT_CODES.get(final.state, EXIT_INTERRUPTED)
+    if broken:
+        click.echo(f"error: verifier BROKEN for {', '.join(broken)} (its self-test above): recovery after a crash "
+                   "would trust it; the recording is written", err=True)
+        if code == 0:
+            code = EXIT_VERIFIER_BROKEN
+    sys.exit(code)
 
 
 @main.command()
@@ -327,32 +337,33 @@ async def _serve(fleet_worker: Worker) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def chaos(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_json: str | None, points: str,
           steps: tuple[str, ...], rounds: int, as_json: bool) -> None:
-    """Crash FLOW_FILE at every fault point of every effect, resume it, and check the target.
+    """Self-test each effect's verifier, then crash FLOW_FILE at every fault point of every
+    effect, resume it, and check the target.
 
-    Uses the effect's @effect.count probe (or its verifier) on the real target. Exits 1 on
-    any duplicate or lost run. Each scenario runs in a throw-away database.
+    The verifier must say not done before the dispatch and done after the effect, in a
+    clean run. Landings are counted with the effect's @effect.count probe (or its verifier)
+    on the real target. Exits 1 on a wrong verifier or any duplicate, lost or hung run.
+    Each scenario runs in a throw-away database.
     """
     from .chaos import run_chaos
 
     try:
         loaded = load_flow(flow_file, flow_name)
-        loaded.flow.validate_inputs(parse_inputs(pairs, inputs_json))
+        inputs = parse_inputs(pairs, inputs_json)
+        loaded.flow.validate_inputs(inputs)
         browser = BrowserSettings.discover()
         chosen = list(CHAOS_POINTS) if points == "all" else [p.strip() for p in points.split(",") if p.strip()]
-        inputs_args = [a for pair in pairs for a in ("--input", pair)] + (
-            ["--inputs-json", inputs_json] if inputs_json is not None else [])
-        results = run_chaos(loaded, inputs_args, points=chosen, rounds=rounds, browser=browser, steps=steps,
-                            progress=None if as_json else lambda r: click.echo(
-                                f"  {r.step} @ {r.point} #{r.round}: {r.verdict} ({r.decision}, landings {r.landings})",
-                                err=True))
+        report = run_chaos(loaded, inputs, points=chosen, rounds=rounds, browser=browser, steps=steps,
+                           progress=None if as_json else lambda item: click.echo(f"  {item.describe()}", err=True))
     except (UsageError, BrowserNotFound) as exc:
         _fail(str(exc))
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in results], indent=2))
+        click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        print_chaos(results, _console())
-    bad = [r for r in results if r.verdict not in ("ok", "not reached")]
-    sys.exit(1 if bad else 0)
+        print_chaos(report, _console())
+    for line in report.problems():
+        click.echo(f"error: {line}", err=True)
+    sys.exit(0 if report.ok else 1)
 
 
 @main.command()

@@ -48,3 +48,8 @@ class LeaseLost(BrowserworkerError):
 
 class BrowserNotFound(BrowserworkerError):
     """No Chromium could be found; the message says how to get one."""
+
+
+class UndeclaredEffect(BrowserworkerError):
+    """An action tried to send what only an effect may (``undeclared_effects="fail"``); it was not sent."""
+

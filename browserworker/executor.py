@@ -25,10 +25,12 @@ from . import faults
 from .browser import BrowserSession
 from .errors import LeaseLost, StoreError
 from .flow import Action, Effect, Flow, RecordedResponse, Step, StepContext, Verdict
-from .gate import ActionGuard, ContextRoute, DispatchGate
+from .gate import DispatchGate
+from .guard import ActionGuard
 from .hooks import ExecutorHooks, HookBus, StepObserver
 from .leases import Lease, LeaseSettings
 from .recovery import classify_attempt, default_judge, own_failures, plan_recovery, settle_deadline
+from .routes import ContextRoute
 from .states import AttemptState, RunState
 from .store.aio import AsyncStore
 from .store.records import AttemptRecord, Owner, RunRecord
@@ -226,8 +228,10 @@ class Executor:
                 steps = self.flow.steps
                 if steps and isinstance(steps[0], Effect):  # nothing to intercept yet: route now
                     self._route.install()
+                sockets = self._route.route_sockets()  # before any page can open a socket
                 page = await self._new_page(context)
                 await self._started()
+                await sockets
                 for step in steps:
                     latest = await self._boundary(step)
                     if isinstance(step, Effect):
@@ -303,6 +307,9 @@ class Executor:
             raise
         except Exception as exc:
             self.lease.check()
+            if guard.seen and self.flow.undeclared_effects == "fail":  # e.g. a refused page.request call
+                guard.remove()
+                await self._undeclared(step, ctx, context, attempt, guard)
             finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED,
                                       decided_by="exception", error=f"{type(exc).__name__}: {exc}",
                                       worker=self.owner.worker)
@@ -317,11 +324,7 @@ class Executor:
         finally:
             guard.remove()
         if guard.seen and self.flow.undeclared_effects == "fail":
-            finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED,
-                                      decided_by="undeclared_effect", evidence={"requests": guard.seen},
-                                      worker=self.owner.worker)
-            await self._after(ctx, step, context, finished)
-            raise _Stop("failed", f"action {step.id} sent non-GET requests: {', '.join(guard.seen)}")
+            await self._undeclared(step, ctx, context, attempt, guard)
         finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.SUCCEEDED, decided_by="return",
                                   result=_jsonable(value),
                                   evidence={"undeclared_requests": guard.seen} if guard.seen else None,
@@ -330,6 +333,16 @@ class Executor:
         self.hooks.outcome(finished)
         await self._after(ctx, step, context, finished)
         return value
+
+    async def _undeclared(self, step: Action, ctx: StepContext[Any], context: BrowserContext,
+                          attempt: AttemptRecord, guard: ActionGuard) -> None:
+        """Fail mode: the action tried undeclared side effects (refused, none sent): the run fails."""
+        finished = await self._db("finish_attempt", attempt, self.epoch, AttemptState.FAILED,
+                                  decided_by="undeclared_effect", evidence={"requests": guard.seen},
+                                  worker=self.owner.worker)
+        await self._after(ctx, step, context, finished)
+        raise _Stop("failed", f"action {step.id} tried to send what only an effect may (refused, not sent): "
+                              f"{', '.join(guard.seen)}")
 
     # -- effects ------------------------------------------------------------------------
 
@@ -346,7 +359,8 @@ class Executor:
         # the attempt. (The step's latest attempt was read at its boundary.)
         gate = DispatchGate(self.store, None, step, epoch=self.epoch, margin=self.settings.margin,
                             hooks=self.hooks, is_alive=lambda: self.lease.lost is None,
-                            holds_lease=lambda: self.lease.holds(self.settings.margin / 2))
+                            holds_lease=lambda: self.lease.holds(self.settings.margin / 2),
+                            shared_workers_allowed=self.browser.settings.shared_workers == "allow")
         assert self._route is not None
         installing = gate.install(self._route)
         try:
@@ -484,6 +498,14 @@ class Executor:
         evidence: dict[str, Any] = {"responses": [_response_evidence(o) for o in outbox]} if outbox else {}
         if gate.blocked:
             evidence["blocked"] = gate.blocked
+        if gate.detected:
+            evidence["detected"] = gate.detected
+        if gate.unjournaled:
+            evidence["unjournaled"] = gate.unjournaled
+        dispatches = gate.dispatches
+        if len(dispatches) > 1:
+            evidence["dispatches"] = len(dispatches)
+            self._several(ctx, step, dispatches)
         if verdict.state == AttemptState.UNKNOWN:
             # this attempt dispatches nothing more from now on; reconcile in a new pass
             evidence["stopped_at"] = time.time()
@@ -492,7 +514,7 @@ class Executor:
         finished = await self._db("finish_attempt", attempt, self.epoch, verdict.state, decided_by=verdict.decided_by,
                                   result=verdict.result if verdict.state == AttemptState.SUCCEEDED else None,
                                   evidence=evidence or None, error=error if verdict.state != AttemptState.SUCCEEDED
-                                  else None, worker=self.owner.worker)
+                                  else None, worker=self.owner.worker, dispatched=gate.dispatched)
         ctx.log.info("effect finished", state=str(finished.state), decided_by=finished.decided_by)
         self.hooks.outcome(finished)
         await self._after(ctx, step, context, finished)
@@ -505,6 +527,15 @@ class Executor:
         if failures > step.retries:
             raise _Stop("failed", f"effect {step.id} {finished.state} ({finished.decided_by}): {error}")
         raise _Again(f"retrying {step.id} ({finished.state})", _backoff(failures))
+
+    def _several(self, ctx: StepContext[Any], step: Effect, dispatches: Sequence[Any]) -> None:
+        """One attempt dispatched several requests (autosave, live preview, analytics): all are
+        this effect's as far as the journal knows; say so, naming them."""
+        sent = [f"{row.method} {row.url}" for row in dispatches]
+        ctx.log.warning("one effect attempt dispatched several requests", requests=sent)
+        self.hooks.notice(self.run, step.id, f"effect {step.id} dispatched {len(sent)} requests in one attempt: "
+                          f"{', '.join(sent)}; if only one of them is the effect, narrow what counts with "
+                          f"dispatch= (e.g. dispatch=\"POST */orders*\")", requests=sent)
 
     # -- recovery -----------------------------------------------------------------------
 
@@ -650,8 +681,13 @@ def _safe_url(page: Page) -> str | None:
 
 
 def _response_evidence(row: Any) -> dict[str, Any]:
-    return {"method": row.method, "url": row.url, "status": row.status, "location": (row.headers or {}).get("location"),
-            "answered": row.answered, "failure": row.failure}
+    evidence = {"method": row.method, "url": row.url, "status": row.status,
+                "location": (row.headers or {}).get("location"), "answered": row.answered, "failure": row.failure}
+    if row.channel != "held":
+        evidence["channel"] = row.channel
+    if row.final_status is not None:
+        evidence["final_status"], evidence["final_url"] = row.final_status, row.final_url
+    return evidence
 
 
 def _jsonable(value: Any) -> Any:

@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["CHAOS_POINTS", "POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse"]
+__all__ = ["CHAOS_POINTS", "POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse", "suspended"]
 
 POINTS = (
     "before_intent_commit",  # the effect is about to journal its intent
@@ -26,6 +28,7 @@ POINTS = (
     "lease_expired_while_alive",  # the gate holds a dispatch, before its fenced commit
     "after_dispatch_commit",  # dispatched_at committed, the request not yet released
     "after_dispatch",  # the request released, no response yet
+    "reply_lost",  # the target answered (the response reached the browser); nothing of it journaled
     "after_response",  # the response recorded in the outbox, the journal not yet updated
     "before_outcome_commit",  # the effect returned, its outcome not yet journaled
     "reclaimer_startup",  # recovery has marked an attempt UNKNOWN, no decision yet
@@ -38,6 +41,7 @@ CHAOS_POINTS = (
     "dispatch_held",
     "after_dispatch_commit",
     "after_dispatch",
+    "reply_lost",
     "after_response",
     "lease_expired_while_alive",
     "reclaimer_startup",
@@ -86,6 +90,17 @@ def configure(spec: str | None) -> None:
     """Replace the active rules (``None`` or ``""`` switches injection off)."""
     global _rules
     _rules = parse(spec) if spec else None
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """No rule fires inside the block (a clean run beside faulty ones); the rules come back after."""
+    global _rules
+    saved, _rules = _rules, None
+    try:
+        yield
+    finally:
+        _rules = saved
 
 
 def hit(point: str, step: str | None = None) -> None:

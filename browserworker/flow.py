@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DEFAULT_SETTLE",
     "Action",
+    "ChannelRequest",
     "Effect",
     "Flow",
     "NoInputs",
@@ -46,6 +47,7 @@ InputsT = TypeVar("InputsT", bound=BaseModel)
 StepFn = Callable[["StepContext[Any]"], Awaitable[Any]]
 VerifyFn = Callable[["StepContext[Any]"], Awaitable["Verdict"]]
 CountFn = Callable[["StepContext[Any]"], Awaitable[int]]
+SendRule = bool | str | Callable[["Request"], bool]
 _STEP_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -141,11 +143,21 @@ class Step:
 class Action(Step):
     """A step that rebuilds page state; re-run on every attempt, must be safe to repeat.
 
-    ``sends=True`` declares that the action sends non-GET requests that are safe to
-    repeat (a login form, a search POST): no undeclared-side-effect warning for them.
+    ``sends`` declares the non-GET requests the action may send because they are safe to
+    repeat (a login form, a search POST): a rule as for ``dispatch=`` (a URL glob,
+    ``"METHOD glob"``, or a predicate on the request), or ``True`` for any. Requests it does
+    not match are still undeclared side effects (warned, or refused in fail mode).
     """
 
-    sends: bool = False
+    sends: SendRule = False
+
+    def declares(self, method: str, url: str, request: Any = None) -> bool:
+        """Whether the action declared this request with ``sends=``."""
+        if self.sends is True:
+            return True
+        if self.sends is False:
+            return False
+        return matches(self.sends, method, url, request)
 
 
 @dataclass
@@ -195,15 +207,55 @@ class Effect(Step):
 
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_METHOD_RULE = re.compile(r"^([A-Z]+(?:\|[A-Z]+)*)\s+(\S.*)$")
+
+
+def parse_rule(rule: str) -> tuple[frozenset[str] | None, str]:
+    """``"glob"`` → (None: any method, glob); ``"POST glob"`` / ``"POST|PUT glob"`` → (methods, glob)."""
+    found = _METHOD_RULE.match(rule.strip())
+    if found:
+        return frozenset(found.group(1).split("|")), found.group(2).strip()
+    return None, rule.strip()
+
+
+def matches(rule: Callable[[Request], bool] | str, method: str, url: str, request: Any = None) -> bool:
+    """Whether a request matches a rule: a URL glob (any method), ``"METHOD glob"``, or a predicate.
+
+    A predicate is given the Playwright request, or for a WebSocket message or an API-request
+    call (which have none) a :class:`ChannelRequest` with the same ``method`` and ``url``.
+    """
+    if isinstance(rule, str):
+        methods, glob = parse_rule(rule)
+        return (methods is None or method.upper() in methods) and fnmatch.fnmatchcase(url, glob)
+    return bool(rule(request if request is not None else ChannelRequest(method.upper(), url)))  # type: ignore[arg-type]
 
 
 def is_dispatch(rule: Callable[[Request], bool] | str | None, method: str, url: str, request: Any = None) -> bool:
-    """The default rule: any method but GET/HEAD/OPTIONS; a glob matches the URL (non-safe methods)."""
+    """Whether a request counts as "sent": by default any method but GET/HEAD/OPTIONS; with a
+    rule, what the rule matches (see :func:`matches`: a glob matches every method)."""
     if rule is None:
         return method.upper() not in _SAFE_METHODS
-    if isinstance(rule, str):
-        return method.upper() not in _SAFE_METHODS and fnmatch.fnmatch(url, rule)
-    return bool(rule(request))
+    return matches(rule, method, url, request)
+
+
+@dataclass(frozen=True)
+class ChannelRequest:
+    """What a ``dispatch=``/``sends=`` predicate sees of a request that is not a browser request
+    (a WebSocket message: method ``"WEBSOCKET"``; a ``page.request`` call)."""
+
+    method: str
+    url: str
+
+
+def _check_rule(where: str, what: str, rule: object) -> None:
+    if rule is None or callable(rule):
+        return
+    if not isinstance(rule, str) or not rule.strip():
+        raise FlowDefinitionError(f"{where}: {what} must be a URL glob, 'METHOD glob' or a predicate, not {rule!r}")
+    methods, glob = parse_rule(rule)
+    if methods is None and re.fullmatch(r"[A-Z]+(?:\|[A-Z]+)*", glob):
+        raise FlowDefinitionError(f"{where}: {what} {rule!r} names methods but no URL glob "
+                                  f"(write {glob + ' *'!r} for any URL)")
 
 
 class Flow(Generic[InputsT]):
@@ -259,14 +311,16 @@ class Flow(Generic[InputsT]):
     @overload
     def step(self, fn: StepFn) -> Action: ...
     @overload
-    def step(self, *, id: str | None = None, retries: int = 0, sends: bool = False) -> Callable[[StepFn], Action]: ...
+    def step(self, *, id: str | None = None, retries: int = 0, sends: SendRule = False) -> Callable[[StepFn], Action]: ...
 
     def step(
-        self, fn: StepFn | None = None, *, id: str | None = None, retries: int = 0, sends: bool = False
+        self, fn: StepFn | None = None, *, id: str | None = None, retries: int = 0, sends: SendRule = False
     ) -> Action | Callable[[StepFn], Action]:
         """Register an action: re-run on every attempt, must be safe to repeat."""
 
         def register(f: StepFn) -> Action:
+            if not isinstance(sends, bool):
+                _check_rule(_where(f), "sends=", sends)
             action = Action(id=id or f.__name__, fn=f, retries=retries, sends=sends)
             self._add(action)
             return action
@@ -305,6 +359,7 @@ class Flow(Generic[InputsT]):
         def register(f: StepFn) -> Effect:
             if settle < 0:
                 raise FlowDefinitionError(f"{_where(f)}: settle must be >= 0 seconds")
+            _check_rule(_where(f), "dispatch=", dispatch)
             eff = Effect(
                 id=id or f.__name__,
                 fn=f,

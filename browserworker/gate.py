@@ -1,153 +1,65 @@
 """The dispatch gate: the journal proves what left the machine.
 
-While an effect runs, every request of its browser context is routed through the gate.
-A request that counts as a dispatch is held until the store has committed
-``dispatched_at`` (fenced by the lease epoch and the dispatch margin) and an outbox row
-for it; only then is it released. If that commit fails the request is aborted: it never
-left. The response to a released request is written to the outbox in its own commit.
+While an effect runs, every channel of its browser context passes the gate (see
+``docs/channels.md`` for the table):
 
-The gate's route is a :class:`ContextRoute`: put in once per context and never taken off,
-because taking a route off makes Playwright's driver let go of whatever that route holds.
+- **held**: a browser request that counts as a dispatch, a ``page.request`` call, a WebSocket
+  message the page sends. Each waits until the store has committed ``dispatched_at`` (fenced
+  by the lease epoch and the dispatch margin) and an outbox row for it; only then does it go
+  on. If that commit fails it never leaves (aborted, raised, dropped). The response to a
+  released request is written to the outbox in its own commit; a redirect chain's last
+  answer beside its first.
+- **detected**: what Chromium lets out without asking any route. The gate journals it as
+  possibly dispatched as soon as it is seen, so recovery reconciles the attempt (verifier,
+  idempotent replay or review) instead of replaying it: a dispatch the browser reported that
+  never reached the route (and was not answered by a page route), a page closed while the
+  effect ran, a popup opened while it ran. A page that navigates away while the effect runs
+  (its departing document may send on ``pagehide`` without asking any route) is journaled
+  before its navigation request is let go, so that one is held too.
 
-:class:`ActionGuard` watches action steps for undeclared side effects (non-GET requests).
+Shared and service workers are blocked by the browser session (see :mod:`browserworker.browser`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
+from typing import Any
 
 import structlog
-from playwright.async_api import BrowserContext, Page, Request, Response, Route
+from playwright.async_api import APIResponse, Page, Request, Response, Route
 
 from . import faults
 from .errors import LeaseLost, StoreError
-from .flow import Action, Effect, is_dispatch
+from .flow import Effect
+from .guard import SOCKET
 from .hooks import ExecutorHooks
+from .routes import ApiSend, ContextRoute
 from .store.aio import AsyncStore
 from .store.records import AttemptRecord, OutboxRecord
 
-__all__ = ["ActionGuard", "ContextRoute", "DispatchGate"]
+__all__ = ["DispatchGate"]
 
 log = structlog.get_logger("browserworker.gate")
-
-RouteHandler = Callable[[Route, Request], Awaitable[None]]
-
-SHUT_TIMEOUT = 5.0
-"""Seconds :meth:`ContextRoute.shut` gives each page's renderer to be seen stopped."""
 
 SETTLE_WAIT = 60.0
 """Seconds :meth:`DispatchGate.remove` waits for the dispatches it claimed to be decided
 (each may wait out the store's busy timeout for its commit)."""
 
-
-class ContextRoute:
-    """One browser context's route for the gate and the guard: put in at the first step that
-    needs it, never taken off (closing the context ends it).
-
-    Taking a route off is not safe for a gate: Playwright's driver then continues every
-    request that route is holding, and continues by itself any request the browser paused
-    before it heard that interception is off. A dispatch held while its commit runs would
-    leave unjournaled. So the route stays, and each request is decided by the gate that
-    claimed it (see :meth:`DispatchGate.remove`), else by whoever holds the route now (an
-    effect's :class:`DispatchGate`, a fail-mode :class:`ActionGuard`); while nobody does,
-    requests go on untouched (to a replay router registered earlier, else the network).
-
-    Closing the context is not safe either while a request may be on its way to the route:
-    Playwright's client stalls a route that reaches it once closing has begun, and its driver
-    continues by itself a request the browser paused after the page's frame went away, or
-    paused without a network id (as Chromium does for what a page starts while it navigates
-    away). So a context whose route is in is closed only after :meth:`shut`.
-    """
-
-    def __init__(self, context: BrowserContext) -> None:
-        self.context = context
-        self.handler: RouteHandler | None = None
-        self.claimed: dict[Request, RouteHandler] = {}
-        self._installed: asyncio.Future[object] | None = None
-        self.sealed = False  # set by shut(): every request that reaches the route is aborted
-
-    def install(self) -> asyncio.Future[object]:
-        """Put the route in, once; the future is done when the browser routes through it."""
-        if self._installed is None:
-            self._installed = _background(self._put_in())
-        return self._installed
-
-    async def _put_in(self) -> object:
-        return await self.context.route("**/*", self._route)
-
-    async def shut(self, *, leave_pages: bool = True) -> None:
-        """Let nothing more leave through this context; then it may be closed.
-
-        Seals the route (every request that reaches it from now on is aborted), then stops
-        each page's renderer (:func:`stop_renderer`): its document runs no more script and
-        starts no more requests, and the browser drops what that renderer had started, held
-        or not, before the context is closed.
-
-        Taking the pages to ``about:blank`` instead is not enough: while a page navigates,
-        Chromium pauses what the departing document still starts without a network id, and
-        Playwright's driver continues such a request without asking any route (one context in
-        two hundred let one out under a page POSTing every 2 ms).
-
-        Stopping the renderers costs about 0.1 s; ``leave_pages=False`` only seals, for a
-        context whose effects are all decided and will not be replayed. A context whose route
-        was never put in intercepts nothing: only sealed.
-        """
-        self.sealed = True
-        if not leave_pages or self._installed is None:
-            return
-        await asyncio.gather(*(stop_renderer(self.context, page) for page in list(self.context.pages)))
-
-    async def _route(self, route: Route, request: Request) -> None:
-        if self.sealed:
-            try:
-                await route.abort("blockedbyclient")
-            except Exception:  # pragma: no cover - the context is closing
-                pass
-            return
-        handler = self.claimed.pop(request, None) or self.handler
-        if handler is None:
-            await route.fallback()
-        else:
-            await handler(route, request)
-
-
-async def stop_renderer(context: BrowserContext, page: Page) -> None:
-    """Stop ``page``'s renderer process (CDP ``Page.crash``) and wait until the browser has
-    seen it gone, at most :data:`SHUT_TIMEOUT` seconds; the page is left crashed, to be
-    closed. Never raises: a page already closed or crashed has nothing left to stop."""
-    if page.is_closed():
-        return
-    crashed = _background(page.wait_for_event("crash", timeout=SHUT_TIMEOUT * 1000))
-    sent: asyncio.Future[object] | None = None
-    try:
-        session = await context.new_cdp_session(page)
-        sent = _background(session.send("Page.crash"))  # never answered: its renderer is gone
-        await crashed
-    except Exception as exc:  # closed, crashed by a page sharing its renderer, or stuck
-        log.debug("page renderer not seen stopped before closing", error=str(exc))
-    finally:
-        for future in (crashed, sent):
-            if future is not None:
-                future.cancel()
-
-
-def _background(work: Awaitable[object]) -> asyncio.Future[object]:
-    """Start ``work``; its failure is retrieved even if nobody awaits it (a context that
-    closed before its first effect)."""
-    future = asyncio.ensure_future(work)
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())
-    return future
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_POPUP = "a page opened while the effect ran (what it sends before it is routed, or as it closes, passes no gate)"
+HELD, API, DETECTED = "held", "api", "detected"
+WEBSOCKET = "websocket"
 
 
 class DispatchGate:
-    """Routes one effect attempt's requests; see the module docstring."""
+    """Gates one effect attempt's channels; see the module docstring."""
 
     def __init__(self, store: AsyncStore, attempt: AttemptRecord | None, effect: Effect, *, epoch: int, margin: float,
                  hooks: ExecutorHooks, is_alive: Callable[[], bool],
-                 holds_lease: Callable[[], bool] | None = None) -> None:
+                 holds_lease: Callable[[], bool] | None = None, shared_workers_allowed: bool = False) -> None:
         self.store = store
         self.attempt = attempt
         self.effect = effect
@@ -156,16 +68,25 @@ class DispatchGate:
         self.hooks = hooks
         self.is_alive = is_alive
         self.holds_lease = holds_lease or is_alive
-        self.released: dict[Request, int] = {}
+        self.shared_workers_allowed = shared_workers_allowed
+        self.released: dict[Request, int] = {}  # browser requests let go, and their outbox rows
+        self._chains: dict[Request, int] = {}  # redirect legs of released requests, by their chain's row
         self._outbox: dict[int, OutboxRecord] = {}  # the rows this gate wrote, as committed
+        self.sent = 0  # API calls and socket messages let go
         self.blocked: list[str] = []
+        self.detected: list[str] = []  # what may have left without passing the gate
+        self.unjournaled: list[str] = []  # ... of which the journal write failed
         self.refusal: BaseException | None = None
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes: set[asyncio.Future[None]] = set()
         self._route_in: ContextRoute | None = None
         self._closed = False  # after remove(): what it claimed and still meets is aborted
         self._undecided: set[Request] = set()  # dispatches seen, not yet released or aborted
         self._deciding: set[Request] = set()  # of those, the ones in _decide now
         self._decided: set[Request] = set()
+        self._pages: set[Page] = set()  # watched for closing
+        self._own_pages: set[Page] = set()  # the pages there were when the gate was armed
+        self._popups: dict[Page, asyncio.Future[None] | None] = {}  # pages opened since, and their journal writes
+        self._first_documents: dict[str, asyncio.Future[None] | None] = {}  # ... by the URL they opened with
         self._settled = asyncio.Event()
         self._settled.set()
 
@@ -173,6 +94,11 @@ class DispatchGate:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
         lets every request through untouched: nothing of the effect has run yet."""
         self.attempt = attempt
+        if self._route_in is not None:
+            self._own_pages = set(self._route_in.context.pages)
+        if self.shared_workers_allowed:
+            self._detect("SHAREDWORKER", "*", "shared workers are allowed in this browser: what they send passes "
+                                              "no gate")
 
     @property
     def outbox(self) -> list[OutboxRecord]:
@@ -182,8 +108,14 @@ class DispatchGate:
 
     @property
     def dispatched(self) -> bool:
-        """Whether any request passed the gate (so ``dispatched_at`` is committed)."""
-        return bool(self.released)
+        """Whether anything passed the gate (so ``dispatched_at`` is committed), or may have
+        left without it (detected: the outcome sets ``dispatched_at`` if its own write failed)."""
+        return bool(self.released) or self.sent > 0 or bool(self.detected)
+
+    @property
+    def dispatches(self) -> list[OutboxRecord]:
+        """The requests and messages the gate let go (not the detected ones)."""
+        return [row for row in self.outbox if row.channel != DETECTED]
 
     def install(self, route: ContextRoute) -> asyncio.Future[object]:
         """Take the context's route (putting it in if need be); the future is done when it is in place."""
@@ -194,7 +126,12 @@ class DispatchGate:
         context.on("requestfailed", self._on_failed)
         context.on("response", self._on_response)
         context.on("close", self._on_close)
+        context.on("page", self._on_page)
+        for page in context.pages:
+            self._watch(page)
         route.handler = self._route
+        route.api = self._api
+        route.socket = self._socket
         return route.install()
 
     async def remove(self) -> None:
@@ -203,10 +140,11 @@ class DispatchGate:
         A dispatch the browser reported while the gate was armed is this gate's to decide,
         even if its route event reaches Python after the effect function has returned or
         raised (the page did not wait for it): ``remove`` waits until each is journaled and
-        released, or aborted, or finished without the gate (fulfilled by a page route), so
-        the attempt's outcome is written knowing what left. Then it hands the route back and
-        waits for the responses' outbox writes. A claimed dispatch that still turns up later
-        (after :data:`SETTLE_WAIT`, or a closed context) is aborted: the attempt is decided.
+        released, or aborted, or finished without the gate (then it is detected, unless a page
+        route answered it), so the attempt's outcome is written knowing what left. Then it
+        hands the route back and waits for the outbox writes. A claimed dispatch that still
+        turns up later (after :data:`SETTLE_WAIT`, or a closed context) is aborted: the attempt
+        is decided.
         """
         route = self._route_in
         if route is None or self._closed:
@@ -219,23 +157,51 @@ class DispatchGate:
         self._closed = True
         if route.handler == self._route:
             route.handler = None
+        if route.api == self._api:
+            route.api = None
+        if route.socket == self._socket:
+            route.socket = None
         await self.flush()
+        if self.unjournaled:
+            await self._journal_late()
         context = route.context
         context.remove_listener("request", self._on_request)
         context.remove_listener("requestfinished", self._on_finished)
         context.remove_listener("requestfailed", self._on_failed)
         context.remove_listener("response", self._on_response)
         context.remove_listener("close", self._on_close)
+        context.remove_listener("page", self._on_page)
+        for page in self._pages:
+            page.remove_listener("close", self._on_page_close)
+        self._pages.clear()
 
     async def flush(self) -> None:
-        if self._writes:
+        while self._writes:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    def _track(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(work)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+        return task
+
+    @property
+    def _armed(self) -> bool:
+        return self.attempt is not None and not self._closed
+
+    # -- browser requests ---------------------------------------------------------------
 
     async def _route(self, route: Route, request: Request) -> None:
         if self._closed:  # claimed while armed, met only now: the attempt is already decided
             await self._abort(route, request, RuntimeError("the effect had ended before its dispatch reached the gate"))
             return
-        if self.attempt is None or not self.effect.is_dispatch(request.method, request.url, request):
+        if self.attempt is None:
+            await route.fallback()
+            return
+        if not self.effect.is_dispatch(request.method, request.url, request):
+            if not await self._may_navigate(request):
+                await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
+                return
             await route.fallback()
             return
         self._undecided.add(request)
@@ -248,9 +214,23 @@ class DispatchGate:
             self._settle(request)
 
     def _on_request(self, request: Request) -> None:
-        """Claim a dispatch the browser reports while armed: this gate decides it."""
-        if (self.attempt is None or self._closed or request in self._decided
-                or not self.effect.is_dispatch(request.method, request.url, request)):
+        """Claim a dispatch the browser reports while armed: this gate decides it. A redirect
+        leg of a released dispatch is that dispatch's chain (Chromium follows it without asking
+        any route)."""
+        if not self._armed or request in self._decided:
+            return
+        first = _chain_root(request)
+        if first is not request:
+            row = self.released.get(first)
+            if row is None:
+                row = self._chains.get(first)
+            if row is not None:
+                self._chains[request] = row
+                return
+            if self.effect.is_dispatch(request.method, request.url, request):  # left on a redirect, ungated
+                self._detect(request.method, request.url, f"a redirect of {first.method} {first.url} sent it")
+            return
+        if not self.effect.is_dispatch(request.method, request.url, request):
             return
         self._undecided.add(request)
         self._settled.clear()
@@ -266,13 +246,100 @@ class DispatchGate:
             self._settled.set()
 
     def _on_finished(self, request: Request) -> None:
-        if request in self._undecided and request not in self._deciding:  # served without the gate (a page route)
-            self._settle(request)
+        if request in self._undecided and request not in self._deciding:  # done without reaching the gate
+            self._deciding.add(request)
+            self._track(self._unrouted(request, None))
+
+    def _on_failed(self, request: Request) -> None:
+        if request in self._undecided and request not in self._deciding:  # ended before it reached the gate
+            self._deciding.add(request)
+            self._track(self._unrouted(request, request.failure or "failed"))
+        outbox_id = self.released.get(request)
+        if outbox_id is None:
+            return
+        self._track(self._record_failure(outbox_id, request.failure or "failed"))
+
+    async def _unrouted(self, request: Request, failure: str | None) -> None:
+        """A claimed dispatch ended without reaching the gate: answered by a page route (nothing
+        left), aborted by one (nothing left), or let out by Chromium or the driver (detected)."""
+        try:
+            if failure is not None:
+                left = "ERR_BLOCKED_BY_CLIENT" not in failure
+            else:
+                response = await request.response()
+                left = response is None or await response.server_addr() is not None
+        except Exception:  # the page or context is gone: it may have left
+            left = True
+        if left:
+            self._detect(request.method, request.url, "the browser sent it without asking the gate"
+                         + (f" ({failure})" if failure else ""))
+        self._deciding.discard(request)
+        self._settle(request)
 
     def _on_close(self, _: object) -> None:
         """Nothing more leaves a closed context."""
         for request in list(self._undecided):
             self._settle(request)
+
+    def _watch(self, page: Page) -> None:
+        if page not in self._pages:
+            self._pages.add(page)
+            page.on("close", self._on_page_close)
+
+    def _on_page(self, page: Page) -> None:
+        self._popup(page)
+
+    def _popup(self, page: Page) -> asyncio.Future[None] | None:
+        """A page opened while the effect ran: journaled as a possible dispatch (what it sends
+        before Playwright routes it, or as it closes, passes no gate). Returns the journal write."""
+        self._watch(page)
+        if not self._armed or page in self._own_pages:
+            return None
+        if page not in self._popups:
+            url = _safe_url(page) or "about:blank"
+            self._popups[page] = (self._first_documents[url] if url in self._first_documents
+                                  else self._detect("POPUP", url, _POPUP))
+        return self._popups[page]
+
+    async def _may_navigate(self, request: Request) -> bool:
+        """Hold a navigation until what it opens the door to is journaled: a popup's first
+        document (its script could send and close before it is routed) and a document leaving
+        (it may send on pagehide without asking any route). False: that write failed."""
+        if self.dispatched and not self._popups:
+            return True  # the attempt counts as dispatched already
+        try:
+            navigation = request.is_navigation_request()
+        except Exception:  # a request with no frame (a worker's)
+            return True
+        if not navigation:
+            return True
+        page = _page_of(request)
+        if page is None:  # the frame does not exist yet: a new page's first document (a popup's)
+            if request.url not in self._first_documents:
+                self._first_documents[request.url] = self._detect("POPUP", request.url, _POPUP)
+            write = self._first_documents[request.url]
+        elif page not in self._own_pages:
+            write = self._popup(page)
+        else:
+            write = None
+        if page is None or page not in self._own_pages:
+            if write is not None:
+                await asyncio.shield(write)
+            return not self.unjournaled
+        if self.dispatched or _departing_url(request) in ("", "about:blank"):
+            return True
+        return await self._journal_now(request, "the page navigated away while the effect ran (its departing "
+                                                "document may send on pagehide without asking any route)")
+
+    def _on_page_close(self, page: Page) -> None:
+        if not self._armed:
+            return
+        self._detect("PAGEHIDE", _safe_url(page), "a page closed while the effect ran (what it sends as it closes "
+                                                  "passes no gate)")
+        for request in list(self._undecided):
+            if request not in self._deciding and _page_of(request) is page:
+                self._detect(request.method, request.url, "its page closed before the gate decided it")
+                self._settle(request)
 
     async def _decide(self, route: Route, request: Request) -> None:
         assert self.attempt is not None
@@ -281,18 +348,10 @@ class DispatchGate:
             return
         faults.hit("dispatch_held", self.effect.id)  # the request waits in the browser until we answer
         faults.hit("lease_expired_while_alive", self.effect.id)  # chaos pauses here past the lease
-        try:
-            outbox_id = await self.store.call(self.store.store.mark_dispatched, self.attempt, self.epoch,
-                                              request.method, request.url, margin=self.margin)
-        except (LeaseLost, StoreError) as exc:
-            self.refusal = exc
-            await self._abort(route, request, exc)
+        outbox_id = await self._commit(request.method, request.url, HELD)
+        if outbox_id is None:
+            await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
             return
-        a = self.attempt
-        self._outbox[outbox_id] = OutboxRecord(
-            id=outbox_id, attempt_id=a.id, run_id=a.run_id, step_id=a.step_id, method=request.method, url=request.url,
-            released_at=time.time(), status=None, response_url=None, headers=None, response_at=None, failure=None,
-            failed_at=None)
         self.released[request] = outbox_id
         faults.hit("after_dispatch_commit", self.effect.id)
         if not self.holds_lease():
@@ -306,47 +365,71 @@ class DispatchGate:
         await route.fallback()  # to the network, or to a replay router registered before the gate
         faults.hit("after_dispatch", self.effect.id)
 
-    async def _abort(self, route: Route, request: Request, why: BaseException) -> None:
-        self.blocked.append(f"{request.method} {request.url}")
+    def _keep(self, outbox_id: int, method: str, url: str, channel: str) -> None:
+        """Keep the outbox row just committed, as the store has it."""
         a = self.attempt
-        assert a is not None  # only an armed gate refuses
-        log.warning("dispatch refused by the gate", run_id=a.run_id, step_id=self.effect.id, attempt_no=a.attempt_no,
-                    request_key=a.request_key, fingerprint=a.request_fingerprint, state=str(a.state),
-                    worker_id=a.worker, lease_epoch=self.epoch, method=request.method, url=request.url,
-                    reason=str(why))
+        assert a is not None
+        self._outbox[outbox_id] = OutboxRecord(
+            id=outbox_id, attempt_id=a.id, run_id=a.run_id, step_id=a.step_id, method=method, url=url,
+            released_at=time.time(), status=None, response_url=None, headers=None, response_at=None, failure=None,
+            failed_at=None, channel=channel)
+
+    async def _commit(self, method: str, url: str, channel: str) -> int | None:
+        """The fenced dispatch commit; None (and ``refusal`` set) if it failed: nothing may leave."""
+        a = self.attempt
+        assert a is not None
+        try:
+            outbox_id = await self.store.call(self.store.store.mark_dispatched, a, self.epoch, method, url,
+                                              margin=self.margin, channel=channel)
+        except (LeaseLost, StoreError) as exc:
+            self.refusal = exc
+            return None
+        self._keep(outbox_id, method, url, channel)
+        return outbox_id
+
+    async def _abort(self, route: Route, request: Request, why: BaseException) -> None:
+        self._refused(request.method, request.url, why)
         try:
             await route.abort("blockedbyclient")
         except Exception:  # pragma: no cover - context closing
             pass
 
+    def _refused(self, method: str, url: str, why: BaseException) -> None:
+        self.blocked.append(f"{method} {url}")
+        a = self.attempt
+        assert a is not None  # only an armed gate refuses
+        log.warning("dispatch refused by the gate", run_id=a.run_id, step_id=self.effect.id, attempt_no=a.attempt_no,
+                    request_key=a.request_key, fingerprint=a.request_fingerprint, state=str(a.state),
+                    worker_id=a.worker, lease_epoch=self.epoch, method=method, url=url, reason=str(why))
+
     def _on_response(self, response: Response) -> None:
-        outbox_id = self.released.get(response.request)
+        request = response.request
+        outbox_id = self.released.get(request)
         if outbox_id is None:
+            chain = self._chains.get(request)
+            if chain is not None and response.status not in _REDIRECTS:
+                self._track(self._record_final(chain, response.status, response.url))
             return
-        task = asyncio.ensure_future(self._record_response(outbox_id, response))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        faults.hit("reply_lost", self.effect.id)  # the target has answered; nothing of it is journaled yet
+        self._track(self._record_response(outbox_id, response))
 
     async def _record_response(self, outbox_id: int, response: Response) -> None:
-        headers = _key_headers(response)
+        headers = _key_headers(response.headers)
         await self.store.call(self.store.store.record_response, outbox_id, response.status, response.url, headers)
-        row = self._outbox[outbox_id]
-        if row.response_at is None:  # as the store's update: the first answer stands
-            self._outbox[outbox_id] = replace(row, status=response.status, response_url=response.url,
-                                              headers=headers, response_at=time.time())
+        self._answered(outbox_id, response.status, response.url, headers)
         assert self.attempt is not None  # only an armed gate releases requests
         self.hooks.response(self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
 
-    def _on_failed(self, request: Request) -> None:
-        if request in self._undecided and request not in self._deciding:  # cancelled before it reached the gate
-            self._settle(request)
-        outbox_id = self.released.get(request)
-        if outbox_id is None:
-            return
-        task = asyncio.ensure_future(self._record_failure(outbox_id, request.failure or "failed"))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+    def _answered(self, outbox_id: int, status: int, url: str, headers: dict[str, str]) -> None:
+        row = self._outbox[outbox_id]
+        if row.response_at is None:  # as the store's update: the first answer stands
+            self._outbox[outbox_id] = replace(row, status=status, response_url=url, headers=headers,
+                                              response_at=time.time())
+
+    async def _record_final(self, outbox_id: int, status: int, url: str) -> None:
+        await self.store.call(self.store.store.record_final, outbox_id, status, url)
+        self._outbox[outbox_id] = replace(self._outbox[outbox_id], final_status=status, final_url=url)
 
     async def _record_failure(self, outbox_id: int, failure: str) -> None:
         await self.store.call(self.store.store.record_request_failed, outbox_id, failure)
@@ -354,66 +437,149 @@ class DispatchGate:
         if row.response_at is None and row.failure is None:
             self._outbox[outbox_id] = replace(row, failure=failure, failed_at=time.time())
 
+    # -- detection ----------------------------------------------------------------------
+
+    def _detect(self, method: str, url: str, why: str) -> asyncio.Future[None] | None:
+        """Something may have left without passing the gate: journal the attempt as possibly
+        dispatched at once (in the background; the outcome waits for it). Returns the write."""
+        if not self._armed:
+            return None
+        self.detected.append(f"{method} {url}: {why}")
+        a = self.attempt
+        assert a is not None
+        log.warning("possible dispatch the gate did not hold; the attempt counts as dispatched", run_id=a.run_id,
+                    step_id=self.effect.id, attempt_no=a.attempt_no, request_key=a.request_key, method=method,
+                    url=url, reason=why)
+        return self._track(self._journal_detected(method, url, why))
+
+    async def _journal_detected(self, method: str, url: str, why: str) -> None:
+        a = self.attempt
+        assert a is not None
+        try:
+            outbox_id = await self.store.call(self.store.store.mark_dispatched, a, self.epoch, method, url,
+                                              margin=0.0, channel=DETECTED)
+        except (LeaseLost, StoreError) as exc:
+            # the outcome's commit sets dispatched_at instead (the attempt never ends as "nothing left")
+            self.unjournaled.append(f"{method} {url}: {exc}")
+            log.error("a possible dispatch could not be journaled", run_id=a.run_id, step_id=self.effect.id,
+                      method=method, url=url, reason=why, error=str(exc))
+            return
+        self._keep(outbox_id, method, url, DETECTED)
+
+    async def _journal_late(self) -> None:
+        """Possible dispatches whose journal write failed (the store was locked or down): try
+        again, backing off, while the lease holds, so that the attempt is never left looking as
+        if nothing had left. The outcome's own commit sets ``dispatched_at`` too."""
+        a = self.attempt
+        assert a is not None
+        pause = 0.05
+        while self.unjournaled and self.holds_lease():
+            try:
+                outbox_id = await self.store.call(self.store.store.mark_dispatched, a, self.epoch, "DETECTED",
+                                                  f"{len(self.unjournaled)} possible dispatch(es) journaled late",
+                                                  margin=0.0, channel=DETECTED)
+            except StoreError:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            except LeaseLost:
+                return
+            self._keep(outbox_id, "DETECTED", "", DETECTED)
+            self.unjournaled = [f"{item} (journaled late)" for item in self.unjournaled]
+            return
+
+    async def _journal_now(self, request: Request, why: str) -> bool:
+        """Journal a possible dispatch before letting ``request`` go; False if that failed."""
+        self.detected.append(f"{request.method} {request.url}: {why}")
+        outbox_id = await self._commit("PAGEHIDE", _departing_url(request), DETECTED)
+        return outbox_id is not None
+
+    # -- the API request context and sockets -------------------------------------------
+
+    async def _api(self, method: str, url: str, send: ApiSend) -> APIResponse:
+        """A ``page.request`` call: journaled like a held request before it is sent."""
+        if not self._armed or not self.effect.is_dispatch(method, url):
+            return await send()
+        if self.refusal is not None or not self.is_alive():
+            why = self.refusal or LeaseLost("the run's lease is lost")
+            self._refused(method, url, why)
+            raise why
+        faults.hit("dispatch_held", self.effect.id)
+        outbox_id = await self._commit(method, url, API)
+        if outbox_id is None or not self.holds_lease():
+            why = self.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
+            self.refusal = why
+            self._refused(method, url, why)
+            raise why
+        self.sent += 1
+        assert self.attempt is not None
+        self.hooks.dispatched(self.attempt, method, url)
+        try:
+            response = await send()
+        except Exception as exc:
+            await self._record_failure(outbox_id, f"{type(exc).__name__}: {exc}")
+            raise
+        headers = _key_headers(response.headers)
+        await self.store.call(self.store.store.record_response, outbox_id, response.status, response.url, headers)
+        self._answered(outbox_id, response.status, response.url, headers)
+        self.hooks.response(self.attempt, response.status, response.url)
+        return response
+
+    async def _socket(self, url: str, message: str | bytes, forward: Callable[[], None]) -> None:
+        """A WebSocket message the page sends: journaled like a held request before it goes on."""
+        if not self._armed or not self.effect.is_dispatch(SOCKET, url):
+            forward()
+            return
+        if self.refusal is not None or not self.is_alive():
+            self._refused(SOCKET, url, self.refusal or LeaseLost("the run's lease is lost"))
+            return
+        faults.hit("dispatch_held", self.effect.id)
+        outbox_id = await self._commit(SOCKET, url, WEBSOCKET)
+        if outbox_id is None or not self.holds_lease():
+            self.refusal = self.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
+            self._refused(SOCKET, url, self.refusal)
+            return
+        self.sent += 1
+        assert self.attempt is not None
+        self.hooks.dispatched(self.attempt, SOCKET, url)
+        forward()
+
+
+def _chain_root(request: Request) -> Request:
+    while request.redirected_from is not None:
+        request = request.redirected_from
+    return request
+
+
+def _departing_url(request: Request) -> str:
+    try:
+        return request.frame.url
+    except Exception:
+        return ""
+
+
+def _page_of(request: Request) -> Page | None:
+    try:
+        return request.frame.page
+    except Exception:
+        return None
+
+
+def _safe_url(page: Page) -> str:
+    try:
+        return page.url
+    except Exception:  # pragma: no cover
+        return ""
+
 
 _KEY_HEADERS = ("location", "content-type", "content-length", "date", "etag", "x-request-id", "idempotency-key",
                 "retry-after")
 
 
-def _key_headers(response: Response) -> dict[str, str]:
+def _key_headers(headers: dict[str, str]) -> dict[str, str]:
     """The response headers worth keeping as evidence (never cookies or auth).
 
     ``response.headers`` needs no round trip to the browser (``all_headers()`` does); it
     leaves out only security-related headers such as Set-Cookie, which are never kept.
     """
-    return {k: v for k, v in response.headers.items() if k.lower() in _KEY_HEADERS}
-
-
-class ActionGuard:
-    """Watches an action step for requests that look like side effects (non-GET).
-
-    ``mode="warn"`` reports them; ``mode="fail"`` aborts them (the step then fails).
-    """
-
-    def __init__(self, action: Action, *, mode: str, report: Callable[[str, str], None]) -> None:
-        self.action = action
-        self.mode = mode
-        self.report = report
-        self.seen: list[str] = []
-        self._route_in: ContextRoute | None = None
-
-    async def install(self, route: ContextRoute) -> None:
-        """Start watching; in ``fail`` mode by taking the context's route."""
-        if self.action.sends:
-            return
-        self._route_in = route
-        if self.mode == "fail":
-            route.handler = self._route
-            await route.install()
-        else:
-            route.context.on("request", self._on_request)
-
-    def remove(self) -> None:
-        route, self._route_in = self._route_in, None
-        if route is None:
-            return
-        if self.mode == "fail":
-            if route.handler == self._route:
-                route.handler = None
-        else:
-            route.context.remove_listener("request", self._on_request)
-
-    def _note(self, request: Request) -> bool:
-        if not is_dispatch(None, request.method, request.url):
-            return False
-        self.seen.append(f"{request.method} {request.url}")
-        self.report(request.method, request.url)
-        return True
-
-    def _on_request(self, request: Request) -> None:
-        self._note(request)
-
-    async def _route(self, route: Route, request: Request) -> None:
-        if self._note(request):
-            await route.abort("blockedbyclient")
-        else:
-            await route.fallback()
+    return {k: v for k, v in headers.items() if k.lower() in _KEY_HEADERS}

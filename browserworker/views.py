@@ -153,15 +153,29 @@ def print_runs(runs: list[RunRecord], console: Console) -> None:
     console.print(table)
 
 
-def print_chaos(results: list[Any], console: Console) -> None:
+def print_chaos(report: Any, console: Console) -> None:
+    """The chaos tables: the verifier self-tests, then step × point → classification, decision,
+    landings, verdict (``report`` is a :class:`~browserworker.chaos.ChaosReport`)."""
     from rich.table import Table
 
-    """The chaos table: step × point → classification, decision, landings, verdict."""
+    colours = {"ok": "green", "not reached": "yellow"}
+    if report.self_tests:
+        where = {t.verifier: t.where for t in report.self_tests}
+        tests = Table(title="verifier self-tests (clean run)",
+                      caption="; ".join(f"{name} at {place}" for name, place in where.items()))
+        for col in ("step", "verifier", "asked", "said", "expected", "verdict"):
+            tests.add_column(col, overflow="fold")
+        for t in report.self_tests:
+            colour = colours.get(t.status, "red")
+            asked = "before the dispatch" if t.test.phase == "before" else "after the effect"
+            tests.add_row(t.step, t.verifier, asked, t.test.said, t.test.expected or "-",
+                          f"[{colour}]{t.status}[/{colour}]")
+        console.print(tests)
     table = Table(title="browserworker chaos")
     for col in ("step", "point", "#", "crashed attempt", "decision", "landings", "verdict"):
         table.add_column(col, overflow="fold")
-    for r in results:
-        colour = "green" if r.verdict == "ok" else ("yellow" if r.verdict == "not reached" else "red")
+    for r in report.results:
+        colour = colours.get(r.verdict, "red")
         table.add_row(r.step, r.point, str(r.round), r.classification, f"{r.decision} [{r.run_state}]",
                       f"{r.landings} ({r.probe})", f"[{colour}]{r.verdict}[/{colour}]")
     console.print(table)

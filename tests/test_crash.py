@@ -167,6 +167,27 @@ def test_c_killed_after_response_before_journal_uses_the_outbox(bw: BW, shop: An
     assert len(orders) == 1 and attempt["result"] == {"order_id": str(orders[0]["id"])}
 
 
+def test_killed_with_the_reply_lost_is_decided_by_the_verifier(bw: BW, shop: Any, run_id: str) -> None:
+    """`reply_lost`: the shop committed the order and its 303 reached the browser, and the worker
+    died before any of the reply was journaled. The journal has `dispatched_at` and an outbox row
+    without a response, so `confirm` has nothing to judge: the verifier finds the order and the
+    step is SUCCEEDED without a replay."""
+    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
+                         env={"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"})
+    assert killed.returncode == -9, killed.stderr
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    [attempt] = submit_attempts(bw, run_id)
+    assert attempt["state"] == "INTENT" and attempt["dispatched_at"]
+    [row] = attempt["outbox"]
+    assert (row["status"], row["response_at"], row["failure"]) == (None, None, None)
+
+    resume(bw, "place_order.py", run_id)
+    [attempt] = submit_attempts(bw, run_id)
+    assert (attempt["state"], attempt["decided_by"]) == ("SUCCEEDED", "verifier")
+    orders = shop.orders(f"{run_id}/submit")
+    assert len(orders) == 1 and attempt["result"] == {"order_id": str(orders[0]["id"])}
+
+
 def test_d_killed_while_in_flight_waits_for_settle(bw: BW, shop: Any, run_id: str) -> None:
     """(d) Killed while the POST was in flight; the sandbox commits seconds later. The
     verifier's early not_done does not count before stopped_at + settle: it is asked

@@ -148,7 +148,8 @@ def test_confirm_predicate_booleans_become_verdicts() -> None:
 
 
 def test_default_dispatch_rule() -> None:
-    """By default every method but GET/HEAD/OPTIONS is a dispatch; a glob narrows it to URLs."""
+    """By default every method but GET/HEAD/OPTIONS is a dispatch; a URL glob matches its URLs
+    whatever the method (GETs too); ``"METHOD glob"`` also names the methods."""
     flow = Flow("f")
 
     @flow.effect
@@ -157,8 +158,46 @@ def test_default_dispatch_rule() -> None:
     @flow.effect(dispatch="*/api/*")
     async def b(ctx): ...
 
+    @flow.effect(dispatch="POST|PUT */api/*")
+    async def c(ctx): ...
+
+    @flow.effect(dispatch=lambda request: request.method == "WEBSOCKET")
+    async def d(ctx): ...
+
     assert a.is_dispatch("POST", "http://x/orders") and not a.is_dispatch("GET", "http://x/orders")
+    assert a.is_dispatch("WEBSOCKET", "ws://x/socket")  # a message the page sends
     assert b.is_dispatch("PUT", "http://x/api/orders") and not b.is_dispatch("POST", "http://x/track")
+    assert b.is_dispatch("GET", "http://x/api/orders/new")
+    assert c.is_dispatch("put", "http://x/api/orders") and not c.is_dispatch("GET", "http://x/api/orders")
+    assert d.is_dispatch("WEBSOCKET", "ws://x/") and not d.is_dispatch("POST", "http://x/")  # predicates see channels
+
+
+def test_bad_dispatch_and_sends_rules_are_refused_at_load() -> None:
+    """A rule that is neither a glob, ``"METHOD glob"`` nor a predicate fails where it is declared."""
+    flow = Flow("f")
+    for bad in ("", "POST ", 42):
+        with pytest.raises(FlowDefinitionError, match="dispatch="):
+            flow.effect(dispatch=bad)(_noop)  # type: ignore[arg-type]
+    with pytest.raises(FlowDefinitionError, match="sends="):
+        flow.step(sends="   ")(_noop)
+
+
+async def _noop(ctx: object) -> None: ...
+
+
+def test_sends_declares_only_what_it_matches() -> None:
+    """``sends=True`` declares any request; a glob or ``"METHOD glob"`` only the ones it matches
+    (the rest are still undeclared side effects); ``False`` none."""
+    flow = Flow("f")
+    anything = flow.step(id="anything", sends=True)(_noop)
+    login = flow.step(id="login", sends="POST */login*")(_noop)
+    search = flow.step(id="search", sends=lambda request: "/search" in request.url)(_noop)
+    nothing = flow.step(id="nothing")(_noop)
+    assert anything.declares("POST", "http://x/orders")
+    assert login.declares("POST", "http://x/login?next=/") and not login.declares("POST", "http://x/orders")
+    assert not login.declares("PUT", "http://x/login")
+    assert search.declares("POST", "http://x/search") and not search.declares("WEBSOCKET", "ws://x/")
+    assert not nothing.declares("POST", "http://x/login")
 
 
 def write(tmp_path: Path, text: str, name: str = "flow.py") -> Path:

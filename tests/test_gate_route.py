@@ -14,7 +14,7 @@ import pytest
 from playwright.async_api import Request, Route
 
 from browserworker.browser import BrowserSession, BrowserSettings
-from browserworker.gate import ContextRoute
+from browserworker.routes import ContextRoute
 from conftest import BW
 
 pytestmark = pytest.mark.browser

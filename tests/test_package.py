@@ -16,8 +16,8 @@ import pytest
 
 import browserworker
 from browserworker.browser import LEAN_FEATURES, BrowserSession, BrowserSettings, _start_tethered_driver, \
-    find_chromium, merge_disabled_features, tethered
-from browserworker.errors import BrowserNotFound
+    _without_shared_workers, find_chromium, merge_disabled_features, tethered
+from browserworker.errors import BrowserNotFound, UsageError
 from browserworker.leases import _stat
 
 
@@ -153,6 +153,22 @@ def test_without_playwrights_switch_or_features_nothing_is_merged() -> None:
     passed as given: one more switch would turn Playwright's list back on."""
     assert merge_disabled_features(["--no-first-run"], ["--x"], ["A"]) == (["--x"], [])
     assert merge_disabled_features(PLAYWRIGHT_DEFAULTS, ["--x"], []) == (["--x"], [])
+
+
+def test_shared_workers_are_blocked_unless_allowed() -> None:
+    """By default SharedWorker is among the disabled Blink features (merged into the user's own
+    switch, which Chromium reads once); ``allow`` (or the environment variable) leaves it on;
+    anything else is a usage error naming the variable."""
+    assert _without_shared_workers(["--x"]) == ["--x", "--disable-blink-features=SharedWorker"]
+    assert _without_shared_workers(["--disable-blink-features=AutomationControlled"]) == [
+        "--disable-blink-features=AutomationControlled,SharedWorker"]
+    assert _without_shared_workers(["--disable-blink-features=SharedWorker"]) == [
+        "--disable-blink-features=SharedWorker"]
+    chromium = {"BROWSERWORKER_CHROMIUM": sys.executable}
+    assert BrowserSettings.discover(env=chromium).shared_workers == "block"
+    assert BrowserSettings.discover(env={**chromium, "BROWSERWORKER_SHARED_WORKERS": "allow"}).shared_workers == "allow"
+    with pytest.raises(UsageError, match="BROWSERWORKER_SHARED_WORKERS"):
+        BrowserSettings.discover(env={**chromium, "BROWSERWORKER_SHARED_WORKERS": "maybe"})
 
 
 def _descendants(root: int) -> list[tuple[int, str]]:

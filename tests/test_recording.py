@@ -104,12 +104,15 @@ def test_recording_reports_a_broken_verifier_and_keeps_both_verifier_pages(bw: B
                                                                            tmp_path: Path) -> None:
     """`run --record` asks the verifier before the dispatch and after the effect; a verifier that
     cannot find the landed effect is reported as broken in the output and in meta.json, and the
-    pages it saw both times are part of the recording."""
+    run exits 7 although it SUCCEEDED (the recording is written); the pages the verifier saw
+    both times are part of the recording."""
     done = bw.run("run", str(TEST_FLOWS / "broken_verifier.py"), "--db", str(bw.db), "--run-id", run_id,
                   "--record", str(tmp_path / "rec"), "--input", f"base_url={shop.url}", "--input", "item=tea")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 7, done.stderr
+    assert f"run {run_id}: SUCCEEDED" in done.stderr
     assert "verifier self-test before the dispatch: said not_done (ok)" in done.stderr
     assert "verifier BROKEN: after the effect it said not_done, expected done" in done.stderr
+    assert "error: verifier BROKEN for submit" in done.stderr
     meta = json.loads((tmp_path / "rec" / "meta.json").read_text())
     assert meta["broken_verifiers"] == ["submit"]
     assert [(v["phase"], v["ok"]) for v in meta["verifiers"]] == [("before", True), ("after", False)]

@@ -1,7 +1,8 @@
 """Recordings: record a run, replay it offline (crash scenarios included), secrets redacted.
 
-- :func:`record_run` executes a new run like ``run`` does and writes ``recordings/NAME/``
-  (``browserworker run FLOW.py --record NAME [--trace]``);
+- :func:`record` (or :func:`record_run`, the final run alone) executes a new run like ``run``
+  does and writes ``recordings/NAME/`` (``browserworker run FLOW.py --record NAME [--trace]``),
+  self-testing each effect's verifier;
 - :func:`replay` runs a recording's flow offline against the :class:`ReplayRouter`,
   optionally crashing it at a point and resuming it, and compares the outcome with the
   recording (``browserworker replay recordings/NAME``; the pytest fixture ``replay``).
@@ -11,7 +12,7 @@ See :mod:`.files` for the format, :mod:`.redact` for what never reaches a record
 """
 
 from .files import FORMAT, Recording, recording_path
-from .recorder import record_run
+from .recorder import RecordedRun, record, record_run
 from .redact import REDACTED, Redactor
 from .replayer import CRASH_POINTS, ReplayError, ReplayResult, replay, replay_async
 from .router import ReplayRouter
@@ -20,11 +21,13 @@ __all__ = [
     "CRASH_POINTS",
     "FORMAT",
     "REDACTED",
+    "RecordedRun",
     "Recording",
     "Redactor",
     "ReplayError",
     "ReplayResult",
     "ReplayRouter",
+    "record",
     "record_run",
     "recording_path",
     "replay",

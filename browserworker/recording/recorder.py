@@ -19,6 +19,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -42,7 +43,7 @@ from .files import FORMAT, RecordingWriter, Segment, recording_path, write_json
 from .redact import REDACTED, Redactor
 from .selftest import SelfTest, expected_after, run_verifier
 
-__all__ = ["Recorder", "TraceChunks", "journal_data", "record_run", "redact_trace"]
+__all__ = ["RecordedRun", "Recorder", "TraceChunks", "journal_data", "record", "record_run", "redact_trace"]
 
 log = structlog.get_logger("browserworker.recording")
 
@@ -342,7 +343,7 @@ class Recorder(NoHooks):
         inputs = {k: (REDACTED if k in secret else v) for k, v in self.run.inputs.items()}
         steps = [{"id": s.id, "kind": s.kind,
                   **({"idempotent": s.idempotent, "verifier": s.verifier is not None, "confirm": s.confirm is not None}
-                     if isinstance(s, Effect) else {"sends": getattr(s, "sends", False)})}
+                     if isinstance(s, Effect) else {"sends": _rule_json(getattr(s, "sends", False))})}
                  for s in self.flow.steps]
         return self.redactor.json_data({
             "format": FORMAT, "name": self.name, "status": status,
@@ -374,13 +375,28 @@ class Recorder(NoHooks):
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-async def record_run(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
-                     browser: BrowserSettings, trace: bool = False, lease: LeaseSettings | None = None,
-                     hooks: ExecutorHooks | None = None, observers: Sequence[StepObserver] = (),
-                     on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = (),
-                     base: Path | None = None, evidence_dir: Path | None = None,
-                     stop: asyncio.Event | None = None) -> RunRecord:
-    """Execute a new run like :func:`~browserworker.runner.run_flow`, recording it into ``recordings/NAME``.
+@dataclass(frozen=True)
+class RecordedRun:
+    """What :func:`record` made: the final run, the recording's directory and the verifier self-tests."""
+
+    run: RunRecord
+    path: Path
+    self_tests: tuple[SelfTest, ...] = ()
+
+    @property
+    def broken(self) -> list[str]:
+        """The effect steps whose verifier failed its self-test (``verifier BROKEN``)."""
+        return sorted({t.step for t in self.self_tests if not t.ok})
+
+
+async def record(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
+                 browser: BrowserSettings, trace: bool = False, lease: LeaseSettings | None = None,
+                 hooks: ExecutorHooks | None = None, observers: Sequence[StepObserver] = (),
+                 on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = (),
+                 base: Path | None = None, evidence_dir: Path | None = None,
+                 stop: asyncio.Event | None = None) -> RecordedRun:
+    """Execute a new run like :func:`~browserworker.runner.run_flow`, recording it into ``recordings/NAME``;
+    returns the final run with the verifier self-tests (``broken`` names the steps whose verifier failed).
 
     Replaces an existing recording of that name. Raises :class:`UsageError` for a run that
     has already started (a recording must cover a run from its first step).
@@ -409,5 +425,17 @@ async def record_run(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: 
                else "verifier self-tests ok" if recorder.self_tests else "no verifiers to self-test")
     user_hooks.notice(final, None, f"recorded {path} ({len(writer.segments)} network segments, {requests} "
                       f"requests); {verdict}")
-    return final
+    return RecordedRun(run=final, path=path, self_tests=tuple(recorder.self_tests))
 
+
+async def record_run(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
+                     browser: BrowserSettings, **options: Any) -> RunRecord:
+    """:func:`record`, returning only the final run (the verifier self-tests are in ``meta.json``)."""
+    return (await record(store, loaded, run, name=name, browser=browser, **options)).run
+
+
+def _rule_json(rule: object) -> bool | str:
+    """A ``sends=`` rule as JSON: a bool or a glob as it is, a predicate by its name."""
+    if isinstance(rule, bool | str):
+        return rule
+    return f"predicate {getattr(rule, '__name__', type(rule).__name__)}"

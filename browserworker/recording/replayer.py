@@ -9,8 +9,10 @@ self-tests with ``journal.json``.
 ``replay(..., crash_at="submit:after_dispatch")`` runs it in a child process that is
 SIGKILLed at that point, then resumes the run in this process (verify before replay, all
 offline), and returns the resumed run and its journal. Points are the fault points of
-:mod:`browserworker.faults` plus ``reply_lost``: the dispatch reached the recorded server,
-which committed it, and the worker died before the reply came back.
+:mod:`browserworker.faults`. At ``reply_lost`` (the dispatch reached the recorded server,
+which committed it, and the worker died before the reply came back) the replay router
+kills the child itself as it serves the dispatch, so the recording's ledger says the
+server committed it.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ from .selftest import SelfTest, expected_after, run_verifier
 
 __all__ = ["CRASH_POINTS", "ReplayError", "ReplayResult", "parse_crash_at", "replay", "replay_async"]
 
-REPLY_LOST = "reply_lost"
-CRASH_POINTS = (*faults.POINTS, REPLY_LOST)
+CRASH_POINTS = faults.POINTS
+REPLY_LOST = "reply_lost"  # one of them; a replay crashes there from its router (see _crash_child)
 MAX_PASSES = 8
 T = TypeVar("T")
 
@@ -307,7 +309,7 @@ async def _crash_child(config: dict[str, Any], workdir: Path, step: str, point: 
     cfg = workdir / "crash.json"
     cfg.write_text(json.dumps(config))
     env = {k: v for k, v in os.environ.items() if k != faults.ENV}
-    if point != REPLY_LOST:
+    if point != REPLY_LOST:  # reply_lost: the router kills the child as it serves the dispatch
         env[faults.ENV] = f"{point}:{step}=kill"
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "browserworker.recording._child", str(cfg),
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)

@@ -65,12 +65,13 @@ class Store(Protocol):
     def begin_attempt(self, run_id: str, epoch: int, step_id: str, kind: str, request_key: str,
                       fingerprint: str, *, worker: str | None = None, margin: float = 0.0) -> AttemptRecord: ...
     def mark_dispatched(self, attempt: AttemptRecord, epoch: int, method: str, url: str, *,
-                        margin: float = 0.0) -> int: ...
+                        margin: float = 0.0, channel: str = "held") -> int: ...
     def record_response(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None: ...
+    def record_final(self, outbox_id: int, status: int, url: str) -> None: ...
     def record_request_failed(self, outbox_id: int, failure: str) -> None: ...
     def finish_attempt(self, attempt: AttemptRecord, epoch: int, state: AttemptState, *,
                        decided_by: str, result: Any = None, evidence: Any = None, error: str | None = None,
-                       worker: str | None = None) -> AttemptRecord: ...
+                       worker: str | None = None, dispatched: bool = False) -> AttemptRecord: ...
     def get_attempt(self, attempt_id: int) -> AttemptRecord: ...
     def attempts(self, run_id: str) -> list[AttemptRecord]: ...
     def latest_attempt(self, run_id: str, step_id: str) -> AttemptRecord | None: ...
@@ -333,19 +334,30 @@ class SQLStore:
         return attempt
 
     def mark_dispatched(self, attempt: AttemptRecord, epoch: int, method: str, url: str, *,
-                        margin: float = 0.0) -> int:
-        """The dispatch gate's commit: ``dispatched_at`` plus an outbox row, fenced. Returns the outbox id."""
+                        margin: float = 0.0, channel: str = "held") -> int:
+        """The dispatch gate's commit: ``dispatched_at`` plus an outbox row, fenced. Returns the outbox id.
+
+        ``channel="detected"`` journals what the browser let out (or may have) without asking the
+        gate; it is written with no margin (it has left already), fenced by the epoch alone.
+        """
         now = self.now()
         with self._transaction() as tx:
             if self._exec(tx, "mark_dispatched", attempt_id=attempt.id, epoch=epoch, now=now, margin=margin) != 1:
                 raise self._lease_lost(attempt.run_id, epoch, margin, f"dispatch of {attempt.step_id}")
             outbox_id = tx.execute(self.queries["insert_outbox"],
                                    {"attempt_id": attempt.id, "run_id": attempt.run_id, "step_id": attempt.step_id,
-                                    "method": method, "url": url, "now": now}).lastrowid
+                                    "method": method, "url": url, "now": now, "channel": channel}).lastrowid
+            detail: dict[str, Any] = {"method": method, "url": url, "outbox_id": outbox_id}
+            if channel != "held":
+                detail["channel"] = channel
             self._event(tx, attempt.run_id, "dispatched", now=now, step_id=attempt.step_id,
-                        attempt_no=attempt.attempt_no, worker=attempt.worker, epoch=epoch,
-                        detail={"method": method, "url": url, "outbox_id": outbox_id})
+                        attempt_no=attempt.attempt_no, worker=attempt.worker, epoch=epoch, detail=detail)
         return int(outbox_id)
+
+    def record_final(self, outbox_id: int, status: int, url: str) -> None:
+        """Evidence: the last answer of a redirect chain, unfenced, in its own commit."""
+        with self._transaction() as tx:
+            self._exec(tx, "record_final", id=outbox_id, status=status, url=url)
 
     def record_response(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None:
         """Evidence, not a decision: written unfenced, in its own commit."""
@@ -359,8 +371,11 @@ class SQLStore:
 
     def finish_attempt(self, attempt: AttemptRecord, epoch: int, state: AttemptState, *,
                        decided_by: str, result: Any = None, evidence: Any = None, error: str | None = None,
-                       worker: str | None = None) -> AttemptRecord:
+                       worker: str | None = None, dispatched: bool = False) -> AttemptRecord:
         """Move an attempt out of INTENT/RUNNING/UNKNOWN, fenced by the run's current epoch.
+
+        ``dispatched=True`` also sets ``dispatched_at`` if nothing set it yet: something of the
+        attempt left (the gate saw it) although its own journal write did not get through.
 
         Returns the attempt as it now reads, built from ``attempt`` and what this update wrote
         (result and evidence as they read back from their JSON) rather than read in full.
@@ -372,7 +387,8 @@ class SQLStore:
         with self._transaction() as tx:
             changed = self._exec(tx, "finish_attempt", attempt_id=attempt.id, from_state=str(attempt.state),
                                  state=str(state), now=now, epoch=epoch, result_json=result_json,
-                                 decided_by=decided_by, evidence=evidence_json, error=error)
+                                 decided_by=decided_by, evidence=evidence_json, error=error,
+                                 dispatched=dispatched)
             if changed != 1:
                 current = tx.execute(self.queries["get_attempt"], {"id": attempt.id}).fetchone()
                 if current is not None and current["state"] != attempt.state:

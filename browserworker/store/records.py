@@ -227,6 +227,9 @@ class OutboxRecord:
     response_at: float | None
     failure: str | None
     failed_at: float | None
+    channel: str = "held"  # held | api | websocket | detected (see the store's migration 5)
+    final_status: int | None = None  # a redirect chain's last answer (status is the first)
+    final_url: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> OutboxRecord:

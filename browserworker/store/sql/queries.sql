@@ -130,8 +130,12 @@ WHERE id = :attempt_id AND state = 'INTENT'
                 AND runs.lease_expires_at >= :now + :margin)
 
 -- name: insert_outbox
-INSERT INTO outbox (attempt_id, run_id, step_id, method, url, released_at)
-VALUES (:attempt_id, :run_id, :step_id, :method, :url, :now)
+INSERT INTO outbox (attempt_id, run_id, step_id, method, url, released_at, channel)
+VALUES (:attempt_id, :run_id, :step_id, :method, :url, :now, :channel)
+
+-- name: record_final
+-- The last answer of a redirect chain (the first answer stays in status / response_url).
+UPDATE outbox SET final_status = :status, final_url = :url WHERE id = :id
 
 -- name: record_response
 UPDATE outbox SET status = :status, response_url = :response_url, headers_json = :headers_json, response_at = :now
@@ -146,7 +150,8 @@ SELECT * FROM outbox WHERE attempt_id = :attempt_id ORDER BY id
 -- name: finish_attempt
 UPDATE attempts
 SET state = :state, finished_at = :now, result_json = :result_json, decided_by = :decided_by,
-    evidence = :evidence, error = :error
+    evidence = :evidence, error = :error,
+    dispatched_at = CASE WHEN :dispatched THEN COALESCE(dispatched_at, :now) ELSE dispatched_at END
 WHERE id = :attempt_id AND state = :from_state
   AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.lease_epoch = :epoch)
 

@@ -1,0 +1,190 @@
+"""A browser context's one route, shared by the dispatch gate and the action guard, and the
+kit's hooks on the two channels a route never sees: Playwright's API request context
+(``page.request`` / ``context.request``) and the WebSocket messages a page sends.
+
+Whoever holds the context now (an effect's :class:`~browserworker.gate.DispatchGate`, an
+action's :class:`~browserworker.guard.ActionGuard`) sets the handlers; while nobody does,
+requests, API calls and messages go on untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from playwright.async_api import APIResponse, BrowserContext, Page, Request, Route, WebSocketRoute
+
+__all__ = ["ApiHandler", "ContextRoute", "SocketHandler", "stop_renderer"]
+
+log = structlog.get_logger("browserworker.gate")
+
+RouteHandler = Callable[[Route, Request], Awaitable[None]]
+ApiSend = Callable[[], Awaitable[APIResponse]]
+ApiHandler = Callable[[str, str, ApiSend], Awaitable[APIResponse]]
+"""``(method, url, send)``: decide a ``page.request`` call; ``send()`` makes it."""
+SocketHandler = Callable[[str, "str | bytes", Callable[[], None]], Awaitable[None]]
+"""``(socket url, message, forward)``: decide a message the page sends; ``forward()`` sends it on."""
+
+SHUT_TIMEOUT = 5.0
+"""Seconds :meth:`ContextRoute.shut` gives each page's renderer to be seen stopped."""
+
+
+class ContextRoute:
+    """One browser context's route for the gate and the guard: put in at the first step that
+    needs it, never taken off (closing the context ends it).
+
+    Taking a route off is not safe for a gate: Playwright's driver then continues every
+    request that route is holding, and continues by itself any request the browser paused
+    before it heard that interception is off. A dispatch held while its commit runs would
+    leave unjournaled. So the route stays, and each request is decided by the gate that
+    claimed it (see :meth:`DispatchGate.remove`), else by whoever holds the route now (an
+    effect's :class:`DispatchGate`, a fail-mode :class:`ActionGuard`); while nobody does,
+    requests go on untouched (to a replay router registered earlier, else the network).
+
+    Closing the context is not safe either while a request may be on its way to the route:
+    Playwright's client stalls a route that reaches it once closing has begun, and its driver
+    continues by itself a request the browser paused after the page's frame went away, or
+    paused without a network id (as Chromium does for what a page starts while it navigates
+    away). So a context whose route is in is closed only after :meth:`shut`.
+
+    The context's API request context is hooked at once (``api``), and its WebSockets are routed
+    by :meth:`route_sockets` (``socket``), which must run before the first page opens one.
+    """
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.context = context
+        self.handler: RouteHandler | None = None
+        self.api: ApiHandler | None = None
+        self.socket: SocketHandler | None = None
+        self.claimed: dict[Request, RouteHandler] = {}
+        self._installed: asyncio.Future[object] | None = None
+        self._sockets: asyncio.Future[object] | None = None
+        self.sealed = False  # set by shut(): every request that reaches the route is aborted
+        _hook_api_requests(context, self)
+
+    def install(self) -> asyncio.Future[object]:
+        """Put the route in, once; the future is done when the browser routes through it."""
+        if self._installed is None:
+            self._installed = _background(self._put_in())
+        return self._installed
+
+    async def _put_in(self) -> object:
+        return await self.context.route("**/*", self._route)
+
+    def route_sockets(self) -> asyncio.Future[object]:
+        """Route every WebSocket the context's pages open from now on, once; the future is done
+        when the browser does. Messages the page sends pass ``socket`` (while one is set)."""
+        if self._sockets is None:
+            self._sockets = _background(self.context.route_web_socket("**/*", self._socket_route))
+        return self._sockets
+
+    async def shut(self, *, leave_pages: bool = True) -> None:
+        """Let nothing more leave through this context; then it may be closed.
+
+        Seals the route (every request that reaches it from now on is aborted), then stops
+        each page's renderer (:func:`stop_renderer`): its document runs no more script and
+        starts no more requests, and the browser drops what that renderer had started, held
+        or not, before the context is closed.
+
+        Taking the pages to ``about:blank`` instead is not enough: while a page navigates,
+        Chromium pauses what the departing document still starts without a network id, and
+        Playwright's driver continues such a request without asking any route (one context in
+        two hundred let one out under a page POSTing every 2 ms).
+
+        Stopping the renderers costs about 0.1 s; ``leave_pages=False`` only seals, for a
+        context whose effects are all decided and will not be replayed. A context whose route
+        was never put in intercepts nothing: only sealed.
+        """
+        self.sealed = True
+        if not leave_pages or self._installed is None:
+            return
+        await asyncio.gather(*(stop_renderer(self.context, page) for page in list(self.context.pages)))
+
+    async def _route(self, route: Route, request: Request) -> None:
+        if self.sealed:
+            try:
+                await route.abort("blockedbyclient")
+            except Exception:  # pragma: no cover - the context is closing
+                pass
+            return
+        handler = self.claimed.pop(request, None) or self.handler
+        if handler is None:
+            await route.fallback()
+        else:
+            await handler(route, request)
+
+    async def _api(self, method: str, url: str, send: ApiSend) -> APIResponse:
+        if self.sealed:
+            raise RuntimeError(f"{method} {url}: this browser context is closing; nothing more may leave it")
+        handler = self.api
+        return await (send() if handler is None else handler(method, url, send))
+
+    def _socket_route(self, ws: WebSocketRoute) -> None:
+        server = ws.connect_to_server()
+        order = asyncio.Lock()  # FIFO: the page's messages reach the server in the order it sent them
+
+        def on_message(message: str | bytes) -> None:
+            _background(self._socket_message(ws.url, message, lambda: server.send(message), order))
+
+        ws.on_message(on_message)
+
+    async def _socket_message(self, url: str, message: str | bytes, forward: Callable[[], None],
+                              order: asyncio.Lock) -> None:
+        async with order:
+            if self.sealed:
+                return  # nothing more leaves a context being shut
+            handler = self.socket
+            if handler is None:
+                forward()
+            else:
+                await handler(url, message, forward)
+
+
+def _hook_api_requests(context: BrowserContext, route: ContextRoute) -> None:
+    """Send the context's API requests (``page.request`` and ``context.request`` are the same
+    object) through ``route._api``: they are made by Playwright's driver, not the browser, so no
+    route sees them. Every verb (``get``, ``post``, ``fetch``...) ends in one private method of
+    the implementation object, which is wrapped on that one instance."""
+    impl: Any = getattr(getattr(context, "_impl_obj", None), "request", None)
+    inner = getattr(impl, "_inner_fetch", None)
+    if impl is None or inner is None:  # pragma: no cover - a Playwright whose internals moved
+        raise RuntimeError("this Playwright version's API request context cannot be gated by browserworker "
+                           "(no APIRequestContext._inner_fetch); pin the Playwright version browserworker supports")
+
+    async def inner_fetch(*args: Any, **kwargs: Any) -> APIResponse:
+        request = kwargs.get("request")
+        method = (kwargs.get("method") or (request.method if request is not None else None) or "GET").upper()
+        url = kwargs.get("url") or (request.url if request is not None else "")
+        return await route._api(method, str(url), lambda: inner(*args, **kwargs))
+
+    impl._inner_fetch = inner_fetch
+
+
+async def stop_renderer(context: BrowserContext, page: Page) -> None:
+    """Stop ``page``'s renderer process (CDP ``Page.crash``) and wait until the browser has
+    seen it gone, at most :data:`SHUT_TIMEOUT` seconds; the page is left crashed, to be
+    closed. Never raises: a page already closed or crashed has nothing left to stop."""
+    if page.is_closed():
+        return
+    crashed = _background(page.wait_for_event("crash", timeout=SHUT_TIMEOUT * 1000))
+    sent: asyncio.Future[object] | None = None
+    try:
+        session = await context.new_cdp_session(page)
+        sent = _background(session.send("Page.crash"))  # never answered: its renderer is gone
+        await crashed
+    except Exception as exc:  # closed, crashed by a page sharing its renderer, or stuck
+        log.debug("page renderer not seen stopped before closing", error=str(exc))
+    finally:
+        for future in (crashed, sent):
+            if future is not None:
+                future.cancel()
+
+
+def _background(work: Awaitable[object]) -> asyncio.Future[object]:
+    """Start ``work``; its failure is retrieved even if nobody awaits it (a context that
+    closed before its first effect)."""
+    future = asyncio.ensure_future(work)
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future

@@ -1,0 +1,189 @@
+"""A target of our own on loopback that counts what it receives, with one page per channel a
+page can change the world by (form post, fetch, beacons, popups, workers, WebSockets...).
+
+Every channel sends the run's request key to ``/land?key=KEY`` (or, on a WebSocket, the
+message ``land:KEY``); the target counts landings per key. ``/count?key=KEY`` answers the
+count (for verifiers and count probes), ``/wait?key=KEY&n=N`` answers once the count reaches N
+(for a flow that must die only after the target received it). Standard library only; binds
+127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = ["CHANNEL_PAGES", "ChannelTarget"]
+
+_GO = "<button id=go onclick=\"go()\">go</button>"
+CHANNEL_PAGES: dict[str, str] = {
+    # held: requests the gate's route sees
+    "form": "<form method=post action='/land?key={key}'><input name=k value='{key}'>"
+            "<button id=go>go</button></form>",
+    "fetch": _GO + "<script>function go(){{fetch('/land?key={key}',{{method:'POST',body:'x'}})}}</script>",
+    "beacon": _GO + "<script>function go(){{navigator.sendBeacon('/land?key={key}','x')}}</script>",
+    "worker": _GO + "<script>function go(){{new Worker('/worker.js?key={key}')}}</script>",
+    "redirect": _GO + "<script>function go(){{fetch('/bounce?key={key}',{{method:'POST',body:'x'}})"
+                ".then(()=>document.title='answered')}}</script>",
+    # a link the effect follows: its departing document beacons on pagehide
+    "pagehide": "<a id=go href='/done' onclick=\"window.addEventListener('pagehide',"
+                "()=>navigator.sendBeacon('/land?key={key}','x'))\">go</a>",
+    # popups: one that loads a page which sends and closes itself, one scripted by its opener
+    "popup": _GO + "<script>function go(){{window.open('/closer?key={key}')}}</script>",
+    "blank-popup": _GO + "<script>function go(){{const w=window.open('about:blank');"
+                   "w.fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});"
+                   "w.close();document.title='sent'}}</script>",
+    # two dispatches in one effect (a live preview, then the real post)
+    "twice": _GO + "<script>function go(){{fetch('/preview?key={key}',{{method:'POST',body:'x'}})"
+             ".then(()=>fetch('/land?key={key}',{{method:'POST',body:'x'}}))}}</script>",
+    # a GET that changes the world (gated only with a dispatch= glob that matches it)
+    "get-link": "<a id=go href='/land?key={key}'>go</a>",
+    # blocked: what no route sees
+    "shared-worker": _GO + "<script>function go(){{try{{new SharedWorker('/worker.js?key={key}');"
+                     "document.title='started'}}catch(e){{document.title='blocked: '+e}}}}</script>",
+    # held: WebSocket messages (the socket opens with the page, before the effect)
+    "websocket": _GO + "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
+                 "ws.onopen=()=>document.title='open';"
+                 "function go(){{ws.send('land:{key}')}}</script>",
+}
+_EXTRA = {
+    "closer": "<script>fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});window.close()</script>",
+    "done": "<p>done</p>",
+}
+_WORKER_JS = "fetch('/land?key={key}', {{method: 'POST', body: 'x'}})"
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+class ChannelTarget:
+    """The target server; ``landings(key)`` is what it received for a key."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+        self._first: dict[str, float] = {}
+        self._changed = threading.Condition()
+        target = self
+
+        class Handler(_Handler):
+            owner = target
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ChannelTarget:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def land(self, key: str) -> None:
+        with self._changed:
+            self._counts[key] += 1
+            self._first.setdefault(key, time.time())
+            self._changed.notify_all()
+
+    def landings(self, key: str) -> int:
+        with self._changed:
+            return self._counts[key]
+
+    def first_at(self, key: str) -> float:
+        """When the first landing for ``key`` arrived (this host's clock)."""
+        with self._changed:
+            return self._first[key]
+
+    def wait_for(self, key: str, n: int, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._counts[key] >= n, timeout=timeout)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ChannelTarget
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _query(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+
+    def _send(self, status: int, body: str = "", ctype: str = "text/html", headers: dict[str, str] | None = None) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        path, query = urlsplit(self.path).path, self._query()
+        key = query.get("key", "")
+        if path == "/ws" and self.headers.get("upgrade", "").lower() == "websocket":
+            return self._websocket()
+        if path.startswith("/page/") and path[6:] in CHANNEL_PAGES:
+            return self._send(200, CHANNEL_PAGES[path[6:]].format(key=key))
+        if path.lstrip("/") in _EXTRA:
+            return self._send(200, _EXTRA[path.lstrip("/")].format(key=key))
+        if path == "/worker.js":
+            return self._send(200, _WORKER_JS.format(key=key), "text/javascript")
+        if path == "/count":
+            return self._send(200, json.dumps({"count": self.owner.landings(key)}), "application/json")
+        if path == "/wait":
+            reached = self.owner.wait_for(key, int(query.get("n", "1")), timeout=float(query.get("timeout", "30")))
+            return self._send(200 if reached else 504, json.dumps({"count": self.owner.landings(key)}),
+                              "application/json")
+        if path == "/land":  # a GET that lands (for dispatch= rules that gate GETs)
+            self.owner.land(key)
+            return self._send(200, "landed")
+        return self._send(404, "not found")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        path, key = urlsplit(self.path).path, self._query().get("key", "")
+        if path == "/land":
+            self.owner.land(key)
+            return self._send(200, "landed")
+        if path == "/preview":  # not the effect: not counted
+            return self._send(200, "preview")
+        if path == "/bounce":  # a 307: the browser POSTs again to /land
+            return self._send(307, headers={"location": f"/land?key={key}"})
+        return self._send(404, "not found")
+
+    def _websocket(self) -> None:
+        accept = base64.b64encode(hashlib.sha1((self.headers["sec-websocket-key"] + _WS_GUID).encode()).digest())
+        self.send_response(101)
+        self.send_header("upgrade", "websocket")
+        self.send_header("connection", "Upgrade")
+        self.send_header("sec-websocket-accept", accept.decode())
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2:
+                return
+            opcode, length = head[0] & 0x0F, head[1] & 0x7F
+            if length == 126:
+                length = struct.unpack("!H", self.rfile.read(2))[0]
+            elif length == 127:
+                length = struct.unpack("!Q", self.rfile.read(8))[0]
+            mask = self.rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(length)))
+            if opcode == 8:  # close
+                return
+            if opcode == 1 and payload.startswith(b"land:"):
+                self.owner.land(payload[5:].decode())

@@ -1,0 +1,115 @@
+"""Test flows: one effect that changes the target through one channel of the page.
+
+``channel`` names a page of tests/channel_target.py (``form``, ``fetch``, ``websocket``,
+``popup``...) or ``api`` (``ctx.page.request.post``). The action opens the channel's page;
+the effect fires it and waits until the target has counted the landing. With ``die``, the
+first attempt then SIGKILLs its own process: the target has the effect, the journal has what
+the gate wrote, and nothing else. Two flows: ``channels`` (a verifier and a count probe)
+and ``channels-unverified`` (neither).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import urllib.request
+from typing import Literal
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from browserworker import Flow, StepContext, Verdict
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Inputs(BaseModel):
+    base_url: str
+    channel: str
+    die: bool = False
+
+
+def _key(ctx: StepContext[Inputs]) -> str:
+    return quote(f"{ctx.run_id}/fire", safe="")
+
+
+def _get(url: str) -> int:
+    with _OPENER.open(url, timeout=60) as reply:
+        return int(json.load(reply)["count"])
+
+
+async def open_channel(ctx: StepContext[Inputs]) -> None:
+    channel = ctx.inputs.channel
+    if channel != "api":
+        await ctx.page.goto(f"{ctx.inputs.base_url}/page/{channel}?key={_key(ctx)}")
+    if channel == "websocket":
+        await ctx.page.wait_for_function("document.title === 'open'")
+
+
+async def fire(ctx: StepContext[Inputs]) -> dict:
+    base, channel = ctx.inputs.base_url, ctx.inputs.channel
+    if channel == "api":
+        await ctx.page.request.post(f"{base}/land?key={_key(ctx)}", data="x")
+    else:
+        await ctx.page.click("#go")
+    if channel == "shared-worker" and not os.environ.get("BROWSERWORKER_SHARED_WORKERS"):
+        await ctx.page.wait_for_function("document.title !== ''")  # blocked: nothing will land
+        return {"title": await ctx.page.title()}
+    if channel == "blank-popup":  # Chromium aborts what such a popup sends; the gate journals it all the same
+        await ctx.page.wait_for_function("document.title === 'sent'")
+        return {"title": await ctx.page.title()}
+    # until the target has counted it (a long poll answered by the target, not a sleep)
+    count = await asyncio.to_thread(_get, f"{base}/wait?key={_key(ctx)}&n=1")
+    if channel == "redirect":  # the page has the chain's last answer
+        await ctx.page.wait_for_function("document.title === 'answered'")
+    if ctx.inputs.die and ctx.attempt_no == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"count": count}
+
+
+async def landed(ctx: StepContext[Inputs]) -> Verdict:
+    reply = await ctx.page.request.get(f"{ctx.inputs.base_url}/count?key={_key(ctx)}")
+    return Verdict.done() if (await reply.json())["count"] else Verdict.not_done()
+
+
+async def landings(ctx: StepContext[Inputs]) -> int:
+    reply = await ctx.page.request.get(f"{ctx.inputs.base_url}/count?key={_key(ctx)}")
+    return int((await reply.json())["count"])
+
+
+async def fire_in_action(ctx: StepContext[Inputs]) -> None:
+    """An action firing a channel (an undeclared side effect): ``api`` or a page request
+    (``fetch``, ``form``...); it waits for the request's end, not for the target (in fail
+    mode nothing may land)."""
+    if ctx.inputs.channel == "api":
+        await ctx.page.request.post(f"{ctx.inputs.base_url}/land?key={_key(ctx)}", data="x")
+        return
+    async with ctx.page.expect_request(lambda r: "/land" in r.url) as seen:
+        await ctx.page.click("#go")
+    await (await seen.value).response()  # its answer, or None once it was refused
+
+
+def _build(name: str, *, verified: bool, dispatch: str | None = None) -> Flow[Inputs]:
+    flow: Flow[Inputs] = Flow(name, inputs=Inputs)
+    flow.step(id="open_channel")(open_channel)
+    effect = flow.effect(id="fire", settle=0, dispatch=dispatch)(fire)
+    if verified:
+        effect.verify(landed)
+        effect.count(landings)
+    return flow
+
+
+def _in_action(name: str, mode: Literal["warn", "fail"]) -> Flow[Inputs]:
+    flow: Flow[Inputs] = Flow(name, inputs=Inputs, undeclared_effects=mode)
+    flow.step(id="open_channel")(open_channel)
+    flow.step(id="fire")(fire_in_action)
+    return flow
+
+
+channels = _build("channels", verified=True)
+channels_unverified = _build("channels-unverified", verified=False)
+channels_glob = _build("channels-glob", verified=True, dispatch="*/land?*")  # a URL glob: GETs too
+in_action_warn = _in_action("channels-in-action", "warn")
+in_action_fail = _in_action("channels-in-action-fail", "fail")
