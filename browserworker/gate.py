@@ -313,6 +313,7 @@ class DispatchGate:
             return True
         if not navigation:
             return True
+        faults.hit("dispatch_held", self.effect.id)  # the navigation waits in the browser until we answer
         page = _page_of(request)
         if page is None:  # the frame does not exist yet: a new page's first document (a popup's)
             if request.url not in self._first_documents:

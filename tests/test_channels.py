@@ -69,7 +69,7 @@ def test_a_kill_after_the_target_received_it_lands_exactly_once(bw: BW, target: 
     assert target.landings(f"{run_id}/fire") == 1
 
 
-@pytest.mark.parametrize("channel", ["fetch", "pagehide", "popup", "websocket", "api"])
+@pytest.mark.parametrize("channel", LANDING)
 def test_without_a_verifier_the_kill_goes_to_review_with_one_landing(bw: BW, target: ChannelTarget, run_id: str,
                                                                      channel: str) -> None:
     """Without a verifier nor idempotency, the same kill parks the run for a person: never replayed."""
@@ -93,11 +93,12 @@ def _stopped(proc: subprocess.Popen[str], timeout: float = 60) -> None:
     raise AssertionError("the run never reached its fault point")
 
 
-@pytest.mark.parametrize("channel", ["fetch", "form", "websocket", "api"])
+@pytest.mark.parametrize("channel", LANDING)
 def test_a_held_channel_cannot_reach_the_target_before_its_commit(bw: BW, target: ChannelTarget, run_id: str,
                                                                   channel: str) -> None:
     """With the store's write lock held while the channel fires, nothing reaches the target
-    until the lock is released and the dispatch is committed."""
+    until the lock is released and the dispatch is committed. (For ``pagehide`` and ``popup``
+    what waits is the navigation that opens the door: away from the page, into the popup.)"""
     proc = bw.start("run", FLOW, "--flow", "channels", "--db", str(bw.db), "--run-id", run_id,
                     *_inputs(target, channel), env={"BROWSERWORKER_FAULTS": "dispatch_held:fire=stop"})
     _stopped(proc)  # the gate holds the channel, before its commit
@@ -227,3 +228,11 @@ def test_an_action_that_sends_is_warned_or_refused(bw: BW, target: ChannelTarget
     assert show["run"]["state"] == "FAILED"
     assert [a["decided_by"] for a in _fire(show)] == ["undeclared_effect"]
     assert target.landings(f"{refused_id}/fire") == 0
+
+
+def test_a_websocket_message_from_an_action_is_warned(bw: BW, target: ChannelTarget, run_id: str) -> None:
+    """A WebSocket message an action sends is an undeclared side effect, like a POST."""
+    warned = _run(bw, "channels-in-action", run_id, *_inputs(target, "websocket"))
+    assert warned.returncode == 0, warned.stderr[-2000:]
+    assert "undeclared side effect: WEBSOCKET ws://" in warned.stderr
+    assert target.landings(f"{run_id}/fire") == 1

@@ -86,6 +86,10 @@ async def fire_in_action(ctx: StepContext[Inputs]) -> None:
     if ctx.inputs.channel == "api":
         await ctx.page.request.post(f"{ctx.inputs.base_url}/land?key={_key(ctx)}", data="x")
         return
+    if ctx.inputs.channel == "websocket":  # (warn mode only: until the target has it)
+        await ctx.page.click("#go")
+        await asyncio.to_thread(_get, f"{ctx.inputs.base_url}/wait?key={_key(ctx)}&n=1")
+        return
     async with ctx.page.expect_request(lambda r: "/land" in r.url) as seen:
         await ctx.page.click("#go")
     await (await seen.value).response()  # its answer, or None once it was refused
