@@ -54,7 +54,9 @@ class ActionGuard:
             return
         if route.api == self._api:
             route.api = None
-        if route.socket == self._socket:
+        if route.socket == self._socket and self.mode != "fail":
+            # in fail mode the guard keeps refusing messages that reach Python only after the
+            # action has returned, until the next step takes the socket hook (they are the action's)
             route.socket = None
         if self.mode == "fail":
             if route.handler == self._route:

@@ -230,9 +230,17 @@ def test_an_action_that_sends_is_warned_or_refused(bw: BW, target: ChannelTarget
     assert target.landings(f"{refused_id}/fire") == 0
 
 
-def test_a_websocket_message_from_an_action_is_warned(bw: BW, target: ChannelTarget, run_id: str) -> None:
-    """A WebSocket message an action sends is an undeclared side effect, like a POST."""
+def test_a_websocket_message_from_an_action_is_warned_or_refused(bw: BW, target: ChannelTarget,
+                                                                  run_id: str) -> None:
+    """A WebSocket message an action sends is an undeclared side effect, like a POST: warned
+    (and delivered), or in fail mode never delivered, even when it reaches the kit only after
+    the action has returned (the action here does not wait for it)."""
     warned = _run(bw, "channels-in-action", run_id, *_inputs(target, "websocket"))
     assert warned.returncode == 0, warned.stderr[-2000:]
     assert "undeclared side effect: WEBSOCKET ws://" in warned.stderr
     assert target.landings(f"{run_id}/fire") == 1
+
+    refused_id = f"{run_id}-fail"
+    refused = _run(bw, "channels-in-action-fail", refused_id, *_inputs(target, "websocket"))
+    assert refused.returncode in (0, 1), refused.stderr[-2000:]  # FAILED if the guard saw it before the outcome
+    assert target.landings(f"{refused_id}/fire") == 0  # the browser is gone: nothing can land later

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Literal
 from urllib.parse import quote
 
@@ -79,20 +80,24 @@ async def landings(ctx: StepContext[Inputs]) -> int:
     return int((await reply.json())["count"])
 
 
-async def fire_in_action(ctx: StepContext[Inputs]) -> None:
-    """An action firing a channel (an undeclared side effect): ``api`` or a page request
-    (``fetch``, ``form``...); it waits for the request's end, not for the target (in fail
-    mode nothing may land)."""
-    if ctx.inputs.channel == "api":
-        await ctx.page.request.post(f"{ctx.inputs.base_url}/land?key={_key(ctx)}", data="x")
-        return
-    if ctx.inputs.channel == "websocket":  # (warn mode only: until the target has it)
-        await ctx.page.click("#go")
-        await asyncio.to_thread(_get, f"{ctx.inputs.base_url}/wait?key={_key(ctx)}&n=1")
-        return
-    async with ctx.page.expect_request(lambda r: "/land" in r.url) as seen:
-        await ctx.page.click("#go")
-    await (await seen.value).response()  # its answer, or None once it was refused
+def _fire_in_action(mode: Literal["warn", "fail"]) -> Callable[[StepContext[Inputs]], Awaitable[None]]:
+    async def fire_in_action(ctx: StepContext[Inputs]) -> None:
+        """An action firing a channel (an undeclared side effect): ``api``, a page request
+        (``fetch``...) or a socket message. It waits for the request's end, or in warn mode for
+        a socket message to land; in fail mode it returns as soon as the message is sent."""
+        if ctx.inputs.channel == "api":
+            await ctx.page.request.post(f"{ctx.inputs.base_url}/land?key={_key(ctx)}", data="x")
+            return
+        if ctx.inputs.channel == "websocket":
+            await ctx.page.click("#go")
+            if mode == "warn":
+                await asyncio.to_thread(_get, f"{ctx.inputs.base_url}/wait?key={_key(ctx)}&n=1")
+            return
+        async with ctx.page.expect_request(lambda r: "/land" in r.url) as seen:
+            await ctx.page.click("#go")
+        await (await seen.value).response()  # its answer, or None once it was refused
+
+    return fire_in_action
 
 
 def _build(name: str, *, verified: bool, dispatch: str | None = None) -> Flow[Inputs]:
@@ -108,7 +113,7 @@ def _build(name: str, *, verified: bool, dispatch: str | None = None) -> Flow[In
 def _in_action(name: str, mode: Literal["warn", "fail"]) -> Flow[Inputs]:
     flow: Flow[Inputs] = Flow(name, inputs=Inputs, undeclared_effects=mode)
     flow.step(id="open_channel")(open_channel)
-    flow.step(id="fire")(fire_in_action)
+    flow.step(id="fire")(_fire_in_action(mode))
     return flow
 
 
