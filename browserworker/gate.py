@@ -34,9 +34,8 @@ from playwright.async_api import APIResponse, Page, Request, Response, Route
 from . import faults
 from .errors import LeaseLost, StoreError
 from .flow import Effect
-from .guard import SOCKET
 from .hooks import ExecutorHooks
-from .routes import ApiSend, ContextRoute
+from .routes import SOCKET, ApiSend, ContextRoute
 from .store.aio import AsyncStore
 from .store.records import AttemptRecord, OutboxRecord
 
@@ -85,8 +84,7 @@ class DispatchGate:
         self._decided: set[Request] = set()
         self._pages: set[Page] = set()  # watched for closing
         self._own_pages: set[Page] = set()  # the pages there were when the gate was armed
-        self._popups: dict[Page, asyncio.Future[None] | None] = {}  # pages opened since, and their journal writes
-        self._first_documents: dict[str, asyncio.Future[None] | None] = {}  # ... by the URL they opened with
+        self._popup_write: asyncio.Future[None] | None = None  # journaling the first page opened since
         self._settled = asyncio.Event()
         self._settled.set()
 
@@ -287,25 +285,23 @@ class DispatchGate:
             page.on("close", self._on_page_close)
 
     def _on_page(self, page: Page) -> None:
-        self._popup(page)
-
-    def _popup(self, page: Page) -> asyncio.Future[None] | None:
-        """A page opened while the effect ran: journaled as a possible dispatch (what it sends
-        before Playwright routes it, or as it closes, passes no gate). Returns the journal write."""
         self._watch(page)
-        if not self._armed or page in self._own_pages:
-            return None
-        if page not in self._popups:
-            url = _safe_url(page) or "about:blank"
-            self._popups[page] = (self._first_documents[url] if url in self._first_documents
-                                  else self._detect("POPUP", url, _POPUP))
-        return self._popups[page]
+        if page not in self._own_pages:
+            self._popup(_safe_url(page) or "about:blank")
+
+    def _popup(self, url: str) -> asyncio.Future[None] | None:
+        """A page opened while the effect ran: journaled as a possible dispatch (what it sends
+        before Playwright routes it, or as it closes, passes no gate). One row is enough: every
+        later popup awaits the same write. Returns it (None when not armed)."""
+        if self._popup_write is None and self._armed:
+            self._popup_write = self._detect("POPUP", url, _POPUP)
+        return self._popup_write
 
     async def _may_navigate(self, request: Request) -> bool:
         """Hold a navigation until what it opens the door to is journaled: a popup's first
         document (its script could send and close before it is routed) and a document leaving
         (it may send on pagehide without asking any route). False: that write failed."""
-        if self.dispatched and not self._popups:
+        if self.dispatched and self._popup_write is None:
             return True  # the attempt counts as dispatched already
         try:
             navigation = request.is_navigation_request()
@@ -314,16 +310,9 @@ class DispatchGate:
         if not navigation:
             return True
         faults.hit("dispatch_held", self.effect.id)  # the navigation waits in the browser until we answer
-        page = _page_of(request)
-        if page is None:  # the frame does not exist yet: a new page's first document (a popup's)
-            if request.url not in self._first_documents:
-                self._first_documents[request.url] = self._detect("POPUP", request.url, _POPUP)
-            write = self._first_documents[request.url]
-        elif page not in self._own_pages:
-            write = self._popup(page)
-        else:
-            write = None
-        if page is None or page not in self._own_pages:
+        page = _page_of(request)  # None: the frame does not exist yet, a new page's first document
+        if page is None or page not in self._own_pages:  # a popup's
+            write = self._popup(request.url)
             if write is not None:
                 await asyncio.shield(write)
             return not self.unjournaled

@@ -16,13 +16,9 @@ from playwright.async_api import APIResponse, Request, Route
 
 from .errors import UndeclaredEffect
 from .flow import Action, is_dispatch
-from .routes import ApiSend, ContextRoute
+from .routes import SOCKET, ApiSend, ContextRoute
 
 __all__ = ["ActionGuard"]
-
-SOCKET = "WEBSOCKET"
-"""The method an action's or effect's WebSocket message is journaled and matched with."""
-
 
 class ActionGuard:
     """Watches one action step; see the module docstring."""

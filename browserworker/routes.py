@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from playwright.async_api import APIResponse, BrowserContext, Page, Request, Route, WebSocketRoute
 
-__all__ = ["ApiHandler", "ContextRoute", "SocketHandler", "stop_renderer"]
+__all__ = ["SOCKET", "ApiHandler", "ContextRoute", "SocketHandler", "stop_renderer"]
 
 log = structlog.get_logger("browserworker.gate")
 
@@ -26,6 +26,9 @@ ApiHandler = Callable[[str, str, ApiSend], Awaitable[APIResponse]]
 """``(method, url, send)``: decide a ``page.request`` call; ``send()`` makes it."""
 SocketHandler = Callable[[str, "str | bytes", Callable[[], None]], Awaitable[None]]
 """``(socket url, message, forward)``: decide a message the page sends; ``forward()`` sends it on."""
+
+SOCKET = "WEBSOCKET"
+"""The method a WebSocket message the page sends is journaled and matched with (``dispatch=``, ``sends=``)."""
 
 SHUT_TIMEOUT = 5.0
 """Seconds :meth:`ContextRoute.shut` gives each page's renderer to be seen stopped."""
