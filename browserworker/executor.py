@@ -2,7 +2,7 @@
 
 One *pass* is a fresh browser context walking the steps from the top: actions are re-run,
 SUCCEEDED effects are skipped (their journaled results handed on), and an effect whose
-latest attempt is INTENT or UNKNOWN is recovered first (DESIGN section 4). A pass ends
+latest attempt is INTENT or UNKNOWN is recovered first (docs/guarantees.md, "Recovery"). A pass ends
 with the run done, or asks for a new pass (a replay needs fresh page state), for review,
 or for failure. The executor owns no lease logic beyond honouring it: every journal
 write is fenced, and a lost lease closes the context and stops the run at once.
@@ -541,7 +541,7 @@ class Executor:
 
     async def _recover(self, step: Effect, attempt: AttemptRecord, page: Page, results: dict[str, Any],
                        fp: str) -> Any:
-        """Recover an effect whose latest attempt is INTENT or UNKNOWN (DESIGN section 4)."""
+        """Recover an effect whose latest attempt is INTENT or UNKNOWN (docs/guarantees.md, "Recovery")."""
         outbox = await self._db("outbox", attempt.id)
         plan = plan_recovery(attempt, outbox, judge=self._judge(step), has_verifier=step.verifier is not None,
                              idempotent=step.idempotent)

@@ -1,8 +1,8 @@
 """Pure decisions of the journal: how an attempt is classified and how it is recovered.
 
 No browser and no store here: the executor gathers the evidence (the attempt, its
-outbox rows, the effect's options) and asks these functions what it means. DESIGN
-sections 3 and 4 are implemented here, so they are unit-tested here.
+outbox rows, the effect's options) and asks these functions what it means. The
+states and recovery rules of docs/guarantees.md are implemented here, so they are unit-tested here.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class RecoveryPlan:
 
 def plan_recovery(attempt: AttemptRecord, outbox: Sequence[OutboxRecord], *, judge: Judge,
                   has_verifier: bool, idempotent: bool) -> RecoveryPlan:
-    """DESIGN section 4: no dispatch → replay; else outbox/confirm → verifier → idempotent → park."""
+    """docs/guarantees.md, "Recovery": no dispatch → replay; else outbox/confirm → verifier → idempotent → park."""
     if attempt.state not in (AttemptState.INTENT, AttemptState.UNKNOWN):
         raise ValueError(f"nothing to recover in a {attempt.state} attempt")
     if attempt.dispatched_at is None:

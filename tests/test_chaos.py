@@ -33,7 +33,7 @@ def test_chaos_every_point_lands_exactly_once(bw: BW, shop: Any) -> None:
     assert set(results) == set(CHAOS_POINTS)
     for point, r in results.items():
         assert (r["verdict"], r["landings"], r["probe"], r["run_state"]) == ("ok", 1, "count", "SUCCEEDED"), point
-    # the classification each point must end in (issue table)
+    # the classification each point must end in (docs/proving.md, the fault-point table)
     assert results["after_intent_commit"]["classification"] == "FAILED_BEFORE_SEND (recovery:no_dispatch)"
     assert results["dispatch_held"]["classification"] == "FAILED_BEFORE_SEND (recovery:no_dispatch)"
     assert results["lease_expired_while_alive"]["classification"] == "FAILED_BEFORE_SEND (recovery:no_dispatch)"

@@ -1,4 +1,4 @@
-"""Classification and recovery decisions (DESIGN sections 3 and 4), without a browser."""
+"""Classification and recovery decisions (docs/guarantees.md: states, recovery), without a browser."""
 
 from __future__ import annotations
 
