@@ -533,7 +533,9 @@ def tree_cpu(exclude: set[int]) -> tuple[float, float]:
 
 # -- the benchmark ---------------------------------------------------------------------------
 
-async def one_run(browser: Any, base: str, setup: str, i: int, proxy: GateProxy, journal: Journal) -> None:
+async def gated_context(browser: Any, setup: str, proxy: GateProxy, journal: Journal) -> Any:
+    """A new context for ``setup``: "none", "route" (a route that journals each dispatch before it
+    lets it go) or "proxy" (every request through the gate proxy)."""
     options: dict[str, Any] = {"service_workers": "block"}
     if setup == "proxy":
         options["proxy"] = {"server": proxy.url}
@@ -545,6 +547,11 @@ async def one_run(browser: Any, base: str, setup: str, i: int, proxy: GateProxy,
             await route.fallback()
 
         await context.route("**/*", gate)
+    return context
+
+
+async def one_run(browser: Any, base: str, setup: str, i: int, proxy: GateProxy, journal: Journal) -> None:
+    context = await gated_context(browser, setup, proxy, journal)
     page = await context.new_page()
     await page.goto(f"{base}/form")
     await page.fill("#item", f"r{i}")
@@ -594,17 +601,7 @@ async def latency(browser: Any, base: str, setup: str, n: int, proxy: GateProxy,
     """The gate's own cost per request: median milliseconds of one fetch POST (a dispatch:
     journaled) and of one fetch GET (passed through) from a live page, one at a time, and the
     CPU milliseconds (this process and the browser) per POST+GET pair."""
-    options: dict[str, Any] = {"service_workers": "block"}
-    if setup == "proxy":
-        options["proxy"] = {"server": proxy.url}
-    context = await browser.new_context(**options)
-    if setup == "route":
-        async def gate(route: Any, request: Any) -> None:
-            if is_dispatch(request.method):
-                await journal.commit("route", request.method, request.url)
-            await route.fallback()
-
-        await context.route("**/*", gate)
+    context = await gated_context(browser, setup, proxy, journal)
     page = await context.new_page()
     await page.goto(f"{base}/form")
     self0, kids0 = tree_cpu(exclude)
