@@ -3,8 +3,11 @@
 from .base import SQLStore, Store
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
 from .sqlite import SCHEMA_VERSION, SQLiteStore
+from .url import DEFAULT_DB, ENV_DB, open_store
 
 __all__ = [
+    "DEFAULT_DB",
+    "ENV_DB",
     "SCHEMA_VERSION",
     "AttemptRecord",
     "EventRecord",
@@ -15,4 +18,5 @@ __all__ = [
     "SQLStore",
     "SQLiteStore",
     "Store",
+    "open_store",
 ]
