@@ -34,7 +34,7 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,10 +285,8 @@ def _without_shared_workers(args: list[str]) -> list[str]:
 class BrowserSession:
     """One Playwright driver and one Chromium for this process; contexts on demand."""
 
-    def __init__(self, settings: BrowserSettings,
-                 on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = ()) -> None:
+    def __init__(self, settings: BrowserSettings) -> None:
         self.settings = settings
-        self.on_context = list(on_context)
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
         self.temp_dir: Path | None = None  # the driver's TMPDIR while open (see the module docstring)
@@ -346,8 +344,6 @@ class BrowserSession:
         options = {"service_workers": "block", **self.settings.context_options, **overrides}
         ctx = await self.browser.new_context(**options)
         try:
-            for setup in self.on_context:  # e.g. a replay router, installed before any step runs
-                await setup(ctx)
             yield ctx
         finally:
             try:

@@ -33,7 +33,7 @@ from .faults import CHAOS_POINTS
 from .flow import Action, Effect, StepContext, Verdict
 from .loader import LoadedFlow
 from .states import AttemptState, RunState
-from .store.sqlite import SQLiteStore
+from .store import Store, open_store
 
 __all__ = ["CHAOS_POINTS", "ChaosReport", "ChaosResult", "VerifierCheck", "run_chaos"]
 
@@ -176,7 +176,7 @@ def _crash(sc: _Scenario, step: str, point: str, run_id: str) -> bool:
     return first.returncode == -signal.SIGKILL
 
 
-async def _probe(loaded: LoadedFlow, store: SQLiteStore, run_id: str, effect: Effect,
+async def _probe(loaded: LoadedFlow, store: Store, run_id: str, effect: Effect,
                  browser: BrowserSettings) -> tuple[int | None, str]:
     """Count the effect's landings for its request key (count probe, else verifier yes/no)."""
     if effect.counter is None and effect.verifier is None:
@@ -205,7 +205,7 @@ async def _probe(loaded: LoadedFlow, store: SQLiteStore, run_id: str, effect: Ef
         return (1 if isinstance(verdict, Verdict) and verdict.kind == "done" else 0), "verifier"
 
 
-def _journal_summary(store: SQLiteStore, run_id: str, step: str) -> tuple[str, str]:
+def _journal_summary(store: Store, run_id: str, step: str) -> tuple[str, str]:
     attempts = [a for a in store.attempts(run_id) if a.step_id == step]
     if not attempts:
         return "-", "-"
@@ -231,7 +231,7 @@ def run_chaos(loaded: LoadedFlow, inputs: Mapping[str, Any], *, points: Sequence
         db = Path(tmp) / "chaos.db"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         sc = _Scenario(loaded, inputs, db, env)
-        store = SQLiteStore(db)
+        store = open_store(db)
         try:
             report.self_tests = asyncio.run(self_test_verifiers(store, loaded, inputs, effects, browser=browser,
                                                                 progress=progress))
@@ -257,7 +257,7 @@ def _scenario(sc: _Scenario, effect: Effect, point: str, rnd: int, browser: Brow
         hung = None
     except (_Hung, subprocess.TimeoutExpired) as exc:
         fired, hung = True, str(exc)
-    store = SQLiteStore(sc.db)
+    store = open_store(sc.db)
     try:
         run = store.get_run(run_id)
         state = str(run.state) if run else "missing"

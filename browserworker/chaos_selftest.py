@@ -24,7 +24,8 @@ from .browser import BrowserSettings
 from .flow import Effect, Step, StepContext, _where
 from .loader import LoadedFlow
 from .recording.selftest import SelfTest, expected_after, run_verifier
-from .runner import RunRequest, prepare_run, run_flow
+from .engine import Engine
+from .runner import RunRequest, prepare_run
 from .store.base import Store
 from .store.records import AttemptRecord
 
@@ -119,7 +120,7 @@ async def self_test_verifiers(store: Store, loaded: LoadedFlow, inputs: Mapping[
                                            run_id=f"chaos-selftest-{uuid.uuid4().hex[:8]}"))
     tester = _SelfTester(chosen, run.id, progress or (lambda check: None))
     with faults.suspended():  # this process's own fault rules (if any) must not fire in the clean run
-        final = await run_flow(store, loaded, run, browser=browser, observers=[tester])
+        final = await Engine(store, browser=browser, extensions=[tester]).run(loaded, run)
     tested = {c.step for c in tester.checks}
     for effect in chosen.values():
         if effect.id not in tested:

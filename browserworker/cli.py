@@ -26,7 +26,8 @@ from .errors import BrowserNotFound, LeaseLost, QueueFull, StoreError, UsageErro
 from .leases import LeaseSettings
 from .loader import load_flow, parse_inputs
 from .logs import configure_logging
-from .runner import RunRequest, prepare_run, run_flow, validate_run_id
+from .engine import Engine
+from .runner import RunRequest, prepare_run, validate_run_id
 from .states import RunState
 from .store.sqlite import SQLiteStore
 from .views import Progress, journal_view, print_chaos, print_journal, print_runs, run_summary
@@ -156,17 +157,16 @@ def run(flow_file: Path, flow_name: str | None, pairs: tuple[str, ...], inputs_j
     if not as_json:
         click.echo(record.id)
     broken: list[str] = []
+    engine = Engine(store, browser=browser, lease=LeaseSettings(ttl=lease_ttl), extensions=[Progress(err)],
+                    evidence_dir=_evidence_dir(db))
     try:
         if record_name:  # the same run, with its network, journal and verifier self-tests recorded
             from .recording import record as record_flow
             recorded = asyncio.run(_with_signals(lambda stop: record_flow(
-                store, loaded, record, name=record_name, trace=trace, browser=browser,
-                lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err), evidence_dir=_evidence_dir(db), stop=stop)))
+                engine, loaded, record, name=record_name, trace=trace, stop=stop)))
             final, broken = recorded.run, recorded.broken
         else:
-            final = asyncio.run(_with_signals(lambda stop: run_flow(
-                store, loaded, record, browser=browser, lease=LeaseSettings(ttl=lease_ttl), hooks=Progress(err),
-                evidence_dir=_evidence_dir(db), stop=stop)))
+            final = asyncio.run(_with_signals(lambda stop: engine.run(loaded, record, stop=stop)))
     except LeaseLost as exc:
         click.echo(f"error: lease lost, stopped without dispatching anything more: {exc}", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -260,17 +260,18 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
     back at their next step boundary (no waiting for lease expiry). A second signal exits
     at once.
     """
-    from .worker import Worker, WorkerSettings  # imported here: keeps `run`'s start-up short
+    from .worker import WorkerSettings  # imported here: keeps `run`'s start-up short
 
     try:
         browser = BrowserSettings.discover(headless=not headed)
         for q in queues:
             jobs.validate_queue(q)
         settings = WorkerSettings(queues=list(queues) or ["default"], concurrency=concurrency,
-                                  lease=LeaseSettings(ttl=lease_ttl), grace=grace, max_lease_losses=max_lease_losses,
-                                  once=once, flow_dirs=list(flow_dirs), evidence_dir=_evidence_dir(db))
+                                  grace=grace, max_lease_losses=max_lease_losses,
+                                  once=once, flow_dirs=list(flow_dirs))
         store = _open_store(db)
-        fleet_worker = Worker(store, settings, browser)
+        fleet_worker = Engine(store, browser=browser, lease=LeaseSettings(ttl=lease_ttl),
+                              evidence_dir=_evidence_dir(db)).worker(settings)
     except (UsageError, BrowserNotFound, ValueError) as exc:
         _fail(str(exc))
     click.echo(f"worker {fleet_worker.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, db {db})",
@@ -536,7 +537,7 @@ def replay(recording: str, crash_at: str | None, settle: float | None, headed: b
 
     try:
         result = replay_recording(recording, crash_at=crash_at, settle=settle,
-                                  browser=BrowserSettings.discover(headless=not headed), hooks=Progress(sys.stderr))
+                                  browser=BrowserSettings.discover(headless=not headed), extensions=[Progress(sys.stderr)])
     except (UsageError, BrowserNotFound, ReplayError) as exc:
         _fail(str(exc))
     click.echo(json.dumps(result.journal, indent=2, default=str) if as_json else result.report())

@@ -34,9 +34,9 @@ from playwright.async_api import APIResponse, Page, Request, Response, Route
 from . import faults
 from .errors import LeaseLost, StoreError
 from .flow import Effect
-from .hooks import ExecutorHooks
+from .extensions import Extensions
+from .journal import RunJournal
 from .routes import SOCKET, ApiSend, ContextRoute
-from .store.aio import AsyncStore
 from .store.records import AttemptRecord, OutboxRecord
 
 __all__ = ["DispatchGate"]
@@ -56,17 +56,13 @@ WEBSOCKET = "websocket"
 class DispatchGate:
     """Gates one effect attempt's channels; see the module docstring."""
 
-    def __init__(self, store: AsyncStore, attempt: AttemptRecord | None, effect: Effect, *, epoch: int, margin: float,
-                 hooks: ExecutorHooks, is_alive: Callable[[], bool],
-                 holds_lease: Callable[[], bool] | None = None, shared_workers_allowed: bool = False) -> None:
-        self.store = store
-        self.attempt = attempt
+    def __init__(self, journal: RunJournal, effect: Effect, extensions: Extensions, *,
+                 shared_workers_allowed: bool = False) -> None:
+        self.journal = journal
+        self.attempt: AttemptRecord | None = None  # set by arm()
         self.effect = effect
-        self.epoch = epoch
-        self.margin = margin
-        self.hooks = hooks
-        self.is_alive = is_alive
-        self.holds_lease = holds_lease or is_alive
+        self.epoch = journal.epoch
+        self.extensions = extensions
         self.shared_workers_allowed = shared_workers_allowed
         self.released: dict[Request, int] = {}  # browser requests let go, and their outbox rows
         self._chains: dict[Request, int] = {}  # redirect legs of released requests, by their chain's row
@@ -182,6 +178,10 @@ class DispatchGate:
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
         return task
+
+    def _holds(self) -> bool:
+        """The lease holds with half the dispatch margin left: a release may still go out."""
+        return self.journal.holds(self.journal.settings.margin / 2)
 
     @property
     def _armed(self) -> bool:
@@ -333,7 +333,7 @@ class DispatchGate:
 
     async def _decide(self, route: Route, request: Request) -> None:
         assert self.attempt is not None
-        if self.refusal is not None or not self.is_alive():
+        if self.refusal is not None or not self.journal.alive:
             await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
             return
         faults.hit("dispatch_held", self.effect.id)  # the request waits in the browser until we answer
@@ -344,14 +344,14 @@ class DispatchGate:
             return
         self.released[request] = outbox_id
         faults.hit("after_dispatch_commit", self.effect.id)
-        if not self.holds_lease():
+        if not self._holds():
             # paused (GC, SIGSTOP) between the commit and here past the lease: do not send. The
             # journal says dispatched, so recovery verifies before any replay: safe either way.
             self.refusal = LeaseLost("the lease ran out between the dispatch commit and the release")
             del self.released[request]
             await self._abort(route, request, self.refusal)
             return
-        self.hooks.dispatched(self.attempt, request.method, request.url)
+        self.extensions.notify("dispatched", self.attempt, request.method, request.url)
         await route.fallback()  # to the network, or to a replay router registered before the gate
         faults.hit("after_dispatch", self.effect.id)
 
@@ -369,8 +369,7 @@ class DispatchGate:
         a = self.attempt
         assert a is not None
         try:
-            outbox_id = await self.store.call(self.store.store.mark_dispatched, a, self.epoch, method, url,
-                                              margin=self.margin, channel=channel)
+            outbox_id = await self.journal.dispatch(a, method, url, channel=channel)
         except (LeaseLost, StoreError) as exc:
             self.refusal = exc
             return None
@@ -405,10 +404,10 @@ class DispatchGate:
 
     async def _record_response(self, outbox_id: int, response: Response) -> None:
         headers = _key_headers(response.headers)
-        await self.store.call(self.store.store.record_response, outbox_id, response.status, response.url, headers)
+        await self.journal.answered(outbox_id, response.status, response.url, headers)
         self._answered(outbox_id, response.status, response.url, headers)
         assert self.attempt is not None  # only an armed gate releases requests
-        self.hooks.response(self.attempt, response.status, response.url)
+        self.extensions.notify("response", self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
 
     def _answered(self, outbox_id: int, status: int, url: str, headers: dict[str, str]) -> None:
@@ -418,11 +417,11 @@ class DispatchGate:
                                               response_at=time.time())
 
     async def _record_final(self, outbox_id: int, status: int, url: str) -> None:
-        await self.store.call(self.store.store.record_final, outbox_id, status, url)
+        await self.journal.final(outbox_id, status, url)
         self._outbox[outbox_id] = replace(self._outbox[outbox_id], final_status=status, final_url=url)
 
     async def _record_failure(self, outbox_id: int, failure: str) -> None:
-        await self.store.call(self.store.store.record_request_failed, outbox_id, failure)
+        await self.journal.failed(outbox_id, failure)
         row = self._outbox[outbox_id]
         if row.response_at is None and row.failure is None:
             self._outbox[outbox_id] = replace(row, failure=failure, failed_at=time.time())
@@ -446,8 +445,7 @@ class DispatchGate:
         a = self.attempt
         assert a is not None
         try:
-            outbox_id = await self.store.call(self.store.store.mark_dispatched, a, self.epoch, method, url,
-                                              margin=0.0, channel=DETECTED)
+            outbox_id = await self.journal.dispatch(a, method, url, channel=DETECTED, margin=0.0)
         except (LeaseLost, StoreError) as exc:
             # the outcome's commit sets dispatched_at instead (the attempt never ends as "nothing left")
             self.unjournaled.append(f"{method} {url}: {exc}")
@@ -463,11 +461,10 @@ class DispatchGate:
         a = self.attempt
         assert a is not None
         pause = 0.05
-        while self.unjournaled and self.holds_lease():
+        while self.unjournaled and self._holds():
             try:
-                outbox_id = await self.store.call(self.store.store.mark_dispatched, a, self.epoch, "DETECTED",
-                                                  f"{len(self.unjournaled)} possible dispatch(es) journaled late",
-                                                  margin=0.0, channel=DETECTED)
+                outbox_id = await self.journal.dispatch(a, "DETECTED", f"{len(self.unjournaled)} possible "
+                                                        "dispatch(es) journaled late", channel=DETECTED, margin=0.0)
             except StoreError:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
@@ -490,29 +487,29 @@ class DispatchGate:
         """A ``page.request`` call: journaled like a held request before it is sent."""
         if not self._armed or not self.effect.is_dispatch(method, url):
             return await send()
-        if self.refusal is not None or not self.is_alive():
+        if self.refusal is not None or not self.journal.alive:
             why = self.refusal or LeaseLost("the run's lease is lost")
             self._refused(method, url, why)
             raise why
         faults.hit("dispatch_held", self.effect.id)
         outbox_id = await self._commit(method, url, API)
-        if outbox_id is None or not self.holds_lease():
+        if outbox_id is None or not self._holds():
             why = self.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
             self.refusal = why
             self._refused(method, url, why)
             raise why
         self.sent += 1
         assert self.attempt is not None
-        self.hooks.dispatched(self.attempt, method, url)
+        self.extensions.notify("dispatched", self.attempt, method, url)
         try:
             response = await send()
         except Exception as exc:
             await self._record_failure(outbox_id, f"{type(exc).__name__}: {exc}")
             raise
         headers = _key_headers(response.headers)
-        await self.store.call(self.store.store.record_response, outbox_id, response.status, response.url, headers)
+        await self.journal.answered(outbox_id, response.status, response.url, headers)
         self._answered(outbox_id, response.status, response.url, headers)
-        self.hooks.response(self.attempt, response.status, response.url)
+        self.extensions.notify("response", self.attempt, response.status, response.url)
         return response
 
     async def _socket(self, url: str, message: str | bytes, forward: Callable[[], None]) -> None:
@@ -520,18 +517,18 @@ class DispatchGate:
         if not self._armed or not self.effect.is_dispatch(SOCKET, url):
             forward()
             return
-        if self.refusal is not None or not self.is_alive():
+        if self.refusal is not None or not self.journal.alive:
             self._refused(SOCKET, url, self.refusal or LeaseLost("the run's lease is lost"))
             return
         faults.hit("dispatch_held", self.effect.id)
         outbox_id = await self._commit(SOCKET, url, WEBSOCKET)
-        if outbox_id is None or not self.holds_lease():
+        if outbox_id is None or not self._holds():
             self.refusal = self.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
             self._refused(SOCKET, url, self.refusal)
             return
         self.sent += 1
         assert self.attempt is not None
-        self.hooks.dispatched(self.attempt, SOCKET, url)
+        self.extensions.notify("dispatched", self.attempt, SOCKET, url)
         forward()
 
 

@@ -7,12 +7,12 @@ import os
 import time
 import socket
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from .errors import LeaseLost, StoreError
+from .extensions import Extensions
 from .store.aio import AsyncStore
 from .store.records import Owner, RunRecord
 
@@ -105,16 +105,16 @@ class Lease:
     """A held lease on one run; a background task heartbeats it every TTL/3.
 
     The task does not depend on the page. When a heartbeat fails the lease is marked
-    lost and ``on_lost`` is called (the executor shuts and closes the run's context).
+    lost and the extensions hear ``lease_lost`` (the executor shuts and closes the run's context).
     """
 
     def __init__(self, store: AsyncStore, run_id: str, epoch: int, settings: LeaseSettings,
-                 on_lost: Callable[[BaseException], None] | None = None) -> None:
+                 extensions: Extensions | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.epoch = epoch
         self.settings = settings
-        self.on_lost = on_lost
+        self.extensions = extensions
         self.lost: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         # a local, conservative view of the expiry on this process's monotonic clock: the
@@ -135,8 +135,8 @@ class Lease:
         if self.lost is None:
             self.lost = exc
             log.warning("lease lost", run_id=self.run_id, lease_epoch=self.epoch, error=str(exc))
-            if self.on_lost is not None:
-                self.on_lost(exc)
+            if self.extensions is not None:
+                self.extensions.notify("lease_lost", self.run_id, exc)
 
     async def _beat(self) -> None:
         while True:

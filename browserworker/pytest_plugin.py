@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .store.sqlite import SQLiteStore
+from .store import Store, open_store
 
 if TYPE_CHECKING:  # pragma: no cover
     from .browser import BrowserSettings
+    from .engine import Engine
     from .recording import ReplayResult
 
 RECORD_MODES = ("none", "once", "all")
@@ -64,11 +65,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def bw_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+def bw_store(tmp_path: Path) -> Iterator[Store]:
     """A fresh journal database for one test."""
-    store = SQLiteStore(tmp_path / "browserworker.db")
+    store = open_store(tmp_path / "browserworker.db")
     yield store
     store.close()
+
+
+@pytest.fixture
+def bw_engine(bw_store: Store, bw_browser_settings: BrowserSettings) -> Engine:
+    """An :class:`~browserworker.engine.Engine` over :func:`bw_store` and the session's browser settings."""
+    from .engine import Engine
+
+    return Engine(bw_store, browser=bw_browser_settings)
 
 
 @pytest.fixture(scope="session")
@@ -173,22 +182,18 @@ class Replayer:
     def _record(self, name: str, path: Path, flow: str | Path | None,
                 record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> None:
         from .loader import load_flow
-        from .recording import record_run
+        from .engine import Engine
+        from .recording import record
         from .recording.replayer import _run_sync
-        from .runner import RunRequest, prepare_run
 
         if flow is None or record_inputs is None:
             pytest.fail(f"--bw-record={self.mode} needs to record {name!r}: pass flow= and record_inputs= to "
                         "replay()", pytrace=False)
         inputs = record_inputs() if callable(record_inputs) else record_inputs
         loaded = load_flow(flow)
-        store = SQLiteStore(self.artifacts.parent / f"record-{_slug(name)}.db")
-        try:
-            run, _ = prepare_run(store, RunRequest(loaded=loaded, inputs=dict(inputs),
-                                                   run_id=f"rec-{_slug(name)}-{time.strftime('%Y%m%d%H%M%S')}"))
-            final = _run_sync(record_run(store, loaded, run, name=path, browser=self.browser))
-        finally:
-            store.close()
+        with Engine(open_store(self.artifacts.parent / f"record-{_slug(name)}.db"), browser=self.browser) as engine:
+            run, _ = engine.prepare(loaded, inputs, run_id=f"rec-{_slug(name)}-{time.strftime('%Y%m%d%H%M%S')}")
+            final = _run_sync(record(engine, loaded, run, name=path)).run
         if final is None or final.state != "SUCCEEDED":
             pytest.fail(f"recording {name!r} ended {final.state if final else 'without a state'}; see {path}",
                         pytrace=False)

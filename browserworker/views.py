@@ -6,7 +6,7 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .hooks import NoHooks
+from .extensions import Extension
 from .states import AttemptState
 from .store.base import Store
 from .store.records import AttemptRecord, RunRecord
@@ -31,7 +31,7 @@ def _ts(value: float | None) -> str | None:
     return datetime.fromtimestamp(value, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
-class Progress(NoHooks):
+class Progress(Extension):
     """One line per step on ``stream`` (stderr), as the executor reports it."""
 
     def __init__(self, stream: TextIO) -> None:

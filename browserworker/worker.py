@@ -17,20 +17,21 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from .browser import BrowserSession, BrowserSettings
+from .browser import BrowserSession
 from .errors import BrowserworkerError, LeaseLost, StoreError, UsageError
-from .executor import Executor
-from .hooks import ExecutorHooks, HookBus
-from .leases import Lease, LeaseSettings, owner_is_gone, this_owner
+from .extensions import Extension
+from .leases import owner_is_gone, this_owner
 from .loader import LoadedFlow, file_hash, load_flow
 from .states import RunState
 from .store.aio import AsyncStore
-from .store.base import Store
 from .store.records import RunRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Engine, LeasedRun
 
 __all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats"]
 
@@ -46,14 +47,12 @@ class WorkerSettings:
 
     queues: list[str] = field(default_factory=lambda: ["default"])
     concurrency: int = 1
-    lease: LeaseSettings = field(default_factory=LeaseSettings)
     poll_interval: float = 0.5
     reclaim_every: float = 0.5  # the reclaimer's poll; it also wakes when a live lease expires
     grace: float = 30.0
     max_lease_losses: int = 3
     once: bool = False
     flow_dirs: list[Path] = field(default_factory=list)
-    evidence_dir: Path | None = None
 
 
 @dataclass
@@ -101,19 +100,18 @@ class FlowResolver:
 
 
 class Worker:
-    """One worker process's loop. Use ``await Worker(...).run()``."""
+    """One worker process's loop over an :class:`~browserworker.engine.Engine`:
+    ``await engine.worker(settings).run()`` (or ``engine.serve(settings)``)."""
 
-    def __init__(self, store: Store, settings: WorkerSettings, browser: BrowserSettings, *,
-                 hooks: ExecutorHooks | None = None, label: str = "worker") -> None:
-        self.store = store
+    def __init__(self, engine: Engine, settings: WorkerSettings, *, label: str = "worker") -> None:
+        self.engine = engine
+        self.store = engine.store
         self.settings = settings
-        self.browser = browser
-        self.hooks = hooks or HookBus()
         self.owner = this_owner(label)
         self.resolver = FlowResolver(settings.flow_dirs)
         self.stats = WorkerStats()
         self._stop = asyncio.Event()
-        self._active: dict[asyncio.Task[None], Executor | None] = {}
+        self._active: dict[asyncio.Task[None], LeasedRun | None] = {}
         self._settled = asyncio.Event()  # a run's end was committed: its slot is free
         self.log = log.bind(worker_id=self.owner.worker)
 
@@ -126,18 +124,18 @@ class Worker:
         if not self._stop.is_set():
             self.log.info("stopping: no more claims; releasing runs at their next step boundary")
         self._stop.set()
-        for executor in self._active.values():
-            if executor is not None:
-                executor.stop_requested = True
+        for leased in self._active.values():
+            if leased is not None:
+                leased.request_stop()
 
     async def run(self) -> WorkerStats:
         astore = AsyncStore(self.store)
         s = self.settings
         await astore.call(self.store.register_worker, self.owner, s.queues, s.concurrency)
-        self.log.info("worker started", queues=s.queues, concurrency=s.concurrency, ttl=s.lease.ttl)
+        self.log.info("worker started", queues=s.queues, concurrency=s.concurrency, ttl=self.engine.lease.ttl)
         beat = asyncio.create_task(self._heartbeat(astore), name="worker-heartbeat")
         try:
-            async with BrowserSession(self.browser) as session:
+            async with BrowserSession(self.engine.browser) as session:
                 await self._loop(astore, session)
                 await self._drain()
         finally:
@@ -152,7 +150,7 @@ class Worker:
 
     async def _heartbeat(self, astore: AsyncStore) -> None:
         while True:
-            await asyncio.sleep(self.settings.lease.heartbeat_every)
+            await asyncio.sleep(self.engine.lease.heartbeat_every)
             try:
                 await astore.call(self.store.worker_heartbeat, self.id)
             except StoreError as exc:
@@ -160,7 +158,7 @@ class Worker:
 
     async def _loop(self, astore: AsyncStore, session: BrowserSession) -> None:
         s = self.settings
-        every = min(s.reclaim_every, s.lease.heartbeat_every)
+        every = min(s.reclaim_every, self.engine.lease.heartbeat_every)
         # the next reclaim: at the poll cadence, or sooner when a live lease expires (plus skew)
         # before that; each reclaim reads the earliest expiry for the next one
         next_reclaim = min(time.monotonic() + every, await self._reclaim(astore))  # lost runs first
@@ -180,7 +178,7 @@ class Worker:
             self._settled.clear()
             while self._busy() < s.concurrency and not self._stop.is_set():
                 try:
-                    run = await astore.call(self.store.claim_next, self.owner, s.queues, s.lease.ttl)
+                    run = await astore.call(self.store.claim_next, self.owner, s.queues, self.engine.lease.ttl)
                 except StoreError as exc:
                     self.log.warning("claim failed", error=str(exc))
                     break
@@ -208,7 +206,7 @@ class Worker:
     def _busy(self) -> int:
         """Runs holding one of the N slots. A run whose end is committed holds none: all it has
         left is closing its context, and the next run starts beside that close."""
-        return sum(1 for executor in self._active.values() if executor is None or not executor.settled)
+        return sum(1 for leased in self._active.values() if leased is None or not leased.settled)
 
     async def _drain(self) -> None:
         if not self._active:
@@ -226,7 +224,7 @@ class Worker:
         have expired past the skew (infinity if none is held or that is unknown)."""
         s = self.settings
         try:
-            runs = await astore.call(self.store.reclaim_expired, skew=s.lease.skew,
+            runs = await astore.call(self.store.reclaim_expired, skew=self.engine.lease.skew,
                                      max_lease_losses=s.max_lease_losses, worker=self.id)
         except StoreError as exc:
             self.log.warning("reclaim failed", error=str(exc))
@@ -248,7 +246,7 @@ class Worker:
         # a hair past the edge, so the lease reads as expired (``<``) when the reclaim comes;
         # never sooner than _MIN_GAP (leases already past it, more than one reclaim takes,
         # are taken by the next)
-        return time.monotonic() + max(_MIN_GAP, expires_in + s.lease.skew + _PAST_EDGE)
+        return time.monotonic() + max(_MIN_GAP, expires_in + self.engine.lease.skew + _PAST_EDGE)
 
     async def _execute(self, astore: AsyncStore, session: BrowserSession, run: RunRecord) -> None:
         rlog = self.log.bind(run_id=run.id, lease_epoch=run.lease_epoch)
@@ -266,18 +264,17 @@ class Worker:
             await astore.call(self.store.record_event, run.id, "flow_changed", worker=self.id,
                               epoch=run.lease_epoch, decision="warning",
                               detail={"enqueued_hash": run.flow_hash, "current_hash": loaded.file_hash})
-        lease = Lease(astore, run.id, run.lease_epoch, self.settings.lease)
-        executor = Executor(loaded.flow, astore, session, run, self.owner, lease, self.settings.lease,
-                            hooks=self.hooks, evidence_dir=self.settings.evidence_dir)
-        executor.stop_requested = self._stop.is_set()
-        lease.on_lost = executor.on_lease_lost
-        executor.on_settled = self._settled.set
+        from .engine import LeasedRun
+
+        leased = LeasedRun(self.engine, astore, run, loaded, self.owner,
+                           self.engine.extensions_for([_SlotFreed(self._settled)]))
+        if self._stop.is_set():
+            leased.request_stop()
         current = asyncio.current_task()
         if current is not None:
-            self._active[current] = executor
-        lease.start()
+            self._active[current] = leased
         try:
-            final = await executor.execute()
+            final = await leased.execute(session)
             state = str(final.state)
             if final.state == RunState.QUEUED:
                 self.stats.released += 1
@@ -299,4 +296,14 @@ class Worker:
             self.stats.errors += 1
             rlog.exception("run crashed; its lease will expire and it will be reconciled", error=str(exc))
         finally:
-            await lease.stop()
+            await leased.lease.stop()
+
+
+class _SlotFreed(Extension):
+    """A run's end is committed: its slot is free (the next run starts beside its context's close)."""
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event = event
+
+    def run_settled(self, run_id: str) -> None:  # type: ignore[override]
+        self.event.set()

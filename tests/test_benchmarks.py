@@ -13,7 +13,7 @@ import pytest
 
 from browserworker.browser import BrowserSettings
 from browserworker.loader import load_flow
-from browserworker.runner import run_flow
+from browserworker.engine import Engine
 from browserworker.states import RunState
 from browserworker.store import NewRun, SQLiteStore
 from browserworker.store.aio import AsyncStore
@@ -73,7 +73,7 @@ def test_the_control_plane_benchmark_makes_the_store_calls_of_a_real_run(
     store = SQLiteStore(tmp_path / "real.db")
     run = store.create_run(NewRun(id="real-1", flow_name="one-effect", inputs={"url": shop.url}))
     del calls[:]
-    final = asyncio.run(run_flow(store, load_flow(flow_file), run, browser=BrowserSettings.discover()))
+    final = asyncio.run(Engine(store, browser=BrowserSettings.discover()).run(load_flow(flow_file), run))
     real = calls[:]
     assert final.state == RunState.SUCCEEDED, final.error
     [attempt] = store.attempts("real-1")

@@ -14,8 +14,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from browserworker.browser import BrowserSettings
+from browserworker.engine import Engine
 from browserworker.loader import load_flow
-from browserworker.recording import REDACTED, Recording, record_run, replay
+from browserworker.recording import REDACTED, Recording, record, replay
 from browserworker.runner import RunRequest, prepare_run
 from browserworker.sandbox.db import SandboxDB
 from browserworker.sandbox.testing import start_sandbox
@@ -72,8 +73,8 @@ def test_a_recording_keeps_no_secret_and_replays_with_the_sandbox_stopped(tmp_pa
         loaded = load_flow(TEST_FLOWS / "secret_order.py")
         run, _ = prepare_run(store, RunRequest(loaded=loaded, run_id="rec-secret", inputs={
             "base_url": shop.url, "username": "tester", **secret}))
-        final = asyncio.run(record_run(store, loaded, run, name=tmp_path / "rec", browser=BrowserSettings.discover(),
-                                       trace=True, observers=[spy]))
+        engine = Engine(store, browser=BrowserSettings.discover())
+        final = asyncio.run(record(engine, loaded, run, name=tmp_path / "rec", trace=True, extensions=[spy])).run
     finally:
         shop.stop()
         store.close()

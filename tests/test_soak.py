@@ -309,7 +309,7 @@ def test_lease_lost_while_a_page_opens_stops_the_run_instead_of_hanging() -> Non
     async def scenario() -> None:
         async with BrowserSession(BrowserSettings.discover()) as session, session.context() as context:
             lease = Lease(None, "r", 1, LeaseSettings(ttl=3))  # type: ignore[arg-type]
-            closing = asyncio.ensure_future(context.close())  # what Executor.on_lease_lost does
+            closing = asyncio.ensure_future(context.close())  # what a lost lease does to the run's context
             lease.mark_lost(LeaseLost("taken over at epoch 2"))
             with pytest.raises(LeaseLost, match="epoch 2"):
                 opening = Executor._new_page(SimpleNamespace(lease=lease), context)  # type: ignore[arg-type]

@@ -14,14 +14,15 @@ import pytest
 from playwright.async_api import BrowserContext
 
 from browserworker.browser import BrowserSettings
-from browserworker.hooks import NoHooks
+from browserworker.engine import Engine
+from browserworker.extensions import Extension
 from browserworker.jobs import enqueue
 from browserworker.leases import LeaseSettings
 from browserworker.loader import load_flow
 from browserworker.states import RunState
 from browserworker.store import SQLiteStore
 from browserworker.store.records import Owner, RunRecord
-from browserworker.worker import Worker, WorkerSettings
+from browserworker.worker import WorkerSettings
 from conftest import BW, FLOWS, sigkill
 from fleet import TEST_FLOWS, duplicate_references, enqueue_many, events, run_states, start_worker, states, \
     wait_until_done
@@ -86,7 +87,7 @@ def test_a_slot_frees_when_the_runs_end_is_committed(tmp_path: Path, monkeypatch
     started: list[str] = []
     both_started = asyncio.Event()
 
-    class Starts(NoHooks):
+    class Starts(Extension):
         def run_started(self, run: RunRecord) -> None:
             started.append(run.id)
             if len(started) == 2:
@@ -105,8 +106,8 @@ def test_a_slot_frees_when_the_runs_end_is_committed(tmp_path: Path, monkeypatch
         await close(self, *args, **kwargs)
 
     monkeypatch.setattr(BrowserContext, "close", held_close)
-    worker = Worker(store, WorkerSettings(concurrency=1, once=True, poll_interval=0.05), BrowserSettings.discover(),
-                    hooks=Starts())
+    worker = Engine(store, browser=BrowserSettings.discover(), extensions=[Starts()]).worker(
+        WorkerSettings(concurrency=1, once=True, poll_interval=0.05))
     try:
         stats = asyncio.run(worker.run())
         assert stats.finished == {"SUCCEEDED": 2}
@@ -129,12 +130,13 @@ def test_the_reclaimer_wakes_when_a_lease_expires(tmp_path: Path) -> None:
     assert leased is not None and leased.owner == "worker-elsewhere"
     done = asyncio.Event()
 
-    class Finished(NoHooks):
+    class Finished(Extension):
         def run_finished(self, record: RunRecord) -> None:
             done.set()
 
-    settings = WorkerSettings(reclaim_every=60, poll_interval=60, lease=LeaseSettings(ttl=300, skew=0.2))
-    worker = Worker(store, settings, BrowserSettings.discover(), hooks=Finished())
+    settings = WorkerSettings(reclaim_every=60, poll_interval=60)
+    worker = Engine(store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=300, skew=0.2),
+                    extensions=[Finished()]).worker(settings)
 
     async def main() -> None:
         working = asyncio.create_task(worker.run())

@@ -1,6 +1,6 @@
 """Recordings: record a run, replay it offline (crash scenarios included), secrets redacted.
 
-- :func:`record` (or :func:`record_run`, the final run alone) executes a new run like ``run``
+- :func:`record` executes a new run with an :class:`~browserworker.engine.Engine` as ``run``
   does and writes ``recordings/NAME/`` (``browserworker run FLOW.py --record NAME [--trace]``),
   self-testing each effect's verifier;
 - :func:`replay` runs a recording's flow offline against the :class:`ReplayRouter`,
@@ -12,7 +12,7 @@ See :mod:`.files` for the format, :mod:`.redact` for what never reaches a record
 """
 
 from .files import FORMAT, Recording, recording_path
-from .recorder import RecordedRun, record, record_run
+from .recorder import RecordedRun, record
 from .redact import REDACTED, Redactor
 from .replayer import CRASH_POINTS, ReplayError, ReplayResult, replay, replay_async
 from .router import ReplayRouter
@@ -28,7 +28,6 @@ __all__ = [
     "ReplayResult",
     "ReplayRouter",
     "record",
-    "record_run",
     "recording_path",
     "replay",
     "replay_async",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..browser import BrowserSettings
 from ..logs import configure_logging
-from ..store.sqlite import SQLiteStore
+from ..store import open_store
 from .files import Ledger, Recording
 from .replayer import _load, replay_pass
 
@@ -21,12 +21,12 @@ from .replayer import _load, replay_pass
 async def _main(config: dict) -> int:
     recording = Recording.load(config["recording"])
     loaded = _load(recording, config["flow"], config.get("settle"))
-    store = SQLiteStore(config["db"])
+    store = open_store(config["db"])
     try:
         run = store.get_run(config["run_id"])
         assert run is not None
         final, _, _ = await replay_pass(recording, loaded, store, run, ledger=Ledger(Path(config["ledger"])),
-                                        browser=BrowserSettings(**config["browser"]), hooks=None, self_test=False,
+                                        browser=BrowserSettings(**config["browser"]), self_test=False,
                                         workdir=Path(config["db"]).parent,
                                         crash_on_dispatch=config.get("crash_on_dispatch"))
         print(f"replay ended without crashing: {final.state}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Recording a run: the network per step, the journal, and a verifier self-test per effect.
 
-:class:`Recorder` is a :class:`~browserworker.hooks.StepObserver` (it also hears the
-executor's ``dispatched`` hook to mark which requests passed the dispatch gate). Network
+:class:`Recorder` is an :class:`~browserworker.extensions.Extension`: it prepares every
+context, captures around every step, and hears ``dispatched`` to mark which requests passed
+the dispatch gate. Network
 capture uses Playwright's ``context.tracing.start_har`` / ``stop_har``, one HAR per
 segment: a step, a verifier self-test, or the time between steps (where a recovery's
 verifier runs). Each segment is redacted and written when it ends, so a crash keeps
@@ -18,24 +19,21 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from playwright.async_api import BrowserContext
 from pydantic import BaseModel
 
-from ..browser import BrowserSettings
 from ..errors import InputError, UsageError
 from ..flow import Effect, Flow, Step, StepContext
-from ..hooks import ExecutorHooks, HookBus, NoHooks, StepObserver
-from ..leases import LeaseSettings
+from ..extensions import Extension, Extensions
 from ..loader import LoadedFlow
-from ..runner import run_flow
 from ..states import RunState
 from ..store.base import Store
 from ..store.records import AttemptRecord, RunRecord
@@ -43,7 +41,10 @@ from .files import FORMAT, RecordingWriter, Segment, recording_path, write_json
 from .redact import REDACTED, Redactor
 from .selftest import SelfTest, expected_after, run_verifier
 
-__all__ = ["RecordedRun", "Recorder", "TraceChunks", "journal_data", "record", "record_run", "redact_trace"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..engine import Engine
+
+__all__ = ["RecordedRun", "Recorder", "TraceChunks", "journal_data", "record", "redact_trace"]
 
 log = structlog.get_logger("browserworker.recording")
 
@@ -191,11 +192,11 @@ def journal_data(store: Store, run_id: str, redactor: Redactor,
 
 # -- the recorder ---------------------------------------------------------------------------
 
-class Recorder(NoHooks):
+class Recorder(Extension):
     """Records one run into a recording directory (see the module docstring)."""
 
     def __init__(self, writer: RecordingWriter, flow: Flow[Any], run: RunRecord, store: Store, *, name: str,
-                 flow_file: Path, flow_hash: str, trace: bool = False, notify: ExecutorHooks | None = None) -> None:
+                 flow_file: Path, flow_hash: str, trace: bool = False, notify: Extensions | None = None) -> None:
         self.writer = writer
         self.root = writer.root
         self.redactor = writer.redactor
@@ -205,7 +206,7 @@ class Recorder(NoHooks):
         self.name = name
         self.flow_file = flow_file
         self.flow_hash = flow_hash
-        self.notify = notify or NoHooks()
+        self.notify = notify or Extensions()
         self.traces = TraceChunks(self.root / "trace", self.redactor) if trace else None
         self._tmp = Path(tempfile.mkdtemp(prefix="browserworker-har-"))
         self._seq = 0
@@ -280,9 +281,9 @@ class Recorder(NoHooks):
             self._current = None
             self._write(seg, raw)
 
-    # -- StepObserver / context set-up ------------------------------------------------------
+    # -- the extension: context set-up, capture around steps ------------------------------------
 
-    async def on_context(self, context: BrowserContext) -> None:
+    async def context_created(self, context: BrowserContext) -> None:
         self._flush_closed()
         self._pass += 1
         if self._browser_version is None and context.browser is not None:
@@ -325,11 +326,9 @@ class Recorder(NoHooks):
         test = SelfTest(step=step.id, attempt=ctx.attempt_no, phase=phase, said=verdict.kind, expected=expected,
                         reason=verdict.reason, result=verdict.result)
         self.self_tests.append(test)
-        self.notify.notice(self.run, step.id, test.describe())
+        self.notify.notify("notice", self.run, step.id, test.describe())
 
-    # -- ExecutorHooks (only what recording needs) --------------------------------------------
-
-    def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:
+    def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:  # type: ignore[override]
         self._dispatched.append((method, url))
 
     # -- meta and journal ---------------------------------------------------------------------
@@ -389,18 +388,17 @@ class RecordedRun:
         return sorted({t.step for t in self.self_tests if not t.ok})
 
 
-async def record(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
-                 browser: BrowserSettings, trace: bool = False, lease: LeaseSettings | None = None,
-                 hooks: ExecutorHooks | None = None, observers: Sequence[StepObserver] = (),
-                 on_context: Sequence[Callable[[BrowserContext], Awaitable[None]]] = (),
-                 base: Path | None = None, evidence_dir: Path | None = None,
-                 stop: asyncio.Event | None = None) -> RecordedRun:
-    """Execute a new run like :func:`~browserworker.runner.run_flow`, recording it into ``recordings/NAME``;
-    returns the final run with the verifier self-tests (``broken`` names the steps whose verifier failed).
+async def record(engine: Engine, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
+                 trace: bool = False, base: Path | None = None, stop: asyncio.Event | None = None,
+                 extensions: Sequence[object] = ()) -> RecordedRun:
+    """Execute a new run with ``engine`` (:meth:`~browserworker.engine.Engine.run`), recording it into
+    ``recordings/NAME``; returns the final run with the verifier self-tests (``broken`` names the
+    steps whose verifier failed).
 
     Replaces an existing recording of that name. Raises :class:`UsageError` for a run that
     has already started (a recording must cover a run from its first step).
     """
+    store = engine.store
     path = recording_path(name, base)
     if run.state != RunState.QUEUED or store.attempts(run.id):
         raise UsageError(f"run {run.id} has already started; --record needs a new run (no --run-id of an "
@@ -408,30 +406,21 @@ async def record(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: str 
     redactor = Redactor.for_run(loaded.flow.secret_fields(), run.inputs)
     writer = RecordingWriter(path, redactor)
     writer.reset()
-    user_hooks = hooks or NoHooks()
+    others = engine.extensions_for(extensions)
     recorder = Recorder(writer, loaded.flow, run, store, name=path.name, flow_file=loaded.path,
-                        flow_hash=loaded.file_hash, trace=trace, notify=user_hooks)
+                        flow_hash=loaded.file_hash, trace=trace, notify=others)
     recorder._save()
     final: RunRecord | None = None
     try:
-        final = await run_flow(store, loaded, run, browser=browser, lease=lease,
-                               hooks=HookBus([user_hooks, recorder]), observers=[recorder, *observers],
-                               on_context=[recorder.on_context, *on_context], evidence_dir=evidence_dir,
-                               stop=stop)
+        final = await engine.run(loaded, run, stop=stop, extensions=[recorder, *extensions])
     finally:
         recorder.finish(final)
     requests = sum(s["entries"] for s in writer.segments)
     verdict = (f"verifier self-test BROKEN for {', '.join(recorder.broken)}" if recorder.broken
                else "verifier self-tests ok" if recorder.self_tests else "no verifiers to self-test")
-    user_hooks.notice(final, None, f"recorded {path} ({len(writer.segments)} network segments, {requests} "
-                      f"requests); {verdict}")
+    await others.emit("notice", final, None, f"recorded {path} ({len(writer.segments)} network segments, "
+                      f"{requests} requests); {verdict}")
     return RecordedRun(run=final, path=path, self_tests=tuple(recorder.self_tests))
-
-
-async def record_run(store: Store, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
-                     browser: BrowserSettings, **options: Any) -> RunRecord:
-    """:func:`record`, returning only the final run (the verifier self-tests are in ``meta.json``)."""
-    return (await record(store, loaded, run, name=name, browser=browser, **options)).run
 
 
 def _rule_json(rule: object) -> bool | str:

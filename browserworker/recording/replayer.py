@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,13 +39,13 @@ from .. import faults
 from ..browser import BrowserSettings
 from ..errors import BrowserworkerError, InputError, UsageError
 from ..flow import Effect, Step, StepContext
-from ..hooks import ExecutorHooks, HookBus, NoHooks
+from ..engine import Engine
+from ..extensions import Extensions
 from ..leases import LeaseSettings
 from ..loader import LoadedFlow, load_flow
-from ..runner import run_flow
 from ..states import RunState
 from ..store.records import AttemptRecord, EventRecord, NewRun, RunRecord
-from ..store.sqlite import SQLiteStore
+from ..store import Store, open_store
 from ..views import journal_view
 from .files import Ledger, Recording, recording_path
 from .recorder import TraceChunks, journal_data
@@ -190,7 +190,7 @@ class _Observer:
             raise ReplayStopped(f"stopped the run after {MAX_PASSES} passes: it keeps retrying (the recording "
                                 "cannot answer what it sends)")
 
-    async def on_context(self, context: BrowserContext) -> None:
+    async def context_created(self, context: BrowserContext) -> None:
         self._pass += 1
         self._check()
         await self.router.install(context)
@@ -290,7 +290,7 @@ def _load(recording: Recording, flow: str | os.PathLike[str] | None, settle: flo
     return loaded
 
 
-def _create_run(store: SQLiteStore, recording: Recording, loaded: LoadedFlow,
+def _create_run(store: Store, recording: Recording, loaded: LoadedFlow,
                 inputs: Mapping[str, Any] | None) -> RunRecord:
     data = {**recording.meta["inputs"], **(inputs or {})}
     try:
@@ -317,16 +317,16 @@ async def _crash_child(config: dict[str, Any], workdir: Path, step: str, point: 
     return proc.returncode if proc.returncode is not None else 0, err.decode(errors="replace")
 
 
-async def replay_pass(recording: Recording, loaded: LoadedFlow, store: SQLiteStore, run: RunRecord, *,
-                      ledger: Ledger, browser: BrowserSettings | None, hooks: ExecutorHooks | None,
+async def replay_pass(recording: Recording, loaded: LoadedFlow, store: Store, run: RunRecord, *,
+                      ledger: Ledger, browser: BrowserSettings | None, extensions: Sequence[object] = (),
                       self_test: bool, workdir: Path, crash_on_dispatch: str | None = None,
                       trace_dir: Path | None = None) -> tuple[RunRecord, ReplayRouter, _Observer]:
     """Run (or resume) ``run`` against the recording until it ends; nothing leaves the machine."""
     redactor = Redactor.from_names(recording.meta.get("secret_fields") or [])
-    user_hooks = hooks or NoHooks()
+    others = Extensions(extensions)
 
     def notify(message: str) -> None:
-        user_hooks.notice(run, None, message)
+        others.notify("notice", run, None, message)
 
     router = ReplayRouter(recording, ledger, redactor, crash_on_dispatch=crash_on_dispatch, notify=notify)
     https_hosts = sorted({urlsplit(e.url).hostname or "" for e in router.entries if e.url.startswith("https://")})
@@ -337,11 +337,11 @@ async def replay_pass(recording: Recording, loaded: LoadedFlow, store: SQLiteSto
                          traces=TraceChunks(trace_dir / "traces") if trace_dir else None,
                          screenshots=trace_dir / "screenshots" if trace_dir else None)
     try:
-        final = await run_flow(store, loaded, run, browser=settings, lease=LeaseSettings(),
-                               hooks=HookBus([user_hooks]), observers=[observer], on_context=[observer.on_context])
+        final = await Engine(store, browser=settings, lease=LeaseSettings(),
+                             extensions=[*extensions, observer]).run(loaded, run)
     except ReplayStopped as exc:
         observer.stopped = str(exc)
-        user_hooks.notice(run, None, str(exc))
+        await others.emit("notice", run, None, str(exc))
         final = store.get_run(run.id) or run
     finally:
         await proxy.stop()
@@ -351,7 +351,7 @@ async def replay_pass(recording: Recording, loaded: LoadedFlow, store: SQLiteSto
 async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | None = None,
                        settle: float | None = None, inputs: Mapping[str, Any] | None = None,
                        flow: str | os.PathLike[str] | None = None, browser: BrowserSettings | None = None,
-                       hooks: ExecutorHooks | None = None, workdir: Path | None = None,
+                       extensions: Sequence[object] = (), workdir: Path | None = None,
                        trace_dir: Path | None = None) -> ReplayResult:
     """Replay a recording offline; see the module docstring. ``settle`` overrides every effect's
     settle time, ``inputs`` stand in for inputs, ``trace_dir`` keeps a trace per step."""
@@ -366,7 +366,7 @@ async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | Non
     own_dir = workdir is None
     work = Path(tempfile.mkdtemp(prefix="browserworker-replay-")) if workdir is None else workdir
     work.mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(work / "replay.db")
+    store = open_store(work / "replay.db")
     try:
         run = _create_run(store, rec, loaded, inputs)
         ledger_path = work / "ledger.jsonl"
@@ -384,10 +384,10 @@ async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | Non
                 raise ReplayError(f"crash point {crash_at} was never reached (the replay exited with {crash_exit}); "
                                   f"its output:\n{tail}")
             run = store.get_run(run.id) or run
-            if hooks is not None:
-                hooks.notice(run, step, f"replay crashed (SIGKILL) at {step}:{point}; resuming")
+            Extensions(extensions).notify("notice", run, step, f"replay crashed (SIGKILL) at {step}:{point}; resuming")
         final, router, observer = await replay_pass(rec, loaded, store, run, ledger=Ledger(ledger_path),
-                                                    browser=browser, hooks=hooks, self_test=crash_at is None,
+                                                    browser=browser, extensions=extensions,
+                                                    self_test=crash_at is None,
                                                     workdir=work, trace_dir=trace_dir)
         redactor = Redactor.from_names(rec.meta.get("secret_fields") or [])
         replayed = journal_data(store, final.id, redactor)

@@ -1,0 +1,184 @@
+"""Running an effect step: skip what SUCCEEDED, recover what is in doubt, then one attempt
+whose every dispatch passes the gate after its intent is journaled."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import faults
+from .errors import LeaseLost, StoreError
+from .flow import Effect, StepContext
+from .gate import DispatchGate
+from .passes import REPLAY_NOW, Again, Pass, RunScope, Stop, backoff, in_own_task, jsonable, response_evidence, \
+    safe_url
+from .reconcile import judge_of, recover, restore_gap, restore_gap_open
+from .recovery import classify_attempt, own_failures
+from .states import AttemptState
+from .store.records import AttemptRecord, OutboxRecord
+
+__all__ = ["run_effect"]
+
+
+async def run_effect(scope: RunScope, step: Effect, p: Pass, latest: AttemptRecord | None) -> Any:
+    """Run ``step`` in pass ``p`` (``latest``: its latest attempt, read at its boundary); its result,
+    or :class:`Again` / :class:`Stop`.
+
+    The gate takes the context's route now, unarmed (it lets everything through), so that
+    putting the route in (first effect only) overlaps the intent commit; it is armed with
+    the attempt."""
+    gate = DispatchGate(scope.journal, step, scope.extensions, shared_workers_allowed=scope.shared_workers_allowed)
+    installing = gate.install(p.route)
+    try:
+        return await _effect(scope, step, p, gate, installing, latest)
+    finally:
+        await asyncio.gather(installing, return_exceptions=True)
+        await gate.remove()
+
+
+async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, installing: asyncio.Future[object],
+                  latest: AttemptRecord | None) -> Any:
+    assert p.page is not None
+    fp = scope.flow.fingerprint(step, scope.inputs, p.results)
+    if latest is not None and latest.state == AttemptState.SUCCEEDED:
+        await scope.extensions.emit("step_skipped", scope.run, latest)
+        return latest.result
+    if await restore_gap_open(scope, step):
+        return await restore_gap(scope, step, latest, p.page, p.results, fp)
+    if latest is not None:
+        if latest.state in (AttemptState.INTENT, AttemptState.UNKNOWN):
+            recovered = await recover(scope, step, latest, p.page, p.results)
+            if recovered is not REPLAY_NOW:
+                return recovered
+        await _check_budget(scope, step)
+        await _check_fingerprint(scope, step, fp)
+        if latest.state == AttemptState.UNKNOWN and latest.error:  # back off before an idempotent replay
+            await asyncio.sleep(backoff(own_failures(await scope.journal.attempts(), step.id)))
+    return await _attempt(scope, step, p, fp, gate, installing)
+
+
+async def _check_budget(scope: RunScope, step: Effect) -> None:
+    attempts = await scope.journal.attempts()
+    failures = own_failures(attempts, step.id)
+    if failures > step.retries:
+        last = next(a for a in reversed(attempts) if a.step_id == step.id)
+        if last.state == AttemptState.UNKNOWN:  # it may have landed: a person decides, not "failed"
+            raise Stop("review", f"effect {step.id} kept failing after dispatch ({last.error}); "
+                                 "out of retries with its outcome unproven")
+        raise Stop("failed", f"effect {step.id} failed ({last.state}, {last.decided_by}): {last.error}")
+
+
+async def _check_fingerprint(scope: RunScope, step: Effect, fp: str) -> None:
+    """A replay whose fingerprint differs from a dispatched intent is never dispatched."""
+    for prior in await scope.journal.attempts():
+        if prior.step_id == step.id and prior.dispatched_at is not None and prior.request_fingerprint != fp:
+            attempt = await scope.journal.begin(step.id, "effect", fp)
+            done = await scope.journal.finish(attempt, AttemptState.UNKNOWN, decided_by="fingerprint_mismatch",
+                                              evidence={"journaled": prior.request_fingerprint, "now": fp,
+                                                        "journaled_attempt": prior.attempt_no})
+            await scope.extensions.emit("outcome", done)
+            raise Stop("review", f"effect {step.id}: what it would send now differs from what attempt "
+                                 f"{prior.attempt_no} dispatched (fingerprint changed); not replayed")
+
+
+async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: DispatchGate,
+                   installing: asyncio.Future[object]) -> Any:
+    """One attempt: intent, the step function behind the armed gate, the outcome."""
+    journal, ext = scope.journal, scope.extensions
+    assert p.page is not None
+    await ext.emit("step_started", scope.run, step.id, "effect")
+    faults.hit("before_intent_commit", step.id)
+    attempt = await journal.begin(step.id, "effect", fp)
+    await ext.emit("intent_committed", attempt)
+    ctx = scope.step_context(p.page, step.id, attempt, fp, p.results)
+    ctx.log.info("intent committed", state=str(attempt.state))
+    faults.hit("after_intent_commit", step.id)
+    await ext.emit("before_step", ctx, step, p.context)
+    gate.arm(attempt)
+    await installing  # the route is in place before the effect runs
+    raised: BaseException | None = None
+    value: Any = None
+    try:
+        value = await in_own_task(step.fn(ctx))
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        raised = exc
+    finally:
+        await gate.remove()
+    journal.check()
+    _refused(journal, step, gate)
+    faults.hit("before_outcome_commit", step.id)
+    finished = await _outcome(scope, step, p, ctx, attempt, gate, raised, value)
+    if finished.state == AttemptState.SUCCEEDED:
+        return finished.result
+    if finished.state == AttemptState.UNKNOWN:
+        await p.context.close()  # end whatever is still in flight in this context
+        raise Again(f"{step.id} dispatched but its outcome is unknown: reconciling")
+    failures = own_failures(await journal.attempts(), step.id)
+    if failures > step.retries:
+        raise Stop("failed", f"effect {step.id} {finished.state} ({finished.decided_by}): {finished.error}")
+    raise Again(f"retrying {step.id} ({finished.state})", backoff(failures))
+
+
+def _refused(journal: Any, step: Effect, gate: DispatchGate) -> None:
+    """The gate could not commit a dispatch: nothing left; the lease or the store is gone."""
+    if gate.refusal is None or gate.dispatched:
+        return
+    if isinstance(gate.refusal, LeaseLost):
+        journal.lease.mark_lost(gate.refusal)
+        raise gate.refusal
+    if isinstance(gate.refusal, StoreError):  # not the effect's failure: stop; recovery replays it
+        raise StoreError(f"the dispatch of {step.id} could not be journaled, so it was not sent: {gate.refusal}")
+
+
+async def _outcome(scope: RunScope, step: Effect, p: Pass, ctx: StepContext[Any], attempt: AttemptRecord,
+                   gate: DispatchGate, raised: BaseException | None, value: Any) -> AttemptRecord:
+    """Classify the attempt from what it returned or raised and what the gate saw; journal it."""
+    assert p.page is not None
+    outbox = gate.outbox
+    verdict = classify_attempt(raised=raised, returned=jsonable(value), dispatched=gate.dispatched, outbox=outbox,
+                               judge=judge_of(step), confirm=step.judge if step.confirm is not None else None)
+    error = None if raised is None else f"{type(raised).__name__}: {raised}"
+    evidence = _gate_evidence(scope, step, ctx, gate, outbox)
+    if verdict.state == AttemptState.UNKNOWN:
+        # this attempt dispatches nothing more from now on; reconcile in a new pass
+        evidence["stopped_at"] = time.time()
+        evidence["page_url"] = safe_url(p.page)
+        evidence["screenshot"] = await scope.screenshot(p.page, f"{step.id}-{attempt.attempt_no}-after-error")
+    succeeded = verdict.state == AttemptState.SUCCEEDED
+    finished = await scope.journal.finish(attempt, verdict.state, decided_by=verdict.decided_by,
+                                          result=verdict.result if succeeded else None, evidence=evidence or None,
+                                          error=None if succeeded else error, dispatched=gate.dispatched)
+    ctx.log.info("effect finished", state=str(finished.state), decided_by=finished.decided_by)
+    await scope.extensions.emit("outcome", finished)
+    await scope.extensions.emit("after_step", ctx, step, p.context, finished)
+    return finished
+
+
+def _gate_evidence(scope: RunScope, step: Effect, ctx: StepContext[Any], gate: DispatchGate,
+                   outbox: list[OutboxRecord]) -> dict[str, Any]:
+    evidence: dict[str, Any] = {"responses": [response_evidence(o) for o in outbox]} if outbox else {}
+    if gate.blocked:
+        evidence["blocked"] = gate.blocked
+    if gate.detected:
+        evidence["detected"] = gate.detected
+    if gate.unjournaled:
+        evidence["unjournaled"] = gate.unjournaled
+    dispatches = gate.dispatches
+    if len(dispatches) > 1:
+        evidence["dispatches"] = len(dispatches)
+        _several(scope, step, ctx, dispatches)
+    return evidence
+
+
+def _several(scope: RunScope, step: Effect, ctx: StepContext[Any], dispatches: Sequence[OutboxRecord]) -> None:
+    """One attempt dispatched several requests (autosave, live preview, analytics): all are
+    this effect's as far as the journal knows; say so, naming them."""
+    sent = [f"{row.method} {row.url}" for row in dispatches]
+    ctx.log.warning("one effect attempt dispatched several requests", requests=sent)
+    scope.extensions.notify("notice", scope.run, step.id, f"effect {step.id} dispatched {len(sent)} requests in one "
+                            f"attempt: {', '.join(sent)}; if only one of them is the effect, narrow what counts with "
+                            f"dispatch= (e.g. dispatch=\"POST */orders*\")", requests=sent)
