@@ -1,5 +1,7 @@
-# The two commands of the README, plus the benchmarks.
-.PHONY: setup demo test bench clean
+# The two commands of the README (demo, test), the documentation site, and the benchmarks.
+.PHONY: setup demo test docs docs-build bench clean
+
+MKDOCS = NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs
 
 setup:
 	@scripts/bootstrap.sh
@@ -10,9 +12,19 @@ demo: setup
 test: setup
 	.venv/bin/python -m pytest
 
+# The site in docs/ (mkdocs.yml): `docs` builds it strictly and serves it; `docs-build` only builds.
+docs: docs-build
+	$(MKDOCS) serve --strict -a 127.0.0.1:8000
+
+docs-build: .venv/bin/mkdocs
+	$(MKDOCS) build --strict
+
+.venv/bin/mkdocs:
+	@scripts/bootstrap.sh
+
 bench: setup
 	.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,bench]"
 	.venv/bin/python benchmarks/run.py
 
 clean:
-	rm -rf .venv .demo .pytest_cache
+	rm -rf .venv .demo .pytest_cache site

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up everything browserworker needs on a fresh machine: a venv with the package and
-# its test tools, and a Chromium (Debian's package when none is found).
+# Set up everything browserworker needs on a fresh machine: a venv with the package, its
+# test and docs tools, and a Chromium (Debian's package when none is found).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,9 +13,9 @@ if [ ! -x .venv/bin/python ]; then
     echo "==> creating .venv"
     "$PYTHON" -m venv .venv
 fi
-echo "==> installing browserworker and its test tools into .venv"
+echo "==> installing browserworker, its test tools and its docs tools into .venv"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,docs]"
 
 if ! .venv/bin/python -c 'from browserworker.browser import find_chromium; find_chromium()' >/dev/null 2>&1; then
     echo "==> no Chromium found: installing Debian's chromium package"
