@@ -138,7 +138,7 @@ async def _outcome(scope: RunScope, step: Effect, p: Pass, ctx: StepContext[Any]
                    gate: DispatchGate, raised: BaseException | None, value: Any) -> AttemptRecord:
     """Classify the attempt from what it returned or raised and what the gate saw; journal it."""
     assert p.page is not None
-    outbox = gate.outbox
+    outbox = gate.outbox.rows
     verdict = classify_attempt(raised=raised, returned=jsonable(value), dispatched=gate.dispatched, outbox=outbox,
                                judge=judge_of(step), confirm=step.judge if step.confirm is not None else None)
     error = None if raised is None else f"{type(raised).__name__}: {raised}"
@@ -167,7 +167,7 @@ def _gate_evidence(scope: RunScope, step: Effect, ctx: StepContext[Any], gate: D
         evidence["detected"] = gate.detected
     if gate.unjournaled:
         evidence["unjournaled"] = gate.unjournaled
-    dispatches = gate.dispatches
+    dispatches = gate.outbox.dispatches
     if len(dispatches) > 1:
         evidence["dispatches"] = len(dispatches)
         _several(scope, step, ctx, dispatches)
