@@ -58,7 +58,7 @@ def explain(exc: BrowserworkerError, where: Stage) -> tuple[str, int]:
     code = exc.exit_code
     if where.refusing:
         code = EXIT_USAGE
-    elif where.under_way and code != EXIT_USAGE:
+    elif where.under_way and not isinstance(exc, UsageError):
         code = EXIT_STOPPED
     if code != EXIT_STOPPED:
         return f"Error: {exc}", code
