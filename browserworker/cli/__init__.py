@@ -3,7 +3,8 @@
 Each command parses its options, calls one library function and prints its result; the
 modules are one concern each:
 
-- :mod:`.app`: the command group, and the one place an error becomes a line and an exit code;
+- :mod:`.app`: the command group; a browserworker error ends a command there;
+- :mod:`.failures`: the one place an error becomes a line and an exit code;
 - :mod:`.options`: the options several commands share (flow and inputs, ``--db``, ``--json``...);
 - :mod:`.session`: the store of one invocation, opened once and closed on exit;
 - :mod:`.execute`: ``run``, ``enqueue``, ``worker``;

@@ -29,8 +29,8 @@ from ..store.records import RunRecord
 from ..views import Progress, broken_line, journal_view, outcome_line, run_summary, worker_line
 from .app import main
 from .failures import EXIT_STOPPED, stage
-from .options import FlowArgs, db_option, flow_options, headed_option, json_option, lease_option
-from .session import emit, session
+from .options import FlowArgs, db_option, emit, flow_options, headed_option, json_option, lease_option
+from .session import session
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Engine

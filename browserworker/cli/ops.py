@@ -9,8 +9,8 @@ import click
 from ..views import console
 from .app import main
 from .failures import stage
-from .options import db_option, json_option
-from .session import emit, session
+from .options import db_option, emit, json_option
+from .session import session
 
 
 @main.command()

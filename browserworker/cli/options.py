@@ -3,7 +3,7 @@
 - :func:`flow_options`: ``FLOW_FILE``, ``--flow``, ``--input``, ``--inputs-json``, passed
   to the command as one ``flow:`` :class:`FlowArgs`.
 - :data:`db_option`: ``--db`` / ``$BROWSERWORKER_DB``, kept by the :class:`~.session.Session`.
-- :func:`json_option`: ``--json``, passed as ``as_json``.
+- :func:`json_option`: ``--json``, passed as ``as_json``; :func:`emit` prints accordingly.
 - :data:`headed_option`: ``--headed``, passed as ``headed``.
 - :data:`lease_option`: ``--lease-ttl``, passed as ``lease:`` :class:`~browserworker.leases.LeaseSettings`.
 """
@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..runner import RunRequest, validate_run_id
 from ..store.url import DEFAULT_DB, ENV_DB
 from .session import Session
 
-__all__ = ["FlowArgs", "db_option", "flow_options", "headed_option", "json_option", "lease_option"]
+__all__ = ["FlowArgs", "db_option", "emit", "flow_options", "headed_option", "json_option", "lease_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,14 +90,19 @@ def json_option(what: str = "the result") -> Callable[[F], F]:
     return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON on stdout.")
 
 
+def emit(data: Any, as_json: bool, show: Callable[[], None]) -> None:
+    """Print ``data`` as JSON on stdout with ``--json``, else call ``show`` (tables, lines)."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        show()
+
+
 headed_option = click.option("--headed", is_flag=True, help="Show the browser window.")
 
 
 def _lease(ctx: click.Context, param: click.Parameter, ttl: float) -> LeaseSettings:
-    try:
-        return LeaseSettings(ttl=ttl)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from exc
+    return LeaseSettings(ttl=ttl)
 
 
 lease_option = click.option("--lease-ttl", "lease", type=click.FloatRange(min=1), default=30.0, show_default=True,

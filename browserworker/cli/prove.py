@@ -12,8 +12,7 @@ from ..browser import BrowserSettings
 from ..faults import CHAOS_POINTS
 from ..views import Progress, console, print_chaos
 from .app import main
-from .options import FlowArgs, flow_options, headed_option, json_option
-from .session import emit
+from .options import FlowArgs, emit, flow_options, headed_option, json_option
 
 
 @main.command()

@@ -13,8 +13,8 @@ from ..states import RunState
 from ..views import (cancel_line, console, journal_view, print_journal, print_runs, queue_line, resolve_line,
                      review_lines, run_summary)
 from .app import main
-from .options import db_option, json_option
-from .session import emit, session
+from .options import db_option, emit, json_option
+from .session import session
 
 
 @main.command()

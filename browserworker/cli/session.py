@@ -6,8 +6,7 @@ decides which store serves it. No command opens a store any other way.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Engine
     from ..leases import LeaseSettings
 
-__all__ = ["Session", "emit", "session"]
+__all__ = ["URL_EVIDENCE_DIR", "Session", "session"]
+
+URL_EVIDENCE_DIR = Path("browserworker.evidence")  # review screenshots when --db is a URL
 
 
 class Session:
@@ -55,7 +56,7 @@ class Session:
         """Where screenshots kept as review evidence go: ``DB.evidence`` beside a database
         file, ``./browserworker.evidence`` for a URL."""
         if self.is_url:
-            return Path(f"{DEFAULT_DB.removesuffix('.db')}.evidence")
+            return URL_EVIDENCE_DIR
         path = Path(self.db)
         return path.parent / f"{path.name}.evidence"
 
@@ -75,10 +76,3 @@ def session() -> Session:
         raise RuntimeError("browserworker commands run inside the browserworker group")
     return found
 
-
-def emit(data: Any, as_json: bool, show: Callable[[], None]) -> None:
-    """Print ``data`` as JSON on stdout with ``--json``, else call ``show`` (tables, lines)."""
-    if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        show()
