@@ -63,7 +63,8 @@ def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, le
     """
     if trace and not record_name:
         raise UsageError("--trace needs --record NAME")
-    request = flow.request(run_id, validate=not run_id or not session().exists())  # a new database: check first
+    # opening a missing database creates it: a new run's inputs are checked before that
+    request = flow.request(run_id, validate=not run_id or not session().exists())
     engine = session().engine(browser=BrowserSettings.discover(headless=not headed), lease=lease,
                               extensions=[Progress(sys.stderr)])
     record = _prepare(engine, request, announce=not as_json)

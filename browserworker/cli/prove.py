@@ -36,8 +36,9 @@ def chaos(ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...
 
     request = flow.request()
     chosen = list(CHAOS_POINTS) if points == "all" else [p.strip() for p in points.split(",") if p.strip()]
+    progress = None if as_json else lambda item: click.echo(f"  {item.describe()}", err=True)
     report = run_chaos(request.loaded, request.inputs, points=chosen, rounds=rounds, browser=BrowserSettings.discover(),
-                       steps=steps, progress=None if as_json else lambda item: click.echo(f"  {item.describe()}", err=True))
+                       steps=steps, progress=progress)
     emit(report.to_dict(), as_json, lambda: print_chaos(report, console()))
     for line in report.problems():
         click.echo(f"error: {line}", err=True)
