@@ -76,7 +76,7 @@ def flow_options(command: F) -> F:
 
 def _keep_db(ctx: click.Context, param: click.Parameter, value: str) -> None:
     found = ctx.find_object(Session)
-    if found is not None:  # None only under --help, which opens nothing
+    if found is not None:  # None only for a command invoked outside the group
         found.db = value
 
 
