@@ -1,18 +1,26 @@
 """Exceptions raised by browserworker.
 
 Every error a user can cause (bad flow file, bad input, unknown run) derives from
-:class:`UsageError`; the CLI turns those into a one-line message and exit code 2.
+:class:`UsageError`. Each class carries the exit code the ``browserworker`` command ends
+with when it stops a command: 2 a refusal (nothing written), 5 stopped without an outcome
+(store failure, lease lost; resume the run), 6 a full queue (backpressure), 1 otherwise.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class BrowserworkerError(Exception):
     """Base class of every browserworker exception."""
 
+    exit_code: ClassVar[int] = 1
+
 
 class UsageError(BrowserworkerError):
     """The user asked for something impossible: bad flow, bad input, unknown id."""
+
+    exit_code = 2
 
 
 class FlowLoadError(UsageError):
@@ -34,9 +42,13 @@ class RunNotFound(UsageError):
 class QueueFull(BrowserworkerError):
     """Enqueue refused: the queue is at its maximum depth (backpressure). Nothing was written."""
 
+    exit_code = 6
+
 
 class StoreError(BrowserworkerError):
     """The store could not be opened or written (locked, full, read-only...)."""
+
+    exit_code = 5
 
 
 class LeaseLost(BrowserworkerError):
@@ -45,9 +57,13 @@ class LeaseLost(BrowserworkerError):
     The worker that sees this must stop at once and dispatch nothing more.
     """
 
+    exit_code = 5
+
 
 class BrowserNotFound(BrowserworkerError):
     """No Chromium could be found; the message says how to get one."""
+
+    exit_code = 2
 
 
 class UndeclaredEffect(BrowserworkerError):

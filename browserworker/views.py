@@ -1,20 +1,33 @@
-"""What the CLI prints: per-step progress lines, and the run/journal views for ``show``/``runs``."""
+"""What the CLI prints: per-step progress lines, the run/journal views for ``show``/``runs``,
+the chaos tables, and the one-line reports of the other commands.
+
+Tables go to :func:`console`, which wraps at the terminal's width on a terminal and never
+wraps when stdout is a pipe or a file (a script reads whole rows)."""
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .extensions import Extension
-from .states import AttemptState
+from .states import AttemptState, RunState
 from .store.base import Store
 from .store.records import AttemptRecord, RunRecord
 
 if TYPE_CHECKING:  # rich is imported only by the commands that print tables
     from rich.console import Console
 
-__all__ = ["Progress", "journal_view", "print_journal", "print_runs", "run_summary"]
+    from .jobs import ReviewItem
+    from .worker import WorkerStats
+
+__all__ = ["Progress", "broken_line", "cancel_line", "console", "journal_view", "outcome_line", "print_chaos",
+           "print_journal", "print_runs", "queue_line", "resolve_line", "review_lines", "run_summary",
+           "worker_line"]
+
+_UNWRAPPED = 1_000_000  # the width of a console that is not a terminal: rows are never folded
 
 _MARK = {
     AttemptState.SUCCEEDED: "ok",
@@ -179,3 +192,57 @@ def print_chaos(report: Any, console: Console) -> None:
         table.add_row(r.step, r.point, str(r.round), r.classification, f"{r.decision} [{r.run_state}]",
                       f"{r.landings} ({r.probe})", f"[{colour}]{r.verdict}[/{colour}]")
     console.print(table)
+
+
+def console() -> Console:
+    """A console on stdout: the terminal's width on a terminal, unwrapped when piped."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=_UNWRAPPED)
+
+
+def outcome_line(run: RunRecord) -> str:
+    """How ``run`` ended (or that it was handed back), for stderr."""
+    if run.state == RunState.QUEUED:
+        return f"run {run.id} stopped and handed back (QUEUED); resume with --run-id {run.id}"
+    return f"run {run.id}: {run.state}" + (f" ({run.error})" if run.error else "")
+
+
+def broken_line(broken: Sequence[str]) -> str:
+    return (f"error: verifier BROKEN for {', '.join(broken)} (its self-test above): recovery after a crash "
+            "would trust it; the recording is written")
+
+
+def worker_line(worker_id: str, stats: WorkerStats) -> str:
+    return (f"worker {worker_id} stopped: claimed {stats.claimed}, finished {stats.finished}, "
+            f"released {stats.released}, lease lost {stats.lease_lost}, reclaimed {stats.reclaimed}")
+
+
+def cancel_line(run_id: str, outcome: str) -> str | None:
+    """What ``cancel`` did, or None when the run had already ended (``outcome`` is its state)."""
+    return {"cancelled": f"run {run_id} CANCELLED",
+            "requested": f"run {run_id} is running: it stops at its next step boundary"}.get(outcome)
+
+
+def resolve_line(run: RunRecord) -> str:
+    return f"run {run.id} {run.state}" + (" (a worker will pick it up)" if run.state == RunState.QUEUED else "")
+
+
+def queue_line(name: str, limit: int | None) -> str:
+    return f"queue {name}: max depth {'unlimited' if limit is None else limit}"
+
+
+def review_lines(items: Sequence[ReviewItem]) -> list[str]:
+    """Each run waiting for a person, its UNKNOWN step, the evidence and how to resolve it."""
+    lines = [] if items else ["nothing to review"]
+    for item in items:
+        lines.append(f"run {item.run_id} ({item.flow}): {item.reason or ''}")
+        if not item.step_id:
+            continue
+        ev = item.evidence
+        lines.append(f"  step {item.step_id} #{item.attempt_no}  key {item.request_key}  fp {item.fingerprint}")
+        for resp in ev.get("responses", []):
+            lines.append(f"    {resp['method']} {resp['url']} -> {resp['status'] or resp['failure'] or 'no response'}")
+        lines += [f"    {key}: {ev[key]}" for key in ("page_url", "screenshot", "reason") if ev.get(key)]
+        lines.append(f"  resolve: browserworker resolve {item.run_id} {item.step_id} --done|--not-done|--failed")
+    return lines

@@ -72,6 +72,8 @@ _EXIT = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.NEEDS_REVIEW: 3, Ru
 class ReplayError(BrowserworkerError):
     """A replay could not be carried out (bad recording, crash point never reached...)."""
 
+    exit_code = 2
+
 
 class ReplayStopped(BrowserworkerError):
     """The replay stopped the run: it tried a duplicate dispatch, or kept starting new passes."""

@@ -1,0 +1,26 @@
+"""The ``browserworker`` command: a thin face over the library.
+
+Each command parses its options, calls one library function and prints its result; the
+modules are one concern each:
+
+- :mod:`.app`: the command group; a browserworker error ends a command there;
+- :mod:`.failures`: the one place an error becomes a line and an exit code;
+- :mod:`.options`: the options several commands share (flow and inputs, ``--db``, ``--json``...);
+- :mod:`.session`: the store of one invocation, opened once and closed on exit;
+- :mod:`.execute`: ``run``, ``enqueue``, ``worker``;
+- :mod:`.runs`: ``show``, ``runs``, ``review``, ``resolve``, ``cancel``, ``queue``;
+- :mod:`.ops`: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``;
+- :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``.
+
+Exit codes of ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing
+written), 3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost or store
+failure; resume with ``--run-id``), 6 (``enqueue``) the queue is full, 7 (``--record``) the
+run SUCCEEDED but a verifier failed its self-test.
+"""
+
+from __future__ import annotations
+
+from . import execute, ops, prove, runs  # noqa: F401  (each registers its commands on main)
+from .app import main
+
+__all__ = ["main"]

@@ -1,0 +1,42 @@
+"""The command group: every command hangs off :data:`main`, and :meth:`Commands.invoke`
+turns a browserworker error into its one line on stderr and its exit code (never a traceback)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import BrowserworkerError
+from ..logs import configure_logging
+from .failures import current_stage, explain
+from .session import Session
+
+__all__ = ["Commands", "main"]
+
+
+class Commands(click.Group):
+    """The command group: a browserworker error ends a command with one line and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrowserworkerError as exc:
+            line, code = explain(exc, current_stage(ctx))
+            click.echo(line, err=True)
+            ctx.exit(code)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="browserworker")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), envvar="BROWSERWORKER_LOG_LEVEL",
+              default="warning", show_default=True, help="Structured log level (logs go to stderr).")
+@click.pass_context
+def main(ctx: click.Context, log_level: str) -> None:
+    """browserworker: run browser automations as durable, crash-safe work.
+
+    Every click that changes the world is journaled as intent before it is sent, and after
+    a crash a verifier proves what happened before anything is replayed.
+    """
+    configure_logging(log_level)
+    ctx.obj = Session(ctx)
