@@ -2,7 +2,14 @@
 
 Flows are ordered steps; every effect is journaled as intent before it is dispatched,
 and after a crash a verifier proves what happened before anything is replayed.
+
+What a user composes::
+
+    from browserworker import Engine, Flow, StepContext, Verdict, load_flow, open_store
 """
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     BrowserNotFound,
@@ -17,36 +24,78 @@ from .errors import (
     UndeclaredEffect,
     UsageError,
 )
-from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
-from .jobs import enqueue
-from .loader import load_flow
-from .states import AttemptState, RunState
-from .store import SQLiteStore
+
+# The rest is imported on first use: ``import browserworker`` (and every command that only
+# reads the store) stays light; the browser stack loads when something needs it.
+_LAZY = {
+    "Action": "flow", "Effect": "flow", "Flow": "flow", "RecordedResponse": "flow", "StepContext": "flow",
+    "Verdict": "flow", "BrowserSettings": "browser", "Engine": "engine", "Extension": "extensions",
+    "enqueue": "jobs", "LeaseSettings": "leases", "LoadedFlow": "loader", "load_flow": "loader",
+    "AttemptState": "states", "RunState": "states", "SQLiteStore": "store", "Store": "store", "open_store": "store",
+    "AttemptRecord": "store.records", "RunRecord": "store.records", "WorkerSettings": "worker",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .browser import BrowserSettings
+    from .engine import Engine
+    from .extensions import Extension
+    from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
+    from .jobs import enqueue
+    from .leases import LeaseSettings
+    from .loader import LoadedFlow, load_flow
+    from .states import AttemptState, RunState
+    from .store import SQLiteStore, Store, open_store
+    from .store.records import AttemptRecord, RunRecord
+    from .worker import WorkerSettings
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'browserworker' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Action",
+    "AttemptRecord",
     "AttemptState",
     "BrowserNotFound",
+    "BrowserSettings",
     "BrowserworkerError",
     "Effect",
+    "Engine",
+    "Extension",
     "Flow",
     "FlowDefinitionError",
     "FlowLoadError",
     "InputError",
     "LeaseLost",
+    "LeaseSettings",
+    "LoadedFlow",
     "QueueFull",
     "RecordedResponse",
     "RunNotFound",
+    "RunRecord",
     "RunState",
     "SQLiteStore",
     "StepContext",
+    "Store",
     "StoreError",
     "UndeclaredEffect",
     "UsageError",
     "Verdict",
+    "WorkerSettings",
     "__version__",
     "enqueue",
     "load_flow",
+    "open_store",
 ]

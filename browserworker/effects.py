@@ -163,10 +163,10 @@ def _gate_evidence(scope: RunScope, step: Effect, ctx: StepContext[Any], gate: D
     evidence: dict[str, Any] = {"responses": [response_evidence(o) for o in outbox]} if outbox else {}
     if gate.blocked:
         evidence["blocked"] = gate.blocked
-    if gate.detected:
-        evidence["detected"] = gate.detected
-    if gate.unjournaled:
-        evidence["unjournaled"] = gate.unjournaled
+    if gate.detector.detected:
+        evidence["detected"] = gate.detector.detected
+    if gate.detector.unjournaled:
+        evidence["unjournaled"] = gate.detector.unjournaled
     dispatches = gate.outbox.dispatches
     if len(dispatches) > 1:
         evidence["dispatches"] = len(dispatches)

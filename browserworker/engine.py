@@ -13,28 +13,25 @@ a browser session and an executor together itself::
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .browser import BrowserSession, BrowserSettings
-from .errors import UsageError
-from .executor import Executor
 from .extensions import Extensions
-from .journal import RunJournal
-from .leases import Lease, LeaseSettings, owner_is_gone, this_owner
+from .leased import LeasedRun, acquire
+from .leases import LeaseSettings, this_owner
 from .loader import LoadedFlow
 from .runner import RunRequest, prepare_run
 from .states import TERMINAL_RUN_STATES, RunState
 from .store.aio import AsyncStore
 from .store.base import Store
-from .store.records import Owner, RunRecord
+from .store.records import RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from .worker import Worker, WorkerSettings, WorkerStats
 
-__all__ = ["Engine", "LeasedRun"]
+__all__ = ["Engine"]
 
 
 class Engine:
@@ -73,7 +70,8 @@ class Engine:
         astore = AsyncStore(self.store)
         owner = this_owner("run")
         try:
-            leased = LeasedRun(self, astore, await _acquire(astore, run, self.lease, ext, owner), loaded, owner, ext)
+            leased = LeasedRun(astore, await acquire(astore, run, self.lease, ext, owner), loaded, owner, ext,
+                               lease=self.lease, evidence_dir=self.evidence_dir)
             leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
             async with BrowserSession(self.browser) as session:
                 watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None
@@ -108,82 +106,6 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class LeasedRun:
-    """One run this process holds the lease of: its heartbeat, its journal and, once it
-    executes, its executor. The engine builds it; a worker keeps one per slot."""
-
-    def __init__(self, engine: Engine, astore: AsyncStore, run: RunRecord, loaded: LoadedFlow, owner: Owner,
-                 extensions: Extensions) -> None:
-        self.engine = engine
-        self.run = run
-        self.loaded = loaded
-        self.extensions = extensions
-        self.lease = Lease(astore, run.id, run.lease_epoch, engine.lease, extensions)
-        self.journal = RunJournal(astore, run, owner, self.lease, engine.lease)
-        self.executor: Executor | None = None
-        self.stop_requested = False
-        self._beating = False
-
-    @property
-    def settled(self) -> bool:
-        """The run's end is committed; only closing its context is left."""
-        return self.executor is not None and self.executor.settled
-
-    def request_stop(self) -> None:
-        """Hand the run back at its next step boundary."""
-        self.stop_requested = True
-        if self.executor is not None:
-            self.executor.stop_requested = True
-
-    def start(self) -> None:
-        """Start heartbeating."""
-        self.lease.start()
-        self._beating = True
-
-    async def execute(self, session: BrowserSession) -> RunRecord:
-        """Execute the run in ``session`` to its end (heartbeating from :meth:`start`, or from now)."""
-        executor = Executor(self.loaded.flow, self.journal, session, self.extensions,
-                            evidence_dir=self.engine.evidence_dir)
-        executor.stop_requested = self.stop_requested
-        self.extensions.add(executor.closer)
-        self.executor = executor
-        if not self._beating:
-            self.start()
-        try:
-            return await executor.execute()
-        finally:
-            await self.lease.stop()
-
-
-async def _acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, ext: Extensions,
-                   owner: Owner) -> RunRecord:
-    """Lease the run: at once if queued, expired, or its owner is provably gone; else wait."""
-    announced = False
-    while True:
-        claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew)
-        if claimed is not None:
-            return claimed
-        current = await store.call(store.store.get_run, run.id)
-        assert current is not None
-        if current.state not in (RunState.LEASED, RunState.RUNNING):
-            raise UsageError(f"run {run.id} is {current.state} and cannot be resumed")
-        if owner_is_gone(current):
-            claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew,
-                                       takeover_epoch=current.lease_epoch)
-            if claimed is not None:
-                await ext.emit("notice", claimed, None, f"previous owner {current.owner} (pid {current.owner_pid}) "
-                               "is gone: reclaimed at once")
-                return claimed
-            continue
-        wait = max(0.2, (current.lease_expires_at or 0) + settings.skew - time.time())
-        if not announced:
-            await ext.emit("notice", current, None, f"waiting for the lease of {current.owner} (pid "
-                           f"{current.owner_pid} on {current.owner_host}, epoch {current.lease_epoch}) to expire, "
-                           f"in about {wait:.0f}s")
-            announced = True
-        await asyncio.sleep(min(wait, 5.0))
 
 
 async def _watch_stop(stop: asyncio.Event, leased: LeasedRun) -> None:

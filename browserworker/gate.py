@@ -23,7 +23,7 @@ Shared and service workers are blocked by the browser session (see :mod:`browser
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -88,8 +88,8 @@ class DispatchGate:
         self.attempt = attempt
         self.detector.arm()
         if self.shared_workers_allowed:
-            self.detector.detect("SHAREDWORKER", "*", "shared workers are allowed in this browser: what they send passes "
-                                              "no gate")
+            self.detector.detect("SHAREDWORKER", "*", "shared workers are allowed in this browser: what they send "
+                                                      "passes no gate")
 
     @property
     def dispatched(self) -> bool:
@@ -97,26 +97,12 @@ class DispatchGate:
         left without it (detected: the outcome sets ``dispatched_at`` if its own write failed)."""
         return bool(self.released) or self.sent > 0 or bool(self.detector.detected)
 
-    @property
-    def detected(self) -> list[str]:
-        """What may have left without passing the gate (journaled as possibly dispatched)."""
-        return self.detector.detected
-
-    @property
-    def unjournaled(self) -> list[str]:
-        """Of :attr:`detected`, what the store could not take when it was seen."""
-        return self.detector.unjournaled
-
     def install(self, route: ContextRoute) -> asyncio.Future[object]:
         """Take the context's route (putting it in if need be); the future is done when it is in place."""
         self.route_in = route
         context = route.context
-        context.on("request", self._on_request)
-        context.on("requestfinished", self._on_finished)
-        context.on("requestfailed", self._on_failed)
-        context.on("response", self._on_response)
-        context.on("close", self._on_close)
-        context.on("page", self.detector.on_page)
+        for event, listener in self._listeners():
+            context.on(event, listener)
         for page in context.pages:
             self.detector.watch(page)
         route.handler = self._route
@@ -145,23 +131,18 @@ class DispatchGate:
             log.warning("dispatches the gate never saw decided; they will be aborted if they turn up",
                         step_id=self.effect.id, requests=[f"{r.method} {r.url}" for r in self.undecided])
         self._closed = True
-        if route.handler == self._route:
-            route.handler = None
-        if route.api is self._api:
-            route.api = None
-        if route.socket is self._socket:
-            route.socket = None
+        route.hand_back(self._route, self._api, self._socket)
         await self.flush()
-        if self.unjournaled:
+        if self.detector.unjournaled:
             await self.detector.journal_late()
-        context = route.context
-        context.remove_listener("request", self._on_request)
-        context.remove_listener("requestfinished", self._on_finished)
-        context.remove_listener("requestfailed", self._on_failed)
-        context.remove_listener("response", self._on_response)
-        context.remove_listener("close", self._on_close)
-        context.remove_listener("page", self.detector.on_page)
+        for event, listener in self._listeners():
+            route.context.remove_listener(event, listener)
         self.detector.detach()
+
+    def _listeners(self) -> list[tuple[str, Callable[..., None]]]:
+        return [("request", self._on_request), ("requestfinished", self._on_finished),
+                ("requestfailed", self._on_failed), ("response", self._on_response), ("close", self._on_close),
+                ("page", self.detector.on_page)]
 
     async def flush(self) -> None:
         while self._writes:
@@ -213,9 +194,7 @@ class DispatchGate:
             return
         first = _chain_root(request)
         if first is not request:
-            row = self.released.get(first)
-            if row is None:
-                row = self._chains.get(first)
+            row = self.released.get(first, self._chains.get(first))
             if row is not None:
                 self._chains[request] = row
                 return
@@ -238,19 +217,16 @@ class DispatchGate:
         if not self.undecided:
             self._settled.set()
 
-    def _on_finished(self, request: Request) -> None:
-        if request in self.undecided and request not in self.deciding:  # done without reaching the gate
+    def _on_finished(self, request: Request, failure: str | None = None) -> None:
+        if request in self.undecided and request not in self.deciding:  # ended without reaching the gate
             self.deciding.add(request)
-            self.track(self.detector.unrouted(request, None))
+            self.track(self.detector.unrouted(request, failure))
 
     def _on_failed(self, request: Request) -> None:
-        if request in self.undecided and request not in self.deciding:  # ended before it reached the gate
-            self.deciding.add(request)
-            self.track(self.detector.unrouted(request, request.failure or "failed"))
+        self._on_finished(request, request.failure or "failed")
         outbox_id = self.released.get(request)
-        if outbox_id is None:
-            return
-        self.track(self.outbox.failed(outbox_id, request.failure or "failed"))
+        if outbox_id is not None:
+            self.track(self.outbox.failed(outbox_id, request.failure or "failed"))
 
     def _on_close(self, _: object) -> None:
         """Nothing more leaves a closed context."""

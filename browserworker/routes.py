@@ -67,6 +67,15 @@ class ContextRoute:
         self.sealed = False  # set by shut(): every request that reaches the route is aborted
         _hook_api_requests(context, self)
 
+    def hand_back(self, handler: object, api: object, socket: object) -> None:
+        """Take off a holder's hooks, each only where nobody has put another since."""
+        if self.handler == handler:
+            self.handler = None
+        if self.api is api:
+            self.api = None
+        if self.socket is socket:
+            self.socket = None
+
     def install(self) -> asyncio.Future[object]:
         """Put the route in, once; the future is done when the browser routes through it."""
         if self._installed is None:

@@ -24,6 +24,7 @@ import structlog
 from .browser import BrowserSession
 from .errors import BrowserworkerError, LeaseLost, StoreError, UsageError
 from .extensions import Extension
+from .leased import LeasedRun
 from .leases import owner_is_gone, this_owner
 from .loader import LoadedFlow, file_hash, load_flow
 from .states import RunState
@@ -31,7 +32,7 @@ from .store.aio import AsyncStore
 from .store.records import RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine, LeasedRun
+    from .engine import Engine
 
 __all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats"]
 
@@ -264,10 +265,8 @@ class Worker:
             await astore.call(self.store.record_event, run.id, "flow_changed", worker=self.id,
                               epoch=run.lease_epoch, decision="warning",
                               detail={"enqueued_hash": run.flow_hash, "current_hash": loaded.file_hash})
-        from .engine import LeasedRun
-
-        leased = LeasedRun(self.engine, astore, run, loaded, self.owner,
-                           self.engine.extensions_for([_SlotFreed(self._settled)]))
+        leased = LeasedRun(astore, run, loaded, self.owner, self.engine.extensions_for([_SlotFreed(self._settled)]),
+                           lease=self.engine.lease, evidence_dir=self.engine.evidence_dir)
         if self._stop.is_set():
             leased.request_stop()
         current = asyncio.current_task()

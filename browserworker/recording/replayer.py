@@ -350,6 +350,28 @@ async def replay_pass(recording: Recording, loaded: LoadedFlow, store: Store, ru
     return final, router, observer
 
 
+def _notes(rec: Recording, loaded: LoadedFlow) -> list[str]:
+    """What a reader of the replay's result should know about the recording it used."""
+    notes = []
+    if loaded.file_hash != rec.meta["flow"].get("hash"):
+        notes.append(f"the flow file {loaded.path.name} changed since this recording was made")
+    if rec.meta.get("status") != "complete":
+        notes.append(f"the recording is {rec.meta.get('status')!r}, not complete")
+    return notes
+
+
+async def _crash_first(crash_at: str, loaded: LoadedFlow, config: dict[str, Any], work: Path) -> int:
+    """Run the replay in a child SIGKILLed at ``crash_at`` (``STEP:POINT``); its exit code (-9)."""
+    step, point = parse_crash_at(crash_at, list(loaded.flow.steps))
+    config["crash_on_dispatch"] = step if point == REPLY_LOST else None
+    crash_exit, err = await _crash_child(config, work, step, point)
+    if crash_exit != -9:
+        tail = "\n".join(err.strip().splitlines()[-15:])
+        raise ReplayError(f"crash point {crash_at} was never reached (the replay exited with {crash_exit}); "
+                          f"its output:\n{tail}")
+    return crash_exit
+
+
 async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | None = None,
                        settle: float | None = None, inputs: Mapping[str, Any] | None = None,
                        flow: str | os.PathLike[str] | None = None, browser: BrowserSettings | None = None,
@@ -360,11 +382,7 @@ async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | Non
     started = time.monotonic()
     rec = Recording.load(recording_path(recording))
     loaded = _load(rec, flow, settle)
-    notes = []
-    if loaded.file_hash != rec.meta["flow"].get("hash"):
-        notes.append(f"the flow file {loaded.path.name} changed since this recording was made")
-    if rec.meta.get("status") != "complete":
-        notes.append(f"the recording is {rec.meta.get('status')!r}, not complete")
+    notes = _notes(rec, loaded)
     own_dir = workdir is None
     work = Path(tempfile.mkdtemp(prefix="browserworker-replay-")) if workdir is None else workdir
     work.mkdir(parents=True, exist_ok=True)
@@ -374,19 +392,12 @@ async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | Non
         ledger_path = work / "ledger.jsonl"
         crash_exit = None
         if crash_at is not None:
-            step, point = parse_crash_at(crash_at, list(loaded.flow.steps))
-            settings = browser or BrowserSettings.discover()
             config = {"recording": str(rec.root.resolve()), "flow": str(loaded.path), "db": str(work / "replay.db"),
                       "ledger": str(ledger_path), "run_id": run.id, "settle": settle, "inputs": dict(inputs or {}),
-                      "crash_on_dispatch": step if point == REPLY_LOST else None,
-                      "browser": dataclasses.asdict(settings)}
-            crash_exit, err = await _crash_child(config, work, step, point)
-            if crash_exit != -9:
-                tail = "\n".join(err.strip().splitlines()[-15:])
-                raise ReplayError(f"crash point {crash_at} was never reached (the replay exited with {crash_exit}); "
-                                  f"its output:\n{tail}")
+                      "browser": dataclasses.asdict(browser or BrowserSettings.discover())}
+            crash_exit = await _crash_first(crash_at, loaded, config, work)
             run = store.get_run(run.id) or run
-            Extensions(extensions).notify("notice", run, step, f"replay crashed (SIGKILL) at {step}:{point}; resuming")
+            Extensions(extensions).notify("notice", run, None, f"replay crashed (SIGKILL) at {crash_at}; resuming")
         final, router, observer = await replay_pass(rec, loaded, store, run, ledger=Ledger(ledger_path),
                                                     browser=browser, extensions=extensions,
                                                     self_test=crash_at is None,

@@ -202,6 +202,17 @@ def _pump(stream: Any, output: deque[str], lines: queue.Queue[str | None],
         lines.put(None)
 
 
+def _child_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """``os.environ`` with ``env`` over it, the package's parent first on ``PYTHONPATH``
+    (an uninstalled checkout works too) and unbuffered output."""
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    existing = child_env.get("PYTHONPATH")
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), existing]))
+    child_env["PYTHONUNBUFFERED"] = "1"
+    return child_env
+
+
 def start_sandbox(
     db_path: str | Path,
     *,
@@ -220,18 +231,13 @@ def start_sandbox(
     """
     _check_loopback(host)
     db_path = Path(db_path)
-    child_env = dict(os.environ)
-    child_env.update(env or {})
-    existing = child_env.get("PYTHONPATH")
-    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), existing]))
-    child_env["PYTHONUNBUFFERED"] = "1"
     cmd = [sys.executable, "-m", "browserworker.sandbox", "--host", host, "--port", str(port),
            "--db", str(db_path)]
     if dedupe:
         cmd.append("--dedupe")
     process = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env=child_env,
+        text=True, env=_child_env(env),
     )
     output: deque[str] = deque(maxlen=500)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -239,6 +245,12 @@ def start_sandbox(
     forward.set()
     threading.Thread(target=_pump, args=(process.stdout, output, lines, forward), daemon=True,
                      name=f"sandbox-output-{process.pid}").start()
+    return _wait_ready(process, cmd, db_path, output, lines, forward, timeout)
+
+
+def _wait_ready(process: subprocess.Popen[str], cmd: list[str], db_path: Path, output: deque[str],
+                lines: queue.Queue[str | None], forward: threading.Event, timeout: float) -> SandboxProcess:
+    """Wait for the sandbox's ready line; :class:`SandboxError` with its output if it exits or times out first."""
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()

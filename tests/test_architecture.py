@@ -1,0 +1,164 @@
+"""The shape of the code: sizes a reviewer can read, no import cycles, a complete public surface,
+and the one extension protocol."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import browserworker
+from browserworker.extensions import HOOKS, Extension, Extensions
+
+PACKAGE = Path(browserworker.__file__).parent
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+MAX_MODULE, MAX_CLASS, MAX_FUNCTION = 500, 250, 50
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The browserworker modules ``path`` imports when it is imported (not in functions, not
+    under ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text())
+    package = _name(path) if path.name == "__init__.py" else _name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            for alias in node.names:  # `from . import faults` names a module
+                candidate = f"{target}.{alias.name}"
+                found.add(candidate if candidate in NAMES else target)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {m for m in found if m in NAMES}
+
+
+NAMES = {_name(p) for p in MODULES}
+
+
+def test_no_module_class_or_function_is_too_long_to_read() -> None:
+    """No module over ~500 lines, no class over ~250, no function over ~50 (the sandbox's page
+    templates and SQL files are data, not code, and are not Python)."""
+    too_long = []
+    for path in MODULES:
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE:
+            too_long.append(f"{_name(path)}: module of {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                limit = MAX_CLASS if isinstance(node, ast.ClassDef) else MAX_FUNCTION
+                if size > limit:
+                    too_long.append(f"{_name(path)}:{node.lineno} {node.name}: {size} lines")
+    assert not too_long, "\n".join(too_long)
+
+
+def test_no_import_cycles() -> None:
+    """Module-level imports between browserworker's modules form no cycle."""
+    graph = {_name(p): _top_level_imports(p) for p in MODULES}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append([*trail[trail.index(target):], target] if target in trail else [module, target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_public_surface_is_what_a_user_composes() -> None:
+    """``browserworker.__all__`` names the engine, the store and how to open one, flows, verdicts,
+    step contexts, extensions and every error; each name resolves."""
+    for name in ("Engine", "Store", "open_store", "Flow", "Verdict", "StepContext", "Extension", "load_flow",
+                 "BrowserSettings", "LeaseSettings", "WorkerSettings"):
+        assert name in browserworker.__all__, name
+    errors = {name for name, value in vars(browserworker.errors).items()
+              if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "browserworker.errors"}
+    assert errors <= set(browserworker.__all__), errors - set(browserworker.__all__)
+    for name in browserworker.__all__:
+        assert getattr(browserworker, name) is not None, name
+    assert (PACKAGE / "py.typed").is_file()
+
+
+class _Seen(Extension):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+    def notice(self, run: Any, step_id: str | None, message: str, **fields: Any) -> None:  # type: ignore[override]
+        self.seen.append(("notice", message))
+
+    async def outcome(self, attempt: Any) -> None:
+        await asyncio.sleep(0)
+        self.seen.append(("outcome", attempt))
+
+
+def test_extensions_call_only_what_a_subscriber_overrides_sync_or_async() -> None:
+    """A subscriber's plain and async hooks are both called, in subscription order; a hook it
+    does not override is never called (it costs nothing); any object with hook methods subscribes."""
+    first, second = _Seen(), _Seen()
+
+    class Duck:
+        calls: list[str] = []
+
+        def outcome(self, attempt: Any) -> None:
+            self.calls.append(attempt)
+
+    bus = Extensions([first, Duck(), second])
+    assert [len(bus._by_hook[h]) for h in ("notice", "outcome", "run_started")] == [2, 3, 0]
+
+    async def main() -> None:
+        await bus.emit("notice", None, None, "hello")
+        await bus.emit("outcome", "attempt-1")
+        await bus.emit("run_started", None)
+
+    asyncio.run(main())
+    assert first.seen == second.seen == [("notice", "hello"), ("outcome", "attempt-1")]
+    assert Duck.calls == ["attempt-1"]
+    assert set(HOOKS) >= {"context_created", "before_step", "after_step", "lease_lost", "run_settled"}
+
+
+def test_a_failing_notification_is_logged_but_a_failing_step_hook_fails_the_run() -> None:
+    """``notice``/``outcome`` and the like never break a run; ``before_step`` and the other hooks in
+    the step's path raise, as the step itself would."""
+    class Broken(Extension):
+        async def outcome(self, attempt: Any) -> None:
+            raise RuntimeError("outcome broke")
+
+        async def before_step(self, ctx: Any, step: Any, context: Any) -> None:
+            raise RuntimeError("before_step broke")
+
+    after = _Seen()
+    bus = Extensions([Broken(), after])
+
+    async def main() -> None:
+        await bus.emit("outcome", "a")
+        with pytest.raises(RuntimeError, match="before_step broke"):
+            await bus.emit("before_step", None, None, None)
+        bus.notify("outcome", "b")  # from code that cannot wait: in the background
+        await asyncio.gather(*bus._background)
+
+    asyncio.run(main())
+    assert after.seen == [("outcome", "a"), ("outcome", "b")]
