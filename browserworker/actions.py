@@ -45,7 +45,6 @@ async def run_action(scope: RunScope, step: Action, p: Pass) -> Any:
         await _undeclared(scope, step, p, ctx, attempt, guard)
     finished = await journal.finish(attempt, AttemptState.SUCCEEDED, decided_by="return", result=jsonable(value),
                                     evidence={"undeclared_requests": guard.seen} if guard.seen else None)
-    ctx.log.info("action finished", state=str(finished.state))
     await ext.emit("outcome", finished)
     await ext.emit("after_step", ctx, step, p.context, finished)
     return value
@@ -60,7 +59,6 @@ async def _failed(scope: RunScope, step: Action, p: Pass, ctx: StepContext[Any],
         await _undeclared(scope, step, p, ctx, attempt, guard)
     finished = await scope.journal.finish(attempt, AttemptState.FAILED, decided_by="exception",
                                           error=f"{type(exc).__name__}: {exc}")
-    ctx.log.warning("action failed", state=str(finished.state), error=finished.error)
     await scope.extensions.emit("outcome", finished)
     guard.remove()
     await scope.extensions.emit("after_step", ctx, step, p.context, finished)

@@ -93,7 +93,6 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     attempt = await journal.begin(step.id, "effect", fp)
     await ext.emit("intent_committed", attempt)
     ctx = scope.step_context(p.page, step.id, attempt, fp, p.results)
-    ctx.log.info("intent committed", state=str(attempt.state))
     faults.hit("after_intent_commit", step.id)
     await ext.emit("before_step", ctx, step, p.context)
     gate.arm(attempt)
@@ -152,7 +151,6 @@ async def _outcome(scope: RunScope, step: Effect, p: Pass, ctx: StepContext[Any]
     finished = await scope.journal.finish(attempt, verdict.state, decided_by=verdict.decided_by,
                                           result=verdict.result if succeeded else None, evidence=evidence or None,
                                           error=None if succeeded else error, dispatched=gate.dispatched)
-    ctx.log.info("effect finished", state=str(finished.state), decided_by=finished.decided_by)
     await scope.extensions.emit("outcome", finished)
     await scope.extensions.emit("after_step", ctx, step, p.context, finished)
     return finished

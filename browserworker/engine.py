@@ -21,6 +21,7 @@ from .browser import BrowserSession, BrowserSettings
 from .extensions import Extensions
 from .leased import LeasedRun, acquire
 from .leases import LeaseSettings, this_owner
+from .logs import RunLog
 from .loader import LoadedFlow
 from .runner import RunRequest, prepare_run
 from .states import TERMINAL_RUN_STATES, RunState
@@ -94,8 +95,9 @@ class Engine:
         return await self.worker(settings).run()
 
     def extensions_for(self, more: Sequence[object] = ()) -> Extensions:
-        """A run's subscribers: this engine's extensions, then ``more``."""
-        return Extensions([*self.extensions, *more])
+        """A run's subscribers: its log lines (:class:`~browserworker.logs.RunLog`), this engine's
+        extensions, then ``more``."""
+        return Extensions([RunLog(), *self.extensions, *more])
 
     def close(self) -> None:
         """Close the store."""

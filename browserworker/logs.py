@@ -9,7 +9,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["SECRET_KEYS", "configure_logging", "redact_secrets"]
+__all__ = ["SECRET_KEYS", "RunLog", "configure_logging", "redact_secrets"]
 
 SECRET_KEYS = frozenset({"password", "passwd", "secret", "token", "authorization", "cookie", "set-cookie",
                          "proxy-authorization", "api_key", "apikey"})
@@ -46,3 +46,39 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
         logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
+
+
+class RunLog:
+    """The run lifecycle as structured log lines: an extension every engine subscribes first.
+
+    Each line about a step names the run, the flow, the step, the attempt, its request key and
+    fingerprint, its state, the worker and the lease epoch, so one ``grep`` follows an effect
+    across workers and crashes."""
+
+    def __init__(self) -> None:
+        self.log = structlog.get_logger("browserworker")
+        self._flows: dict[str, str] = {}
+
+    def _about(self, attempt: Any) -> Any:
+        return self.log.bind(run_id=attempt.run_id, flow=self._flows.get(attempt.run_id), step_id=attempt.step_id,
+                             attempt_no=attempt.attempt_no, request_key=attempt.request_key,
+                             fingerprint=attempt.request_fingerprint, state=str(attempt.state),
+                             worker_id=attempt.worker, lease_epoch=attempt.lease_epoch)
+
+    def run_started(self, run: Any) -> None:
+        self._flows[run.id] = run.flow_name
+
+    def intent_committed(self, attempt: Any) -> None:
+        self._about(attempt).info("intent committed")
+
+    def outcome(self, attempt: Any) -> None:
+        line = self._about(attempt)
+        if attempt.kind == "effect":
+            line.info("effect finished", decided_by=attempt.decided_by)
+        elif attempt.state == "SUCCEEDED":
+            line.info("action finished")
+        else:
+            line.warning("action failed", error=attempt.error)
+
+    def run_finished(self, run: Any) -> None:
+        self._flows.pop(run.id, None)
