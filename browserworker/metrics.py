@@ -26,6 +26,7 @@ from prometheus_client.exposition import start_http_server
 
 from .leases import process_is_gone
 from .store.base import Store
+from .store.ops import StateCount
 
 __all__ = [
     "QUEUE_AGE_BUCKETS",
@@ -236,11 +237,41 @@ def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float
     """
     now = store.now() if now is None else now
     since = now - window
-
+    counts = store.runs_by_state()
     states: dict[str, int] = {}
-    per_queue: dict[str, dict[str, int]] = {}
-    for c in store.runs_by_state():
+    for c in counts:
         states[c.state] = states.get(c.state, 0) + c.n
+    queues, step_open = _queues(store, counts, now, since)
+    workers = _workers(store, now, since, stale_after)
+    worker_counts = {s: 0 for s in ("healthy", "unhealthy", "stale", "dead", "stopped")}
+    for worker in workers:
+        worker_counts[worker.status] += 1
+    classified = {(c.flow_name, c.step_id): c for c in store.unknown_classified(since)}
+    unknown = [StepUnknown(flow=f, step=s, open=step_open.get((f, s), 0),
+                           classified_total=classified[(f, s)].n if (f, s) in classified else 0,
+                           classified_recent=(classified[(f, s)].recent or 0) if (f, s) in classified else 0)
+               for f, s in sorted(set(classified) | set(step_open))]
+    expiries_total, expiries_recent = store.lease_expiries(since)
+    duplicates: dict[tuple[str, str, str], int] = {}
+    for d in store.duplicates_prevented():
+        dup = (d.flow_name, d.step_id, _by(d.decision))
+        duplicates[dup] = duplicates.get(dup, 0) + d.n
+    queue_ages = (ages or QueueAges()).read(store, now) if histograms else {}
+    return OpsSnapshot(
+        at=now, window=window, stale_after=stale_after, host=socket.gethostname(), queues=queues,
+        states=dict(sorted(states.items())), workers=workers, unknown=unknown,
+        lease_expiries_total=expiries_total, lease_expiries_recent=expiries_recent,
+        duplicates_prevented=duplicates, reconcile_latency=_reconcile_latency(store),
+        queue_age_at_dispatch=queue_ages.get("dispatch", {}), queue_age_at_completion=queue_ages.get("completion", {}),
+        schema_version=store.schema_version, db=store.location or None,
+        worker_counts=worker_counts)
+
+
+def _queues(store: Store, counts: list[StateCount], now: float,
+            since: float) -> tuple[list[QueueStatus], dict[tuple[str, str], int]]:
+    """Each queue's status, and how many attempts of each (flow, step) are UNKNOWN now."""
+    per_queue: dict[str, dict[str, int]] = {}
+    for c in counts:
         per_queue.setdefault(c.queue, {})[c.state] = c.n
     queued = {b.queue: b for b in store.queue_backlog(now)}
     limits = store.queue_limits()
@@ -260,7 +291,11 @@ def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float
                                   queued=q.queued if q else 0, ready=(q.ready or 0) if q else 0,
                                   oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
                                   max_depth=limits.get(name), unknown=n_unknown, unknown_recent=n_recent))
+    return queues, step_open
 
+
+def _workers(store: Store, now: float, since: float, stale_after: float) -> list[WorkerStatus]:
+    """The registered workers (not gone for an hour), each with how it looks now."""
     workers = []
     for load in store.worker_loads(since, now - GONE_AFTER):
         w = load.worker
@@ -275,38 +310,17 @@ def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float
             status = "unhealthy" if w.health == "unhealthy" else "healthy"
         workers.append(WorkerStatus(id=w.id, host=w.host, pid=w.pid, status=status, heartbeat_age=age,
                                     concurrency=w.concurrency, queues=[str(q) for q in w.queues], leased=load.leased))
-    worker_counts = {s: 0 for s in ("healthy", "unhealthy", "stale", "dead", "stopped")}
-    for worker in workers:
-        worker_counts[worker.status] += 1
+    return workers
 
-    classified = {(c.flow_name, c.step_id): c for c in store.unknown_classified(since)}
-    unknown = [StepUnknown(flow=f, step=s, open=step_open.get((f, s), 0),
-                           classified_total=classified[(f, s)].n if (f, s) in classified else 0,
-                           classified_recent=(classified[(f, s)].recent or 0) if (f, s) in classified else 0)
-               for f, s in sorted(set(classified) | set(step_open))]
 
-    expiries_total, expiries_recent = store.lease_expiries(since)
-    duplicates: dict[tuple[str, str, str], int] = {}
-    for d in store.duplicates_prevented():
-        dup = (d.flow_name, d.step_id, _by(d.decision))
-        duplicates[dup] = duplicates.get(dup, 0) + d.n
-
-    queue_ages = (ages or QueueAges()).read(store, now) if histograms else {}
+def _reconcile_latency(store: Store) -> dict[str, Histogram]:
+    """From each lost lease to the decision on what was in doubt, by decision."""
     latencies: dict[str, list[float]] = {}
     for r in store.reconciliations():
         decision = reconcile_decision(r.kind, r.from_state, r.to_state, r.decision)
         if decision is not None:
             latencies.setdefault(decision, []).append(max(0.0, r.decided_at - r.detected_at))
-
-    return OpsSnapshot(
-        at=now, window=window, stale_after=stale_after, host=socket.gethostname(), queues=queues,
-        states=dict(sorted(states.items())), workers=workers, unknown=unknown,
-        lease_expiries_total=expiries_total, lease_expiries_recent=expiries_recent,
-        duplicates_prevented=duplicates,
-        reconcile_latency={d: Histogram.of(v, RECONCILE_BUCKETS) for d, v in sorted(latencies.items())},
-        queue_age_at_dispatch=queue_ages.get("dispatch", {}), queue_age_at_completion=queue_ages.get("completion", {}),
-        schema_version=store.schema_version, db=store.location or None,
-        worker_counts=worker_counts)
+    return {d: Histogram.of(v, RECONCILE_BUCKETS) for d, v in sorted(latencies.items())}
 
 
 def _process_gone(host: str, pid: int) -> bool:

@@ -75,8 +75,11 @@ class Connector(Protocol):
 
     #: the dialect's name ("sqlite")
     dialect: str
-    #: where the database is, for messages (a path, or a URL without its password)
-    location: str
+
+    @property
+    def location(self) -> str:
+        """Where the database is, for messages (a path, or a URL without its password)."""
+        ...
 
     def now(self) -> float:
         """The store's clock: seconds since the epoch. Every lease and fence compares against it."""

@@ -26,8 +26,17 @@ class SQLStore:
         self.now = connector.now
         self.group = connector.group
         self.integrity_check = connector.integrity_check
+        self.runs = RunManager(connector)
+        self.journal = JournalManager(connector)
+        self.fleet = FleetManager(connector, self.runs)
+        self.review = ReviewManager(connector, self.runs)
+        self.ops = OpsManager(connector)
+        self._bind_runs(self.runs)
+        self._bind_journal(self.journal)
+        self._bind_fleet(self.fleet, self.review)
+        self._bind_ops(self.ops)
 
-        self.runs = runs = RunManager(connector)
+    def _bind_runs(self, runs: RunManager) -> None:
         self.create_run = runs.create_run
         self.get_run = runs.get_run
         self.list_runs = runs.list_runs
@@ -38,7 +47,7 @@ class SQLStore:
         self.advance_run = runs.advance_run
         self.clear_reconcile = runs.clear_reconcile
 
-        self.journal = journal = JournalManager(connector)
+    def _bind_journal(self, journal: JournalManager) -> None:
         self.begin_attempt = journal.begin_attempt
         self.mark_dispatched = journal.mark_dispatched
         self.record_response = journal.record_response
@@ -55,7 +64,7 @@ class SQLStore:
         self.effect_boundary = journal.effect_boundary
         self.record_event = journal.record_event
 
-        self.fleet = fleet = FleetManager(connector, runs)
+    def _bind_fleet(self, fleet: FleetManager, review: ReviewManager) -> None:
         self.enqueue = fleet.enqueue
         self.set_queue_limit = fleet.set_queue_limit
         self.queue_limits = fleet.queue_limits
@@ -68,13 +77,11 @@ class SQLStore:
         self.worker_heartbeat = fleet.worker_heartbeat
         self.mark_worker = fleet.mark_worker
         self.workers = fleet.workers
-
-        self.review = review = ReviewManager(connector, runs)
         self.cancel = review.cancel
         self.resolve = review.resolve
         self.runs_needing_review = review.runs_needing_review
 
-        self.ops = ops = OpsManager(connector)
+    def _bind_ops(self, ops: OpsManager) -> None:
         self.runs_by_state = ops.runs_by_state
         self.queue_backlog = ops.queue_backlog
         self.unknown_open = ops.unknown_open

@@ -5,6 +5,9 @@
 -- Fenced writes carry `lease_epoch = :epoch` (and, where a dispatch margin applies,
 -- `lease_expires_at >= :now + :margin`) in their WHERE clause, or in a sub-select of the run
 -- ending in `{share_run}`: zero rows means the caller no longer owns the run.
+-- Portable SQL only (PostgreSQL 15 prepares every statement here): CASE, not two-argument
+-- MIN/MAX; a parameter that may be NULL is compared before it is tested (`state = :x OR :x IS
+-- NULL`: PostgreSQL types a parameter at its first use).
 -- No write says RETURNING: SQLite runs such a statement into a temporary b-tree and reads
 -- it back, which costs more than the write's own index updates (a run's transition
 -- took ~50 µs with it, ~20 without). A write that must return its row counts the rows
@@ -76,20 +79,20 @@ SET state = :state, error = :error, updated_at = :now,
     owner = CASE WHEN :state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW', 'QUEUED') THEN NULL ELSE owner END,
     lease_expires_at = CASE WHEN :state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW', 'QUEUED') THEN NULL
                             ELSE lease_expires_at END
-WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
+WHERE id = :id AND lease_epoch = :epoch AND (state = :from_state OR :from_state IS NULL)
 
 -- name: start_run
 -- set_run_state to RUNNING: touches only the columns (and so the indexes) that change.
 UPDATE runs
 SET state = 'RUNNING', error = :error, updated_at = :now, started_at = COALESCE(started_at, :now)
-WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
+WHERE id = :id AND lease_epoch = :epoch AND (state = :from_state OR :from_state IS NULL)
 
 -- name: end_run
 -- set_run_state to SUCCEEDED, FAILED, CANCELLED or NEEDS_REVIEW.
 UPDATE runs
 SET state = :state, error = :error, updated_at = :now, finished_at = :now, owner = NULL, lease_expires_at = NULL,
     needs_reconcile = CASE WHEN :state = 'NEEDS_REVIEW' THEN needs_reconcile ELSE 0 END
-WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
+WHERE id = :id AND lease_epoch = :epoch AND (state = :from_state OR :from_state IS NULL)
 
 -- name: clear_reconcile
 UPDATE runs SET needs_reconcile = 0, updated_at = :now WHERE id = :id AND lease_epoch = :epoch

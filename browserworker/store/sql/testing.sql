@@ -14,7 +14,7 @@ WHERE id = :id
 -- name: testing_backdate_attempts
 -- Move finished_at of the attempts with id :id (any, if NULL) and state :state (any, if NULL).
 UPDATE attempts SET finished_at = finished_at - :seconds
-WHERE (:id IS NULL OR id = :id) AND (:state IS NULL OR state = :state)
+WHERE (id = :id OR :id IS NULL) AND (state = :state OR :state IS NULL)
 
 -- name: testing_backdate_events
 UPDATE events SET at = at - :seconds WHERE run_id = :run_id AND kind = :kind
