@@ -1,6 +1,7 @@
 """The store contract: claims, fencing, the dispatch margin, the outbox and events, group
-commit. Every test runs against each store implementation (``tests/stores.py``); the SQLite
-dialect's own mechanics are tested in ``test_store_sqlite.py``."""
+commit. A test that takes ``store``, ``any_store`` or ``store_target`` runs against each store
+implementation (``tests/stores.py``); the SQLite dialect's own mechanics are tested in
+``test_store_sqlite.py``."""
 
 from __future__ import annotations
 
@@ -444,6 +445,7 @@ def test_history_is_attempts_and_restored_at_in_one_read(store: SQLStore) -> Non
     assert store.history("gone") == ([], None)
 
 
+@pytest.mark.sqlite_dialect  # restores a backup file
 def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
     """The executor skips the history read of a *fresh* run (its first lease, nothing to
     reconcile). A run leased again after a release or a lost lease, or restored from a
