@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import StoreError
 from .sqlite import SQLiteConnector
 
-__all__ = ["FileFacts", "Locked", "Unreadable", "checkpoint", "exclusive", "inspect", "open_file", "replace"]
+__all__ = ["FileFacts", "Locked", "Unreadable", "checkpoint", "exclusive", "facts_of", "inspect", "open_file", "replace"]
 
 
 class Unreadable(StoreError):
