@@ -126,7 +126,7 @@ def _ours_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple
         peak = pss.stop() if pss is not None else None
         store = SQLiteStore(db)
         done = store.list_runs(limit=runs + 1)
-        first = store.conn.execute("SELECT MIN(at) FROM events WHERE kind = 'lease_claimed'").fetchone()[0]
+        first = store.connector.conn.execute("SELECT MIN(at) FROM events WHERE kind = 'lease_claimed'").fetchone()[0]
         store.close()
         ok = sum(1 for r in done if r.state == RunState.SUCCEEDED)
         assert ok == runs, f"{ok}/{runs} succeeded"
@@ -254,7 +254,7 @@ def recovery(base_url: str, ttl: float = 6.0, reps: int = 3, remote: bool = Fals
             survivor = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
                                         cwd=ROOT)
             if remote:  # before the kill, so the survivor can never see a dead local pid
-                store.conn.execute("UPDATE runs SET owner_host = 'elsewhere' WHERE id = ?", (run.id,))
+                store.connector.conn.execute("UPDATE runs SET owner_host = 'elsewhere' WHERE id = ?", (run.id,))
             victim.send_signal(signal.SIGKILL)
             killed_at = time.time()
             victim.wait()

@@ -17,11 +17,12 @@ def _backlog(store: SQLiteStore, n: int) -> None:
     now = time.time()
     rows = [(f"c-{i:07d}", "noop", canonical_json({"i": i}), "default", i % 3, "QUEUED", now + i * 1e-6, now)
             for i in range(n)]
-    with store._transaction() as tx:  # bulk load for the benchmark only
-        tx.executemany("INSERT INTO runs (id, flow_name, inputs_json, queue, priority, state, created_at, updated_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    store.conn.execute("ANALYZE")
-    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn = store.connector.conn  # bulk load, for the benchmark only
+    with store.connector.transaction():
+        conn.executemany("INSERT INTO runs (id, flow_name, inputs_json, queue, priority, state, created_at, updated_at) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.execute("ANALYZE")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def claim_latency(backlog: int, samples: int = 300) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from browserworker.states import AttemptState, RunState
-from browserworker.store import NewRun, SQLiteStore
+from browserworker.store import NewRun, SQLiteStore, open_store
 from browserworker.store.aio import AsyncStore
 from browserworker.leases import this_owner
 
@@ -45,7 +45,7 @@ def raw_commit_rate(path: Path, n: int = 500) -> float:
 
 
 def seed(db: Path, n: int) -> None:
-    store = SQLiteStore(db)
+    store = open_store(db)
     with store.group():
         for i in range(n):
             store.enqueue(NewRun(id=f"cp-{i:06d}", flow_name="noop", inputs={}))
@@ -100,7 +100,7 @@ def ours(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
                                   stdout=subprocess.PIPE, text=True) for _ in range(workers)]
         outs = [json.loads(p.communicate()[0]) for p in procs]
         wall = time.perf_counter() - start
-        store = SQLiteStore(db)
+        store = open_store(db)
         first = min(r.started_at for r in store.list_runs(limit=runs + 1))
         last = max(r.finished_at for r in store.list_runs(limit=runs + 1))
         ok = sum(1 for r in store.list_runs(limit=runs + 1) if r.state == RunState.SUCCEEDED)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .errors import UsageError
 from .metrics import DEFAULT_STALE_AFTER, OpsSnapshot, snapshot
-from .store.base import SQLStore
+from .store.base import Store
 
 __all__ = ["Breach", "HealthRules", "check", "check_store", "format_age", "parse_duration", "parse_growth",
            "rules_from_options"]
@@ -140,7 +140,7 @@ def check(snap: OpsSnapshot, rules: HealthRules) -> list[Breach]:
     return breaches
 
 
-def check_store(store: SQLStore, rules: HealthRules) -> list[Breach]:
+def check_store(store: Store, rules: HealthRules) -> list[Breach]:
     """Read a snapshot sized for ``rules`` and check it."""
     snap = snapshot(store, window=rules.growth_window, stale_after=rules.stale_after, histograms=False)
     return check(snap, rules)

@@ -1,7 +1,7 @@
 """Queue-health metrics, computed from the store so that they survive restarts.
 
 :func:`snapshot` reads everything an operator needs in one pass of cheap, indexed queries
-(the ``-- ops`` section of ``store/sql/queries.sql``): queue depth and age, runs by state,
+(the typed reads of :mod:`browserworker.store.ops`): queue depth and age, runs by state,
 lease expiries, worker health, UNKNOWN attempts per effect step, reconciliation latency,
 duplicate-prevention decisions and queue-age histograms. ``status``, ``health`` and the
 Prometheus exposition (``metrics``, ``worker --metrics-port``) all render that snapshot.
@@ -13,20 +13,20 @@ restarts; Prometheus' ``rate()``/``increase()`` turn them into rates.
 from __future__ import annotations
 
 import bisect
-import json
 import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 
 from .leases import process_is_gone
-from .store.base import SQLStore
+from .store.base import Store
+from .store.ops import StateCount
 
 __all__ = [
     "QUEUE_AGE_BUCKETS",
@@ -103,27 +103,27 @@ class QueueAges:
     collector (``worker --metrics-port``) keeps one, so a scrape costs O(recent runs).
     """
 
-    QUERIES = {"dispatch": "ops_dispatch_ages", "completion": "ops_completion_ages"}
+    KINDS: tuple[Literal["dispatch"], Literal["completion"]] = ("dispatch", "completion")
 
     def __init__(self, slack: float = 300.0) -> None:
         self.slack = slack
         self._mark: float | None = None
-        self._base: dict[str, dict[str, _Counts]] = {k: {} for k in self.QUERIES}
+        self._base: dict[str, dict[str, _Counts]] = {k: {} for k in self.KINDS}
 
-    def _fold(self, store: SQLStore, lo: float, hi: float, into: dict[str, dict[str, _Counts]]) -> None:
-        for kind, query in self.QUERIES.items():
-            for r in store.ops_rows(query, lo=lo, hi=hi):
-                into[kind].setdefault(r["queue"], _Counts(QUEUE_AGE_BUCKETS)).add(max(0.0, float(r["waited"] or 0)))
+    def _fold(self, store: Store, lo: float, hi: float, into: dict[str, dict[str, _Counts]]) -> None:
+        for kind in self.KINDS:
+            for r in store.queue_waits(kind, lo, hi):
+                into[kind].setdefault(r.queue, _Counts(QUEUE_AGE_BUCKETS)).add(max(0.0, float(r.waited or 0)))
 
-    def read(self, store: SQLStore, now: float) -> dict[str, dict[str, Histogram]]:
+    def read(self, store: Store, now: float) -> dict[str, dict[str, Histogram]]:
         horizon = now - self.slack
         if self._mark is None or horizon > self._mark:
             self._fold(store, -1.0 if self._mark is None else self._mark, horizon, self._base)
             self._mark = horizon
-        recent: dict[str, dict[str, _Counts]] = {k: {} for k in self.QUERIES}
+        recent: dict[str, dict[str, _Counts]] = {k: {} for k in self.KINDS}
         self._fold(store, self._mark, float("inf"), recent)
         out: dict[str, dict[str, Histogram]] = {}
-        for kind in self.QUERIES:
+        for kind in self.KINDS:
             labels = sorted(set(self._base[kind]) | set(recent[kind]))
             out[kind] = {q: self._base[kind].get(q, _Counts(QUEUE_AGE_BUCKETS)).plus(recent[kind].get(q))
                          for q in labels}
@@ -228,7 +228,7 @@ def reconcile_decision(kind: str, from_state: str | None, to_state: str | None, 
     return None  # a fresh attempt: the lost lease left nothing in doubt
 
 
-def snapshot(store: SQLStore, *, window: float = DEFAULT_WINDOW, stale_after: float = DEFAULT_STALE_AFTER,
+def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float = DEFAULT_STALE_AFTER,
              now: float | None = None, ages: QueueAges | None = None, histograms: bool = True) -> OpsSnapshot:
     """Read the queue-health picture from ``store`` (a handful of indexed queries).
 
@@ -237,88 +237,95 @@ def snapshot(store: SQLStore, *, window: float = DEFAULT_WINDOW, stale_after: fl
     """
     now = store.now() if now is None else now
     since = now - window
-    rows = store.ops_rows
-
+    counts = store.runs_by_state()
     states: dict[str, int] = {}
+    for c in counts:
+        states[c.state] = states.get(c.state, 0) + c.n
+    queues, step_open = _queues(store, counts, now, since)
+    workers = _workers(store, now, since, stale_after)
+    worker_counts = {s: 0 for s in ("healthy", "unhealthy", "stale", "dead", "stopped")}
+    for worker in workers:
+        worker_counts[worker.status] += 1
+    classified = {(c.flow_name, c.step_id): c for c in store.unknown_classified(since)}
+    unknown = [StepUnknown(flow=f, step=s, open=step_open.get((f, s), 0),
+                           classified_total=classified[(f, s)].n if (f, s) in classified else 0,
+                           classified_recent=(classified[(f, s)].recent or 0) if (f, s) in classified else 0)
+               for f, s in sorted(set(classified) | set(step_open))]
+    expiries_total, expiries_recent = store.lease_expiries(since)
+    duplicates: dict[tuple[str, str, str], int] = {}
+    for d in store.duplicates_prevented():
+        dup = (d.flow_name, d.step_id, _by(d.decision))
+        duplicates[dup] = duplicates.get(dup, 0) + d.n
+    queue_ages = (ages or QueueAges()).read(store, now) if histograms else {}
+    return OpsSnapshot(
+        at=now, window=window, stale_after=stale_after, host=socket.gethostname(), queues=queues,
+        states=dict(sorted(states.items())), workers=workers, unknown=unknown,
+        lease_expiries_total=expiries_total, lease_expiries_recent=expiries_recent,
+        duplicates_prevented=duplicates, reconcile_latency=_reconcile_latency(store),
+        queue_age_at_dispatch=queue_ages.get("dispatch", {}), queue_age_at_completion=queue_ages.get("completion", {}),
+        schema_version=store.schema_version, db=store.location or None,
+        worker_counts=worker_counts)
+
+
+def _queues(store: Store, counts: list[StateCount], now: float,
+            since: float) -> tuple[list[QueueStatus], dict[tuple[str, str], int]]:
+    """Each queue's status, and how many attempts of each (flow, step) are UNKNOWN now."""
     per_queue: dict[str, dict[str, int]] = {}
-    for r in rows("ops_runs_by_state"):
-        states[r["state"]] = states.get(r["state"], 0) + r["n"]
-        per_queue.setdefault(r["queue"], {})[r["state"]] = r["n"]
-    queued = {r["queue"]: r for r in rows("ops_queued", now=now)}
+    for c in counts:
+        per_queue.setdefault(c.queue, {})[c.state] = c.n
+    queued = {b.queue: b for b in store.queue_backlog(now)}
     limits = store.queue_limits()
-    unknown_rows = rows("ops_unknown_open", since=since)
     q_unknown: dict[str, tuple[int, int]] = {}
     step_open: dict[tuple[str, str], int] = {}
-    for r in unknown_rows:
-        n, recent = q_unknown.get(r["queue"], (0, 0))
-        q_unknown[r["queue"]] = (n + r["n"], recent + (r["recent"] or 0))
-        key = (r["flow_name"], r["step_id"])
-        step_open[key] = step_open.get(key, 0) + r["n"]
+    for u in store.unknown_open(since):
+        n, recent = q_unknown.get(u.queue, (0, 0))
+        q_unknown[u.queue] = (n + u.n, recent + (u.recent or 0))
+        key = (u.flow_name, u.step_id)
+        step_open[key] = step_open.get(key, 0) + u.n
     queues = []
     for name in sorted(set(per_queue) | set(limits)):
         q = queued.get(name)
-        oldest = q["oldest_ready_at"] if q is not None else None
+        oldest = q.oldest_ready_at if q is not None else None
         n_unknown, n_recent = q_unknown.get(name, (0, 0))
         queues.append(QueueStatus(name=name, states=dict(sorted(per_queue.get(name, {}).items())),
-                                  queued=q["queued"] if q else 0, ready=(q["ready"] or 0) if q else 0,
+                                  queued=q.queued if q else 0, ready=(q.ready or 0) if q else 0,
                                   oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
                                   max_depth=limits.get(name), unknown=n_unknown, unknown_recent=n_recent))
+    return queues, step_open
 
+
+def _workers(store: Store, now: float, since: float, stale_after: float) -> list[WorkerStatus]:
+    """The registered workers (not gone for an hour), each with how it looks now."""
     workers = []
-    for w in rows("ops_workers", since=since, gone_since=now - GONE_AFTER):
-        age = max(0.0, now - w["last_heartbeat"])
-        if w["health"] == "stopped":
+    for load in store.worker_loads(since, now - GONE_AFTER):
+        w = load.worker
+        age = max(0.0, now - w.last_heartbeat)
+        if w.health == "stopped":
             status = "stopped"
-        elif _process_gone(w["host"], w["pid"]):
+        elif _process_gone(w.host, w.pid):
             status = "dead"  # on this host, and its process is gone: it did not stop cleanly
         elif age > stale_after:
             status = "stale"
         else:
-            status = "unhealthy" if w["health"] == "unhealthy" else "healthy"
-        workers.append(WorkerStatus(id=w["id"], host=w["host"], pid=w["pid"], status=status, heartbeat_age=age,
-                                    concurrency=w["concurrency"], queues=_json_list(w["queues"]), leased=w["leased"]))
-    worker_counts = {s: 0 for s in ("healthy", "unhealthy", "stale", "dead", "stopped")}
-    for worker in workers:
-        worker_counts[worker.status] += 1
+            status = "unhealthy" if w.health == "unhealthy" else "healthy"
+        workers.append(WorkerStatus(id=w.id, host=w.host, pid=w.pid, status=status, heartbeat_age=age,
+                                    concurrency=w.concurrency, queues=[str(q) for q in w.queues], leased=load.leased))
+    return workers
 
-    classified = {(r["flow_name"], r["step_id"]): r for r in rows("ops_unknown_classified", since=since)}
-    unknown = [StepUnknown(flow=f, step=s, open=step_open.get((f, s), 0),
-                           classified_total=classified[(f, s)]["n"] if (f, s) in classified else 0,
-                           classified_recent=(classified[(f, s)]["recent"] or 0) if (f, s) in classified else 0)
-               for f, s in sorted(set(classified) | set(step_open))]
 
-    expiries = rows("ops_lease_expiries", since=since)[0]
-    duplicates: dict[tuple[str, str, str], int] = {}
-    for r in rows("ops_duplicates_prevented"):
-        dup = (r["flow_name"], r["step_id"], _by(r["decision"]))
-        duplicates[dup] = duplicates.get(dup, 0) + r["n"]
-
-    queue_ages = (ages or QueueAges()).read(store, now) if histograms else {}
+def _reconcile_latency(store: Store) -> dict[str, Histogram]:
+    """From each lost lease to the decision on what was in doubt, by decision."""
     latencies: dict[str, list[float]] = {}
-    for r in rows("ops_reconciliations"):
-        decision = reconcile_decision(r["kind"], r["from_state"], r["to_state"], r["decision"])
+    for r in store.reconciliations():
+        decision = reconcile_decision(r.kind, r.from_state, r.to_state, r.decision)
         if decision is not None:
-            latencies.setdefault(decision, []).append(max(0.0, r["decided_at"] - r["detected_at"]))
-
-    return OpsSnapshot(
-        at=now, window=window, stale_after=stale_after, host=socket.gethostname(), queues=queues,
-        states=dict(sorted(states.items())), workers=workers, unknown=unknown,
-        lease_expiries_total=expiries["total"], lease_expiries_recent=expiries["recent"],
-        duplicates_prevented=duplicates,
-        reconcile_latency={d: Histogram.of(v, RECONCILE_BUCKETS) for d, v in sorted(latencies.items())},
-        queue_age_at_dispatch=queue_ages.get("dispatch", {}), queue_age_at_completion=queue_ages.get("completion", {}),
-        schema_version=getattr(store, "schema_version", None), db=str(getattr(store, "path", "")) or None,
-        worker_counts=worker_counts)
+            latencies.setdefault(decision, []).append(max(0.0, r.decided_at - r.detected_at))
+    return {d: Histogram.of(v, RECONCILE_BUCKETS) for d, v in sorted(latencies.items())}
 
 
 def _process_gone(host: str, pid: int) -> bool:
     """The worker ran on this host and its process no longer exists."""
     return host == socket.gethostname() and process_is_gone(pid)
-
-
-def _json_list(text: str) -> list[str]:
-    value = json.loads(text)
-    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 # -- Prometheus -------------------------------------------------------------------------
@@ -401,7 +408,7 @@ def families(snap: OpsSnapshot) -> Iterator[Metric]:
 class StoreCollector:
     """A prometheus_client collector that reads a fresh :func:`snapshot` on every scrape."""
 
-    def __init__(self, store: SQLStore, *, window: float = DEFAULT_WINDOW,
+    def __init__(self, store: Store, *, window: float = DEFAULT_WINDOW,
                  stale_after: float = DEFAULT_STALE_AFTER) -> None:
         self.store = store
         self.window = window
@@ -415,10 +422,10 @@ class StoreCollector:
         yield from families(snap)
 
 
-def exposition(store: SQLStore) -> bytes:
+def exposition(store: Store) -> bytes:
     """The Prometheus text exposition of ``store``'s metrics."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store))  # type: ignore[arg-type]
+    registry.register(StoreCollector(store))
     return generate_latest(registry)
 
 
@@ -430,11 +437,11 @@ class MetricsServer:
     """
 
     def __init__(self, db: str | Path, port: int, host: str = "127.0.0.1") -> None:
-        from .store.sqlite import SQLiteStore
+        from .store.url import open_store
 
-        self.store = SQLiteStore(db)
+        self.store = open_store(db)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(StoreCollector(self.store))  # type: ignore[arg-type]
+        registry.register(StoreCollector(self.store))
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         except OSError:

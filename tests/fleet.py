@@ -13,14 +13,14 @@ from typing import Any
 from browserworker.jobs import enqueue
 from browserworker.loader import load_flow
 from browserworker.states import RunState
-from browserworker.store import SQLiteStore
+from browserworker.store import open_store
 
 TEST_FLOWS = Path(__file__).parent / "flows"
 
 
 def enqueue_many(db: Path, flow: str, shop: Any, n: int, prefix: str, **kw: Any) -> list[str]:
     loaded = load_flow(TEST_FLOWS / flow)
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         return [enqueue(store, loaded, {"base_url": shop.url, "item": f"item-{i}"}, run_id=f"{prefix}-{i:04d}",
                         **kw).id for i in range(n)]
@@ -43,7 +43,7 @@ def start_worker(db: Path, *args: str, env: dict[str, str] | None = None,
 
 
 def states(db: Path) -> collections.Counter[str]:
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         return collections.Counter(str(r.state) for r in store.list_runs(limit=100_000))
     finally:
@@ -68,7 +68,7 @@ def duplicate_references(shop: Any) -> dict[str, int]:
 
 
 def events(db: Path, kind: str) -> list[Any]:
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         return [e for r in store.list_runs(limit=100_000) for e in store.events(r.id) if e.kind == kind]
     finally:
@@ -76,7 +76,7 @@ def events(db: Path, kind: str) -> list[Any]:
 
 
 def run_states(db: Path, ids: list[str]) -> dict[str, RunState]:
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         return {i: store.get_run(i).state for i in ids}
     finally:

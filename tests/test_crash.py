@@ -246,14 +246,14 @@ def test_sigterm_during_run_hands_the_run_back_and_resume_finishes(bw: BW, shop:
     import signal as sig
     import time
 
-    from browserworker.store import SQLiteStore
+    from browserworker.store import open_store
 
     flow = str(Path(__file__).parent / "flows" / "slow_steps.py")
     proc = bw.start("run", flow, "--db", str(bw.db), *inputs(shop), "--run-id", run_id)
     deadline = time.monotonic() + 60
     while True:  # wait until it is executing steps
         if bw.db.exists():
-            store = SQLiteStore(bw.db)
+            store = open_store(bw.db)
             attempts = store.attempts(run_id) if store.get_run(run_id) else []
             store.close()
             if any(a.step_id == "think_1" for a in attempts):

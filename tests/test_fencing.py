@@ -38,7 +38,7 @@ def test_paused_between_dispatch_commit_and_release_sends_nothing(bw: BW, shop: 
     import signal
     import time
 
-    from browserworker.store import SQLiteStore
+    from browserworker.store import open_store
 
     flow = str(Path(__file__).parent / "flows" / "short_order.py")
     received = shop.inflight()["received"]
@@ -49,7 +49,7 @@ def test_paused_between_dispatch_commit_and_release_sends_nothing(bw: BW, shop: 
     while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    store = SQLiteStore(bw.db)
+    store = open_store(bw.db)
     while (store.get_run(run_id).lease_expires_at or 0) > time.time() - 1:  # until the lease has run out
         assert time.monotonic() < deadline
         time.sleep(0.1)

@@ -18,7 +18,10 @@ from browserworker.cli import main
 from browserworker.errors import LeaseLost, UsageError
 from browserworker.states import RunState
 from browserworker.store import SCHEMA_VERSION, Owner, SQLiteStore
+from browserworker.store.sqlite_files import checkpoint
 from opsdata import queued, running, shift, succeed
+
+pytestmark = pytest.mark.sqlite_dialect  # backups are copies of a SQLite file
 
 WRITER = """
 import sys, time, pathlib
@@ -234,7 +237,7 @@ def test_check_db_finds_corruption(tmp_path: Path) -> None:
     store = SQLiteStore(db)
     for i in range(300):
         queued(store, f"r{i:04d}")
-    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    checkpoint(store.connector)
     store.close()
     data = bytearray(db.read_bytes())
     page = 4096

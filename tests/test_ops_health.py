@@ -15,7 +15,7 @@ from browserworker.cli import main
 from browserworker.errors import UsageError
 from browserworker.health import HealthRules, check_store, parse_duration, parse_growth
 from browserworker.states import AttemptState, RunState
-from browserworker.store import Owner, SQLiteStore
+from browserworker.store import Owner, Store, open_store
 from opsdata import dispatched, finish, queued, running, shift, succeed
 
 
@@ -28,8 +28,8 @@ def health(db: Path, *args: str) -> click.testing.Result:
     return CliRunner().invoke(main, ["health", "--db", str(db), *args])
 
 
-def with_store(db: Path) -> SQLiteStore:
-    return SQLiteStore(db)
+def with_store(db: Path) -> Store:
+    return open_store(db)
 
 
 def test_durations_and_growth_parse() -> None:

@@ -22,7 +22,7 @@ from browserworker.jobs import enqueue
 from browserworker.loader import load_flow
 from browserworker.logs import configure_logging
 from browserworker.sandbox.db import SandboxDB
-from browserworker.store import SQLiteStore
+from browserworker.store import open_store
 from conftest import BW, FLOWS
 
 STEP_FIELDS = ("run_id", "step_id", "attempt_no", "request_key", "fingerprint", "state", "worker_id", "lease_epoch")
@@ -54,7 +54,7 @@ def test_worker_logs_identify_every_step_and_never_the_password(tmp_path: Path, 
     username = f"ops-{secrets.token_hex(4)}"
     SandboxDB(shop.db_path, seed_users=False).add_user(username, password)
     db = tmp_path / "bw.db"
-    store = SQLiteStore(db)
+    store = open_store(db)
     loaded = load_flow(FLOWS / "place_order.py")
     ids = [enqueue(store, loaded, {"base_url": shop.url, "item": f"tea-{i}", "username": username,
                                    "password": password}).id for i in range(2)]

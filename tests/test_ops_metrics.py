@@ -11,21 +11,21 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 from prometheus_client.parser import text_string_to_metric_families
 
 from browserworker.metrics import MetricsServer, QueueAges, exposition, reconcile_decision, snapshot
 from browserworker.states import AttemptState
-from browserworker.store import Owner, SQLiteStore
+from browserworker.store import Owner, SQLiteStore, SQLStore, open_store
+from browserworker.store.sqlite import QUERIES
 from opsdata import dispatched, expire, finish, queued, running, shift, succeed
 
 LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SQLiteStore:
-    s = SQLiteStore(tmp_path / "bw.db")
-    yield s
-    s.close()
+def store(any_store: SQLStore) -> SQLStore:
+    return any_store
 
 
 def samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -36,7 +36,7 @@ def samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
     return out
 
 
-def test_queue_depth_and_oldest_claimable_age_per_queue(store: SQLiteStore) -> None:
+def test_queue_depth_and_oldest_claimable_age_per_queue(store: SQLStore) -> None:
     """Depth counts every QUEUED run; the oldest age is that of the oldest claimable one, per queue."""
     queued(store, "a1", age=400)
     queued(store, "a2", age=30)
@@ -52,7 +52,7 @@ def test_queue_depth_and_oldest_claimable_age_per_queue(store: SQLiteStore) -> N
     assert snap.states == {"QUEUED": 4, "RUNNING": 1}
 
 
-def test_unknown_open_and_classified_per_step_with_recent_window(store: SQLiteStore) -> None:
+def test_unknown_open_and_classified_per_step_with_recent_window(store: SQLStore) -> None:
     """UNKNOWN now counts unresolved attempts; the counter counts every classification, old and new."""
     old = running(store, "r-old")
     a = finish(store, dispatched(store, old), old.lease_epoch, AttemptState.UNKNOWN, "exception_after_dispatch")
@@ -71,7 +71,7 @@ def test_unknown_open_and_classified_per_step_with_recent_window(store: SQLiteSt
     assert (q["bulk"].unknown, q["bulk"].unknown_recent) == (1, 1)
 
 
-def test_duplicates_prevented_counts_only_recoveries_that_proved_done(store: SQLiteStore) -> None:
+def test_duplicates_prevented_counts_only_recoveries_that_proved_done(store: SQLStore) -> None:
     """An UNKNOWN effect proved done (verifier, outbox, a person) counts; a normal success does not."""
     for rid, by in (("v1", "verifier"), ("v2", "verifier"), ("o1", "outbox")):
         run = running(store, rid)
@@ -85,7 +85,7 @@ def test_duplicates_prevented_counts_only_recoveries_that_proved_done(store: SQL
     assert snapshot(store).duplicates_prevented == {("f", "submit", "verifier"): 2, ("f", "submit", "outbox"): 1}
 
 
-def test_lease_expiries_and_reconciliation_latency_by_decision(store: SQLiteStore) -> None:
+def test_lease_expiries_and_reconciliation_latency_by_decision(store: SQLStore) -> None:
     """Each expiry is counted; the time from its detection to the recovery decision lands in the
     histogram bucket of that decision."""
     b = Owner("worker-b", "some-other-host", 7)
@@ -133,7 +133,7 @@ def test_reconcile_decision_names(kind: str, from_state: str | None, to_state: s
     assert reconcile_decision(kind, from_state, to_state, decision) == label
 
 
-def test_workers_by_status_from_the_registry(store: SQLiteStore) -> None:
+def test_workers_by_status_from_the_registry(store: SQLStore) -> None:
     """Heartbeating workers are healthy, silent ones stale, stopped ones stopped, one whose process is
     gone from this host dead; an hour of silence drops a worker from the picture."""
     for name in ("fresh", "silent", "long-gone", "done"):
@@ -152,7 +152,7 @@ def test_workers_by_status_from_the_registry(store: SQLiteStore) -> None:
     assert snap.worker_counts == {"healthy": 1, "unhealthy": 0, "stale": 1, "dead": 1, "stopped": 1}
 
 
-def test_queue_age_histograms_at_dispatch_and_completion(store: SQLiteStore) -> None:
+def test_queue_age_histograms_at_dispatch_and_completion(store: SQLStore) -> None:
     """Waiting time until a run started, and until it SUCCEEDED, fall into the right buckets."""
     run = running(store, "h1", age=100)  # waited ~100s before it started, and finished at once
     succeed(store, run)
@@ -165,7 +165,7 @@ def test_queue_age_histograms_at_dispatch_and_completion(store: SQLiteStore) -> 
     assert completion.count == 1 and dict(completion.buckets)[60.0] == 0 and dict(completion.buckets)[120.0] == 1
 
 
-def test_incremental_queue_ages_match_a_full_read(store: SQLiteStore) -> None:
+def test_incremental_queue_ages_match_a_full_read(store: SQLStore) -> None:
     """A long-lived QueueAges that folds in new runs reports what a fresh full read reports."""
     ages = QueueAges(slack=300)
     for i in range(3):
@@ -181,7 +181,7 @@ def test_incremental_queue_ages_match_a_full_read(store: SQLiteStore) -> None:
     assert later["completion"]["bulk"].count == 2 and later["dispatch"]["default"].count == 3
 
 
-def test_prometheus_exposition_carries_the_snapshot(store: SQLiteStore) -> None:
+def test_prometheus_exposition_carries_the_snapshot(store: SQLStore) -> None:
     """`metrics` output parses as Prometheus text and carries depth, UNKNOWN, expiries and histograms."""
     queued(store, "q1", age=90)
     run = running(store, "u1")
@@ -198,14 +198,14 @@ def test_prometheus_exposition_carries_the_snapshot(store: SQLiteStore) -> None:
     assert got[("browserworker_queue_age_at_dispatch_seconds_count", (("queue", "default"),))] == 2
 
 
-def test_metrics_survive_a_restart(tmp_path: Path) -> None:
+def test_metrics_survive_a_restart(store_target: str) -> None:
     """Counters come from the journal: a new process (a new store) reports the same totals."""
-    first = SQLiteStore(tmp_path / "bw.db")
+    first = open_store(store_target)
     running(first, "s1")
     expire(first, "s1")
     before = samples(exposition(first))
     first.close()
-    again = SQLiteStore(tmp_path / "bw.db")
+    again = open_store(store_target)
     try:
         after = samples(exposition(again))
     finally:
@@ -216,7 +216,7 @@ def test_metrics_survive_a_restart(tmp_path: Path) -> None:
 def test_metrics_server_serves_on_loopback_and_stops(tmp_path: Path) -> None:
     """MetricsServer serves /metrics on 127.0.0.1 from its own connection, and the port closes with it."""
     db = tmp_path / "bw.db"
-    store = SQLiteStore(db)
+    store = open_store(db)
     queued(store, "m1")
     store.close()
     server = MetricsServer(db, 0)
@@ -231,14 +231,16 @@ def test_metrics_server_serves_on_loopback_and_stops(tmp_path: Path) -> None:
         LOCAL.open(server.url, timeout=2)
 
 
-def test_ops_queries_never_scan_a_table(store: SQLiteStore) -> None:
+@pytest.mark.sqlite_dialect
+def test_ops_queries_never_scan_a_table(tmp_path: Path) -> None:
     """Every read-only ops query is an index search or a covering-index scan (cheap at 100k runs)."""
     params = {"now": 1.0, "since": 1.0, "gone_since": 1.0, "lo": 1.0, "hi": 2.0, "id": "x"}
     checked = 0
-    for name, sql in store.queries.items():
+    store = SQLiteStore(tmp_path / "plans.db")
+    for name, sql in QUERIES.items():
         if not name.startswith("ops_") or not sql.lstrip().upper().startswith("SELECT"):
             continue
-        plan = [row[3] for row in store.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        plan = [row[3] for row in store.connector.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
         full_scans = [p for p in plan if re.match(r"SCAN (runs|attempts|events|outbox)\b", p)
                       and "COVERING INDEX" not in p and "USING INDEX" not in p]
         if name == "ops_last_event":
@@ -249,7 +251,7 @@ def test_ops_queries_never_scan_a_table(store: SQLiteStore) -> None:
     assert checked >= 12
 
 
-def test_example_alert_rules_use_only_exported_metrics(store: SQLiteStore) -> None:
+def test_example_alert_rules_use_only_exported_metrics(store: SQLStore) -> None:
     """Every metric the shipped alert rules query is one `metrics` exports, and every rule has an expr."""
     rules = (Path(__file__).resolve().parents[1] / "ops" / "prometheus-alerts.yml").read_text()
     exported = {f.name for f in text_string_to_metric_families(exposition(store).decode())}

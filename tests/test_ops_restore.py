@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from browserworker.cli import main
 from browserworker.states import AttemptState, RunState
-from browserworker.store import SQLiteStore
+from browserworker.store import open_store
 from conftest import BW, FLOWS
 from fleet import enqueue_many, start_worker, states, wait_until_done
 
@@ -87,7 +87,7 @@ def test_backup_mid_drain_restore_and_resume_without_duplicate_orders(tmp_path: 
 
     assert states(db) == {"SUCCEEDED": n}
     assert all(len(shop.orders(f"{i}/submit")) == 1 for i in ids)  # nothing was placed twice
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         for run_id in ids:
             ok = [a for a in store.attempts(run_id) if a.step_id == "submit" and a.state == AttemptState.SUCCEEDED]

@@ -30,7 +30,7 @@ from browserworker.executor import Executor
 from browserworker.jobs import enqueue
 from browserworker.leases import Lease, LeaseSettings
 from browserworker.loader import load_flow
-from browserworker.store import SQLiteStore
+from browserworker.store import open_store
 from conftest import FLOWS
 from fleet import TEST_FLOWS, start_worker
 
@@ -184,7 +184,7 @@ def enqueue_mix(db: Path, shop: Any, rng: random.Random, prefix: str) -> dict[st
     rng.shuffle(kinds)
     flows = {"verified": load_flow(TEST_FLOWS / "short_order.py"),
              "unverified": load_flow(FLOWS / "place_order_unverified.py")}
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         ids = {}
         for n, kind in enumerate(kinds):
@@ -212,7 +212,7 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
     # worker has had a moment), the pause after `pause_after` kills, early enough to fall mid-drain.
     pause_after = rng.randint(1, 2)
     kill_at, not_before = rng.randint(2, 6), time.monotonic() + rng.uniform(1.0, 3.0)
-    reader = SQLiteStore(db)
+    reader = open_store(db)
     try:
         for slot in range(WORKERS):
             sup.start(slot)
@@ -246,7 +246,7 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
     context = f"seed {seed}\n" + "\n".join(sup.timeline)
     assert exit_codes and all(code == 0 for code in exit_codes), (exit_codes, context)
 
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         runs = {r.id: r for r in store.list_runs(limit=10_000)}
         attempts = {i: [a for a in store.attempts(i) if a.step_id == "submit"] for i in runs}

@@ -1,78 +1,68 @@
-"""The SQLite store: schema, claims, fencing, the dispatch margin, the outbox and events."""
+"""The store contract: claims, fencing, the dispatch margin, the outbox and events, group
+commit. A test that takes ``store``, ``any_store`` or ``store_target`` runs against each store
+implementation (``tests/stores.py``); the SQLite dialect's own mechanics are tested in
+``test_store_sqlite.py``."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 
 from browserworker.errors import LeaseLost, StoreError
 from browserworker.states import AttemptState, RunState
-from browserworker.store import SCHEMA_VERSION, NewRun, Owner, SQLiteStore
+from browserworker.store import NewRun, Owner, SQLStore, open_store
 from browserworker.store.records import RunRecord
+from browserworker.store.testing import backdate
 
 A = Owner("worker-a", "host", 1)
 B = Owner("worker-b", "host", 2)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SQLiteStore:
-    s = SQLiteStore(tmp_path / "bw.db")
-    s.create_run(NewRun(id="r1", flow_name="f", inputs={"item": "tea"}))
-    return s
+def store(any_store: SQLStore) -> SQLStore:
+    any_store.create_run(NewRun(id="r1", flow_name="f", inputs={"item": "tea"}))
+    return any_store
 
 
-def backdate_lease(store: SQLiteStore, run_id: str, seconds: float) -> None:
-    """Move a lease's expiry into the past instead of sleeping."""
-    store.conn.execute("UPDATE runs SET lease_expires_at = lease_expires_at - ? WHERE id = ?", (seconds, run_id))
-
-
-def test_pragmas_and_schema_version(store: SQLiteStore) -> None:
-    """WAL, synchronous=FULL, and the schema version are set on open."""
-    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    assert store.schema_version == SCHEMA_VERSION >= 1
+def test_schema_version_and_integrity(store: SQLStore) -> None:
+    """A store opens migrated to a schema version and passes its integrity check."""
+    assert store.schema_version >= 1
     assert store.integrity_check() == "ok"
 
 
-def test_reopen_does_not_migrate_twice(tmp_path: Path) -> None:
+def test_reopen_does_not_migrate_twice(store_target: str) -> None:
     """Opening an existing database keeps its rows and version."""
-    SQLiteStore(tmp_path / "x.db").create_run(NewRun(id="a", flow_name="f", inputs={}))
-    again = SQLiteStore(tmp_path / "x.db")
-    assert again.get_run("a") is not None and again.schema_version == SCHEMA_VERSION
-
-
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    """A database from a newer browserworker is not touched."""
-    path = tmp_path / "new.db"
-    conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    conn.close()
-    with pytest.raises(StoreError, match="newer than this browserworker"):
-        SQLiteStore(path)
+    first = open_store(store_target)
+    first.create_run(NewRun(id="a", flow_name="f", inputs={}))
+    version = first.schema_version
+    first.close()
+    again = open_store(store_target)
+    assert again.get_run("a") is not None and again.schema_version == version
+    again.close()
 
 
 def test_create_false_does_not_create(tmp_path: Path) -> None:
     """Read-only commands never create a database."""
     with pytest.raises(StoreError, match="no database"):
-        SQLiteStore(tmp_path / "missing.db", create=False)
+        open_store(tmp_path / "missing.db", create=False)
     assert not (tmp_path / "missing.db").exists()
 
 
-def test_claim_is_exclusive_and_bumps_epoch(store: SQLiteStore) -> None:
+def test_claim_is_exclusive_and_bumps_epoch(store: SQLStore) -> None:
     """Only one owner can claim; the epoch grows with every claim."""
     first = store.claim_run("r1", A, ttl=30)
     assert first is not None and first.state == RunState.LEASED and first.lease_epoch == 1
     assert store.claim_run("r1", B, ttl=30) is None
 
 
-def test_expired_lease_is_reclaimed_only_after_skew(store: SQLiteStore) -> None:
+def test_expired_lease_is_reclaimed_only_after_skew(store: SQLStore) -> None:
     """An expired lease is taken over once it is older than the skew tolerance."""
     store.claim_run("r1", A, ttl=30)
-    backdate_lease(store, "r1", 31)  # expired 1 s ago
+    backdate(store, "r1", 31)  # expired 1 s ago
     assert store.claim_run("r1", B, ttl=30, skew=5) is None
-    backdate_lease(store, "r1", 5)
+    backdate(store, "r1", 5)
     taken = store.claim_run("r1", B, ttl=30, skew=5)
     assert taken is not None and taken.owner == "worker-b" and taken.lease_epoch == 2
     assert taken.needs_reconcile and taken.owner_stopped_at is not None
@@ -80,7 +70,7 @@ def test_expired_lease_is_reclaimed_only_after_skew(store: SQLiteStore) -> None:
     assert ("lease_claimed", "lease_expired") in kinds
 
 
-def test_takeover_of_a_dead_owner_needs_the_current_epoch(store: SQLiteStore) -> None:
+def test_takeover_of_a_dead_owner_needs_the_current_epoch(store: SQLStore) -> None:
     """A proven-dead owner's run is taken at once, but only at the epoch that was seen."""
     store.claim_run("r1", A, ttl=30)
     assert store.claim_run("r1", B, ttl=30, takeover_epoch=0) is None
@@ -89,7 +79,7 @@ def test_takeover_of_a_dead_owner_needs_the_current_epoch(store: SQLiteStore) ->
     assert [e.decision for e in store.events("r1") if e.kind == "lease_claimed"] == ["claimed", "owner_dead"]
 
 
-def test_dead_owner_reclaim_looks_past_the_callers_own_runs(store: SQLiteStore) -> None:
+def test_dead_owner_reclaim_looks_past_the_callers_own_runs(store: SQLStore) -> None:
     """reclaim_dead_owners asks ``is_gone`` about every live lease on the host but the
     calling worker's own (it is alive: it is asking), and requeues those proven gone."""
     store.enqueue(NewRun(id="r2", flow_name="f", inputs={}))
@@ -127,7 +117,7 @@ def test_owner_is_gone_knows_this_process_without_asking_the_kernel(monkeypatch:
     assert leases.owner_is_gone(reused)  # type: ignore[arg-type]
 
 
-def test_stale_epoch_writes_are_rejected(store: SQLiteStore) -> None:
+def test_stale_epoch_writes_are_rejected(store: SQLStore) -> None:
     """Once another owner holds the run, every write of the old epoch fails and changes nothing."""
     store.claim_run("r1", A, ttl=30)
     attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", margin=5)
@@ -147,11 +137,11 @@ def test_stale_epoch_writes_are_rejected(store: SQLiteStore) -> None:
     assert store.get_run("r1").state == RunState.LEASED
 
 
-def test_intent_and_dispatch_need_the_margin(store: SQLiteStore) -> None:
+def test_intent_and_dispatch_need_the_margin(store: SQLStore) -> None:
     """With less than the dispatch margin left, no intent and no dispatch is committed."""
     store.claim_run("r1", A, ttl=30)
     attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", margin=5)
-    backdate_lease(store, "r1", 27)  # 3 s left
+    backdate(store, "r1", 27)  # 3 s left
     with pytest.raises(LeaseLost, match="margin"):
         store.mark_dispatched(attempt, 1, "POST", "http://x/orders", margin=5)
     with pytest.raises(LeaseLost, match="margin"):
@@ -160,7 +150,7 @@ def test_intent_and_dispatch_need_the_margin(store: SQLiteStore) -> None:
     assert store.mark_dispatched(attempt, 1, "POST", "http://x/orders", margin=5) > 0
 
 
-def test_attempt_numbers_and_outbox(store: SQLiteStore) -> None:
+def test_attempt_numbers_and_outbox(store: SQLStore) -> None:
     """Attempts of a step are numbered; the outbox keeps one row per released request."""
     store.claim_run("r1", A, ttl=30)
     first = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp", margin=5)
@@ -176,7 +166,7 @@ def test_attempt_numbers_and_outbox(store: SQLiteStore) -> None:
     assert store.get_attempt(first.id).dispatched_at is not None
 
 
-def test_finish_attempt_checks_the_state_it_moves_from(store: SQLiteStore) -> None:
+def test_finish_attempt_checks_the_state_it_moves_from(store: SQLStore) -> None:
     """Two deciders cannot both move the same attempt."""
     store.claim_run("r1", A, ttl=30)
     attempt = store.begin_attempt("r1", 1, "submit", "effect", "r1/submit", "fp")
@@ -185,7 +175,7 @@ def test_finish_attempt_checks_the_state_it_moves_from(store: SQLiteStore) -> No
         store.finish_attempt(attempt, 1, AttemptState.FAILED, decided_by="return")
 
 
-def test_every_transition_is_an_event(store: SQLiteStore) -> None:
+def test_every_transition_is_an_event(store: SQLStore) -> None:
     """Run creation, claims, intents, dispatches, outcomes and run states are journaled as events."""
     store.claim_run("r1", A, ttl=30)
     store.set_run_state("r1", 1, RunState.RUNNING, worker="worker-a")
@@ -203,7 +193,7 @@ def test_every_transition_is_an_event(store: SQLiteStore) -> None:
     assert run.owner is None and run.finished_at is not None
 
 
-def test_a_run_state_the_machine_forbids_is_refused_and_writes_nothing(store: SQLiteStore) -> None:
+def test_a_run_state_the_machine_forbids_is_refused_and_writes_nothing(store: SQLStore) -> None:
     """The transition is checked in the same fenced statements that write it: an illegal move
     (LEASED -> SUCCEEDED skips RUNNING; nothing leaves SUCCEEDED) raises ValueError, and
     neither the run nor its events change."""
@@ -219,69 +209,22 @@ def test_a_run_state_the_machine_forbids_is_refused_and_writes_nothing(store: SQ
     assert store.get_run("r1").state == RunState.SUCCEEDED and len(store.events("r1")) == before + 2
 
 
-def test_secret_inputs_are_masked_in_views(tmp_path: Path) -> None:
+def test_secret_inputs_are_masked_in_views(any_store: SQLStore) -> None:
     """Secret input fields are kept for execution but masked in every view."""
-    s = SQLiteStore(tmp_path / "s.db")
+    s = any_store
     run = s.create_run(NewRun(id="s", flow_name="f", inputs={"user": "u", "password": "hunter2"},
                               secret_fields=("password",)))
     assert run.inputs["password"] == "hunter2"
     assert run.to_dict()["inputs"] == {"user": "u", "password": "[redacted]"}
 
 
-def test_busy_database_is_a_store_error(tmp_path: Path) -> None:
-    """A write that cannot get the lock within the busy timeout raises StoreError."""
-    path = tmp_path / "busy.db"
-    s = SQLiteStore(path, busy_timeout=0.1)
-    blocker = sqlite3.connect(path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
-        with pytest.raises(StoreError, match="cannot start a write transaction"):
-            s.create_run(NewRun(id="x", flow_name="f", inputs={}))
-    finally:
-        blocker.execute("ROLLBACK")
-    assert s.get_run("x") is None
-
-
-def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A write that finds another process's write lock tries again every 0.1 ms for 50 ms (the
-    span of a few group commits; SQLite's own handler sleeps 1, 2, 5, 10… ms), then backs off
-    to 2 ms, and succeeds on the first try after the lock is released; the connection's busy
-    timeout is as configured afterwards."""
-    import browserworker.store.sqlite as sqlite_module
-
-    path = tmp_path / "busy.db"
-    s = SQLiteStore(path, busy_timeout=30)
-    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    blocker.execute("BEGIN IMMEDIATE")
-    clock = [1000.0]
-    pauses: list[float] = []
-
-    def pause(seconds: float) -> None:
-        pauses.append(seconds)
-        clock[0] += seconds
-        if clock[0] - 1000.0 >= 0.065 and blocker.in_transaction:
-            blocker.execute("ROLLBACK")  # the other writer lets go 65 ms in
-
-    monkeypatch.setattr(sqlite_module.time, "sleep", pause)
-    monkeypatch.setattr(sqlite_module.time, "monotonic", lambda: clock[0])
-    s.create_run(NewRun(id="x", flow_name="f", inputs={}))
-    assert s.get_run("x") is not None
-    fast = [p for p in pauses if p == 0.0001]
-    assert pauses[:len(fast)] == fast and 0.05 <= sum(fast) < 0.0504  # 0.1 ms apart for the first 50 ms
-    slow = pauses[len(fast):]
-    assert slow[:4] == [0.0002, 0.0004, 0.0008, 0.0016] and set(slow[4:]) == {0.002}
-    assert 0.065 <= sum(pauses) < 0.067  # in on the first try after the release
-    assert s.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
-
-
-def test_group_commit_batches_concurrent_calls_and_isolates_failures(tmp_path: Path) -> None:
+def test_group_commit_batches_concurrent_calls_and_isolates_failures(store_target: str) -> None:
     """Concurrent calls share commits; a failing call (a stale epoch) rolls back only itself."""
     import asyncio
 
     from browserworker.store.aio import AsyncStore
 
-    s = SQLiteStore(tmp_path / "g.db")
+    s = open_store(store_target)
     for i in range(50):
         s.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={}))
     astore = AsyncStore(s)
@@ -296,128 +239,19 @@ def test_group_commit_batches_concurrent_calls_and_isolates_failures(tmp_path: P
     assert all(r.lease_epoch == 1 for r in outcome[:50])
     assert isinstance(outcome[50], LeaseLost)
     assert astore.calls == 51 and astore.commits < 51
-    reopened = SQLiteStore(tmp_path / "g.db")
+    reopened = open_store(store_target)
     assert all(r.state == RunState.LEASED for r in reopened.list_runs(limit=100))
     assert reopened.integrity_check() == "ok"
 
 
-def test_a_failing_call_spoils_only_the_bare_try_of_its_batch(tmp_path: Path) -> None:
-    """A batch runs first with no savepoint per call. A call that writes and then fails, or
-    one that swallows its own failed transaction, sends that whole try back; the batch runs
-    again with a savepoint per call: the others' writes land once, the partial write never."""
-    import asyncio
-    import threading
-    from collections.abc import Callable
-
-    from browserworker.store.aio import AsyncStore
-
-    s = SQLiteStore(tmp_path / "g.db")
-    astore = AsyncStore(s)
-
-    def half_written() -> None:
-        with s._transaction() as conn:
-            conn.execute("INSERT INTO queues (name, max_depth) VALUES ('half', 1)")
-            raise ValueError("failed after writing")
-
-    def swallowing() -> str:
-        try:
-            with s._transaction() as conn:
-                conn.execute("INSERT INTO queues (name, max_depth) VALUES ('swallowed', 1)")
-                raise ValueError("failed after writing")
-        except ValueError:
-            return "handled"
-
-    tries: list[bool] = []
-    original = s.group
-
-    def counting_group(*, isolate: bool = True):  # type: ignore[no-untyped-def]
-        tries.append(isolate)
-        return original(isolate=isolate)
-
-    s.group = counting_group  # type: ignore[method-assign]
-
-    async def one_batch(middle: Callable[[], object], first: str, last: str) -> list[object]:
-        """``create_run(first)``, ``middle()``, ``create_run(last)`` queued up behind a held store thread."""
-        entered, hold = threading.Event(), threading.Event()
-
-        def holding() -> bool:
-            entered.set()
-            return hold.wait(30)
-
-        blocker = asyncio.ensure_future(astore.call(holding))
-        assert await asyncio.to_thread(entered.wait, 30)
-        calls = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id=first, flow_name="f", inputs={}))),
-                 asyncio.ensure_future(astore.call(middle)),
-                 asyncio.ensure_future(astore.call(s.create_run, NewRun(id=last, flow_name="f", inputs={})))]
-        await asyncio.sleep(0)
-        hold.set()
-        assert await blocker is True
-        return await asyncio.gather(*calls, return_exceptions=True)
-
-    async def main() -> tuple[list[object], list[object]]:
-        return await one_batch(swallowing, "a", "b"), await one_batch(half_written, "c", "d")
-
-    (a, swallowed, b), (c, half, d) = asyncio.run(main())
-    astore.close()
-    assert tries == [False, True, False, True]  # each batch: the bare try, then the isolated one
-    assert [r.id for r in (a, b, c, d)] == ["a", "b", "c", "d"]  # type: ignore[attr-defined]
-    assert swallowed == "handled" and isinstance(half, ValueError)
-    assert s.queue_limits() == {}  # neither partial write survived
-    assert all([e.kind for e in s.events(r)] == ["run_created"] for r in "abcd")  # undone, not doubled
-    assert astore.commits == 4  # two blockers, two batches (their bare tries were rolled back)
-    assert s.integrity_check() == "ok"
-
-
-def test_group_rolled_back_by_sqlite_fails_every_call(tmp_path: Path) -> None:
-    """If SQLite rolls a group's whole transaction back (as it may on a full disk), no call of
-    the group reports success: the ones before the failure were lost with it."""
-    import asyncio
-    import threading
-
-    from browserworker.store.aio import AsyncStore
-
-    s = SQLiteStore(tmp_path / "g.db")
-
-    def disk_full_after_auto_rollback() -> None:
-        with s._transaction() as conn:
-            conn.execute("ROLLBACK")  # what SQLite does by itself on SQLITE_FULL / SQLITE_IOERR
-            raise sqlite3.OperationalError("database or disk is full")
-
-    astore = AsyncStore(s)
-    entered, hold = threading.Event(), threading.Event()
-
-    def holding(timeout: float) -> bool:
-        entered.set()
-        return hold.wait(timeout)
-
-    async def main() -> list[object]:
-        blocker = asyncio.ensure_future(astore.call(holding, 30))
-        assert await asyncio.to_thread(entered.wait, 30)  # the store thread is held: later calls queue up
-        calls = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id="before", flow_name="f", inputs={}))),
-                 asyncio.ensure_future(astore.call(disk_full_after_auto_rollback)),
-                 asyncio.ensure_future(astore.call(s.create_run, NewRun(id="after", flow_name="f", inputs={})))]
-        await asyncio.sleep(0)
-        hold.set()
-        assert await blocker is True
-        return await asyncio.gather(*calls, return_exceptions=True)
-
-    outcome = asyncio.run(main())
-    astore.close()
-    assert all(isinstance(o, StoreError) for o in outcome), outcome
-    assert s.get_run("before") is None and s.get_run("after") is None
-    assert s.integrity_check() == "ok"
-    s.create_run(NewRun(id="later", flow_name="f", inputs={}))  # the store works again
-    assert s.get_run("later") is not None
-
-
-def test_async_store_skips_cancelled_calls_and_wakes_the_loop_once_per_batch(tmp_path: Path) -> None:
+def test_async_store_skips_cancelled_calls_and_wakes_the_loop_once_per_batch(any_store: SQLStore) -> None:
     """A call cancelled while it waited never runs; the results of one batch arrive together."""
     import asyncio
     import threading
 
     from browserworker.store.aio import AsyncStore
 
-    s = SQLiteStore(tmp_path / "c.db")
+    s = any_store
     astore = AsyncStore(s)
     entered, hold = threading.Event(), threading.Event()
 
@@ -456,69 +290,7 @@ def test_async_store_skips_cancelled_calls_and_wakes_the_loop_once_per_batch(tmp
     assert astore.commits == 2
 
 
-def test_reads_that_lead_a_batch_need_no_write_lock_and_answer_before_its_commit(tmp_path: Path) -> None:
-    """Reads at the head of a batch run outside its write transaction: while another
-    connection holds the write lock they are answered at once (WAL lets them read), and the
-    batch's write waits for the lock and commits after. A read behind the write stays in
-    the batch's transaction and sees it."""
-    import asyncio
-    import threading
-
-    from browserworker.store.aio import AsyncStore
-
-    path = tmp_path / "c.db"
-    s = SQLiteStore(path, busy_timeout=30)
-    s.create_run(NewRun(id="r1", flow_name="f", inputs={}))
-    astore = AsyncStore(s)
-    other = sqlite3.connect(path, isolation_level=None)
-    entered, hold = threading.Event(), threading.Event()
-
-    def holding(timeout: float) -> bool:
-        entered.set()
-        return hold.wait(timeout)
-
-    async def main() -> None:
-        blocker = asyncio.ensure_future(astore.call(holding, 30))
-        assert await asyncio.to_thread(entered.wait, 30)  # later calls queue up into one batch
-        other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
-        reads = [asyncio.ensure_future(astore.call(s.get_run, "r1")),
-                 asyncio.ensure_future(astore.call(s.history, "r1"))]
-        write = asyncio.ensure_future(astore.call(s.create_run, NewRun(id="r2", flow_name="f", inputs={})))
-        behind = asyncio.ensure_future(astore.call(s.get_run, "r2"))
-        await asyncio.sleep(0)
-        hold.set()
-        assert await blocker is True
-        run, (attempts, restored) = await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
-        assert run is not None and run.id == "r1" and attempts == [] and restored is None
-        assert not write.done()  # still waiting for the lock the other writer holds
-        other.execute("COMMIT")
-        assert (await write).id == "r2"
-        seen = await behind
-        assert seen is not None and seen.id == "r2"
-
-    try:
-        asyncio.run(main())
-    finally:
-        other.close()
-        astore.close()
-
-
-def _open(path: str) -> int:
-    return SQLiteStore(path).schema_version
-
-
-def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
-    """Several processes opening a new database at once all succeed; it is migrated once."""
-    import multiprocessing
-
-    path = str(tmp_path / "new.db")
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        versions = pool.map(_open, [path] * 8)
-    assert versions == [SCHEMA_VERSION] * 8
-    assert SQLiteStore(path).integrity_check() == "ok"
-
-
-def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQLiteStore) -> None:
+def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQLStore) -> None:
     """A record read from a row (built without calling ``__init__``) compares, hashes and
     replaces like one built by hand; a row without a defaulted column gets the default, a
     row with a column the record does not know is refused, and a record class with a
@@ -537,7 +309,7 @@ def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQL
     again = AttemptRecord(**dataclasses.asdict(attempt))
     assert attempt == again and hash(attempt) == hash(again) and attempt.state is AttemptState.INTENT
 
-    row = dict(store.conn.execute("SELECT * FROM runs WHERE id = 'r1'").fetchone())
+    row = dict(store.connector.read_one("get_run", {"id": "r1"}))  # type: ignore[arg-type]
     del row["lease_losses"]
     assert RunRecord.from_row(row).lease_losses == 0
     with pytest.raises(TypeError, match="surprise"):
@@ -552,13 +324,11 @@ def test_records_read_from_rows_are_the_dataclasses_their_fields_make(store: SQL
         Checked.from_row({**row, "lease_losses": 0})
 
 
-def test_each_write_returns_its_row_as_committed_and_no_query_says_returning(tmp_path: Path) -> None:
+def test_each_write_returns_its_row_as_committed(any_store: SQLStore) -> None:
     """The writes that hand back a record (claim, run transitions, intent, outcome) return the
     row they changed as it is after the write, in a group too: the run claimed from two
-    queues is the highest-priority one, and a second run's rows never leak into the first's.
-    No named query uses RETURNING (SQLite spools such a statement through a temporary b-tree,
-    dearer than the write itself); the rows are read back by key instead."""
-    store = SQLiteStore(tmp_path / "bw.db")
+    queues is the highest-priority one, and a second run's rows never leak into the first's."""
+    store = any_store
     store.create_run(NewRun(id="low", flow_name="f", inputs={}, queue="q1"))
     store.create_run(NewRun(id="high", flow_name="f", inputs={}, queue="q2", priority=5))
     with store.group(isolate=False):
@@ -579,10 +349,9 @@ def test_each_write_returns_its_row_as_committed_and_no_query_says_returning(tmp
     assert attempt.state is AttemptState.INTENT and attempt.attempt_no == 1 and attempt.request_key == "high/submit"
     assert other.run_id == "low" and other.state is AttemptState.RUNNING and other.id != attempt.id
     assert done == store.get_attempt(attempt.id) and done.result == {"order": 7}
-    assert not [name for name, sql in store.queries.items() if "RETURNING" in sql.upper()]
 
 
-def test_begin_attempt_returns_the_row_as_stored(store: SQLiteStore) -> None:
+def test_begin_attempt_returns_the_row_as_stored(store: SQLStore) -> None:
     """The attempt begin_attempt hands back is built from what it inserted, not read back: it
     must equal the stored row in every field, for an effect (INTENT) and an action (RUNNING),
     with the attempt number the insert computed counting up per step."""
@@ -599,7 +368,7 @@ def test_begin_attempt_returns_the_row_as_stored(store: SQLiteStore) -> None:
     assert store.get_attempt(first.id).state is AttemptState.FAILED_BEFORE_SEND
 
 
-def test_advance_run_is_set_run_state_without_the_read_back(store: SQLiteStore) -> None:
+def test_advance_run_is_set_run_state_without_the_read_back(store: SQLStore) -> None:
     """advance_run makes the same fenced transition and event as set_run_state and returns
     nothing: a stale epoch is a lost lease, an illegal transition a ValueError, and neither
     writes anything."""
@@ -618,7 +387,7 @@ def test_advance_run_is_set_run_state_without_the_read_back(store: SQLiteStore) 
         "run_state", "LEASED", "RUNNING", "started", A.worker)
 
 
-def test_effect_boundary_reads_the_cancel_flag_and_the_latest_attempt(store: SQLiteStore) -> None:
+def test_effect_boundary_reads_the_cancel_flag_and_the_latest_attempt(store: SQLStore) -> None:
     """effect_boundary answers in one read what cancel_requested and latest_attempt answer:
     no attempt yet, the newest of several, a cancel asked meanwhile, and a run that is gone."""
     run = store.claim_run("r1", A, ttl=30)
@@ -636,7 +405,7 @@ def test_effect_boundary_reads_the_cancel_flag_and_the_latest_attempt(store: SQL
     assert store.effect_boundary("gone", "pay") == (False, None)
 
 
-def test_finish_attempt_returns_the_row_as_stored(store: SQLiteStore) -> None:
+def test_finish_attempt_returns_the_row_as_stored(store: SQLStore) -> None:
     """finish_attempt builds its answer from the attempt given and what it wrote, not from a
     full read: it must still equal the stored row, with the dispatch time the gate wrote
     after the caller's copy was taken, and result and evidence as they read back from JSON
@@ -658,7 +427,7 @@ def test_finish_attempt_returns_the_row_as_stored(store: SQLiteStore) -> None:
     assert failed == store.get_attempt(action.id) and failed.dispatched_at is None and failed.result is None
 
 
-def test_history_is_attempts_and_restored_at_in_one_read(store: SQLiteStore) -> None:
+def test_history_is_attempts_and_restored_at_in_one_read(store: SQLStore) -> None:
     """history answers what attempts and restored_at answer, with no attempts yet, with
     several, and after a restore event (the latest one counts)."""
     run = store.claim_run("r1", A, ttl=30)
@@ -676,6 +445,7 @@ def test_history_is_attempts_and_restored_at_in_one_read(store: SQLiteStore) -> 
     assert store.history("gone") == ([], None)
 
 
+@pytest.mark.sqlite_dialect  # restores a backup file
 def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
     """The executor skips the history read of a *fresh* run (its first lease, nothing to
     reconcile). A run leased again after a release or a lost lease, or restored from a
@@ -684,7 +454,7 @@ def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
     from browserworker.backup import backup, restore
 
     db = tmp_path / "bw.db"
-    store = SQLiteStore(db)
+    store = open_store(db)
     for name in ("first", "released", "expired", "restored"):
         store.enqueue(NewRun(id=name, flow_name="f", inputs={}))
     backup(db, tmp_path / "bw.backup")  # every run still queued, never leased
@@ -701,36 +471,17 @@ def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
 
     expired = store.claim_run("expired", A, ttl=30)
     assert expired is not None and expired.fresh
-    backdate_lease(store, "expired", 60)
+    backdate(store, "expired", 60)
     assert [r.id for r in store.reclaim_expired(skew=0.5, max_lease_losses=3)] == ["expired"]
     again = store.claim_run("expired", B, ttl=30)
     assert again is not None and not again.fresh
     store.close()
 
     restore(tmp_path / "bw.backup", tmp_path / "restored.db")
-    store = SQLiteStore(tmp_path / "restored.db")
+    store = open_store(tmp_path / "restored.db")
     try:
         restored = store.claim_run("restored", A, ttl=30)
         assert restored is not None and restored.lease_epoch == 1 and not restored.fresh
         assert store.history("restored")[1] is not None  # the restore the executor must know of
     finally:
         store.close()
-
-
-def test_no_happy_path_write_spools_into_a_temporary_table(store: SQLiteStore) -> None:
-    """SQLite runs an INSERT whose SELECT reads the table it inserts into (as the attempt
-    number's MAX once did) through a temporary table first, as it does a RETURNING: dearer
-    than the write. No write query does so, but the generic run transition, off the happy
-    path (its IN lists of states are built as temporary indexes)."""
-    import re
-
-    spooling = set()
-    for name, sql in store.queries.items():
-        body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--")).strip()
-        if not re.match(r"(INSERT|UPDATE|DELETE)\b", body, re.I):
-            continue
-        params: tuple[None, ...] | dict[str, None] = (
-            (None,) * body.count("?") if "?" in body else dict.fromkeys(re.findall(r":(\w+)", body)))
-        if any(row[1] == "OpenEphemeral" for row in store.conn.execute("EXPLAIN " + body, params)):
-            spooling.add(name)
-    assert spooling == {"set_run_state"}

@@ -187,6 +187,7 @@ def check_stopped_cleanly(bw: BW, shop: Any, run_id: str, point: str, received: 
 # -- the store itself (no browser) ---------------------------------------------------------
 
 
+@pytest.mark.sqlite_dialect
 def test_store_write_failures_raise_store_error_and_roll_back(tmp_path: Path) -> None:
     """A write that hits a full database raises StoreError (not a raw sqlite3 error) and leaves
     no partial rows; earlier rows stay and integrity_check is ok."""
@@ -195,8 +196,8 @@ def test_store_write_failures_raise_store_error_and_roll_back(tmp_path: Path) ->
     run = store.claim_run("early", this_owner("test"), 30)
     assert run is not None
     before = snapshot(tmp_path / "bw.db")
-    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
-    store.conn.execute(f"PRAGMA max_page_count = {pages}")  # this connection's "disk" is now full
+    pages = store.connector.conn.execute("PRAGMA page_count").fetchone()[0]
+    store.connector.conn.execute(f"PRAGMA max_page_count = {pages}")  # this connection's "disk" is now full
     with pytest.raises(StoreError, match="database or disk is full"):
         store.begin_attempt("early", run.lease_epoch, "submit", "effect", "early/submit", "f" * 200_000)
     with pytest.raises(StoreError, match="database or disk is full"):
@@ -207,6 +208,7 @@ def test_store_write_failures_raise_store_error_and_roll_back(tmp_path: Path) ->
     store.close()
 
 
+@pytest.mark.sqlite_dialect
 def test_store_busy_timeout_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """BROWSERWORKER_BUSY_TIMEOUT sets how long a write waits for a lock; a bad value is a clear error."""
     db = tmp_path / "bw.db"
@@ -225,6 +227,7 @@ def test_store_busy_timeout_comes_from_the_environment(tmp_path: Path, monkeypat
         SQLiteStore(db)
 
 
+@pytest.mark.sqlite_dialect
 def test_read_only_database_file_refuses_writes_cleanly(tmp_path: Path) -> None:
     """A read-only database file still opens for reading; every write is a StoreError naming it."""
     db = tmp_path / "bw.db"

@@ -20,8 +20,9 @@ from browserworker.jobs import enqueue
 from browserworker.leases import LeaseSettings
 from browserworker.loader import load_flow
 from browserworker.states import RunState
-from browserworker.store import SQLiteStore
+from browserworker.store import open_store
 from browserworker.store.records import Owner, RunRecord
+from browserworker.store.testing import forget_lease
 from browserworker.worker import WorkerSettings
 from conftest import BW, FLOWS, sigkill
 from fleet import TEST_FLOWS, duplicate_references, enqueue_many, events, run_states, start_worker, states, \
@@ -37,7 +38,7 @@ def stop(proc: Any, timeout: float = 60) -> int:
 
 
 def submit_successes(db: Path) -> dict[str, int]:
-    store = SQLiteStore(db)
+    store = open_store(db)
     try:
         out: dict[str, int] = {}
         for r in store.list_runs(limit=100_000):
@@ -81,7 +82,7 @@ def test_a_slot_frees_when_the_runs_end_is_committed(tmp_path: Path, monkeypatch
     a slot frees when the run's end is committed, not when its browser context is gone."""
     path = tmp_path / "look.py"
     path.write_text(LOOK_FLOW)
-    store = SQLiteStore(tmp_path / "bw.db")
+    store = open_store(tmp_path / "bw.db")
     loaded = load_flow(path)
     runs = [enqueue(store, loaded, {}).id for _ in range(2)]
     started: list[str] = []
@@ -123,7 +124,7 @@ def test_the_reclaimer_wakes_when_a_lease_expires(tmp_path: Path) -> None:
     for one second, finishes well within that."""
     path = tmp_path / "look.py"
     path.write_text(LOOK_FLOW)
-    store = SQLiteStore(tmp_path / "bw.db")
+    store = open_store(tmp_path / "bw.db")
     run = enqueue(store, load_flow(path), {})
     elsewhere = Owner(worker="worker-elsewhere", host="elsewhere.invalid", pid=1)
     leased = store.claim_run(run.id, elsewhere, 1.0)
@@ -195,7 +196,7 @@ def test_sigstopped_worker_past_its_lease_dispatches_nothing(tmp_path: Path, sho
     assert "lease lost" in log.read_text()  # its heartbeat or its gate found the epoch moved on
     assert stop(paused) == 0 and stop(other) == 0
     assert shop.inflight()["received"] == received + 1  # the paused worker sent nothing
-    store = SQLiteStore(db)
+    store = open_store(db)
     first, second = [a for a in store.attempts(run_id) if a.step_id == "submit"]
     store.close()
     assert (first.lease_epoch, first.dispatched_at, first.state) == (1, None, "FAILED_BEFORE_SEND")
@@ -324,8 +325,8 @@ def test_flow_change_warns_and_missing_step_goes_to_review(bw: BW, tmp_path: Pat
     assert proc.wait(timeout=60) == -9
     flow.write_text(flow.read_text().replace("async def submit(", "async def place(").replace("@submit.verify",
                                                                                           "@place.verify"))
-    store = SQLiteStore(bw.db)
-    store.conn.execute("UPDATE runs SET state='QUEUED', owner=NULL, lease_expires_at=NULL WHERE id=?", (run_id,))
+    store = open_store(bw.db)
+    forget_lease(store, run_id)
     store.close()
     assert bw.run("worker", "--once", "--db", str(bw.db)).returncode == 0
     view = bw.show(run_id)

@@ -1,8 +1,17 @@
-"""The durable control plane: runs, the journal of attempts, the outbox and events."""
+"""The durable control plane: runs, the journal of attempts, the outbox and events.
 
-from .base import SQLStore, Store
+Open one with :func:`open_store` (a path or a URL). The layout: :mod:`.base` (the
+:class:`Store` protocol), :mod:`.connector` (what a dialect provides), :mod:`.shared` (the
+store: the managers :mod:`.runs`, :mod:`.journal`, :mod:`.fleet`, :mod:`.review`, :mod:`.ops`
+over a connector), :mod:`.sqlite` (the SQLite dialect), :mod:`.aio` (asyncio and group
+commit), :mod:`.testing` (helpers for tests of any store).
+"""
+
+from .base import Store
+from .connector import Connector
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
-from .sqlite import SCHEMA_VERSION, SQLiteStore
+from .shared import SQLStore
+from .sqlite import SCHEMA_VERSION, SQLiteConnector, SQLiteStore
 from .url import DEFAULT_DB, ENV_DB, open_store
 
 __all__ = [
@@ -10,12 +19,14 @@ __all__ = [
     "ENV_DB",
     "SCHEMA_VERSION",
     "AttemptRecord",
+    "Connector",
     "EventRecord",
     "NewRun",
     "OutboxRecord",
     "Owner",
     "RunRecord",
     "SQLStore",
+    "SQLiteConnector",
     "SQLiteStore",
     "Store",
     "open_store",

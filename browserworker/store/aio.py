@@ -47,7 +47,7 @@ class AsyncStore:
 
     def __init__(self, store: Store, *, max_batch: int = 256) -> None:
         self.store = store
-        self.max_batch = max_batch if hasattr(store, "group") else 1
+        self.max_batch = max_batch
         self.commits = 0  # transactions committed by this thread (for benchmarks)
         self.calls = 0
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -114,7 +114,7 @@ class AsyncStore:
         """Run ``batch`` in one transaction; :class:`_Spoiled` (all rolled back) if a bare try's call failed."""
         outcomes: list[tuple[bool, Any]] = []
         try:
-            with self.store.group(isolate=isolate):  # type: ignore[attr-defined]
+            with self.store.group(isolate=isolate):
                 for call in batch:
                     outcome = _outcome(call)
                     if not outcome[0] and not isolate:

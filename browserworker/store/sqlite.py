@@ -1,34 +1,40 @@
-"""The SQLite store: WAL, ``synchronous=FULL``, a busy timeout, versioned migrations.
+"""The SQLite dialect: :class:`SQLiteConnector` and :class:`SQLiteStore`, the shared store over it.
 
-One host, one file. The store's clock is this process's clock. Connections are opened
-with ``isolation_level=None`` and every write runs in ``BEGIN IMMEDIATE`` so that a
-fenced check and its write are one atomic step across processes.
+One host, one file: WAL, ``synchronous=FULL``, a busy timeout, versioned migrations
+(``PRAGMA user_version``). The store's clock is this process's clock. Connections are
+opened with ``isolation_level=None`` and every write runs in ``BEGIN IMMEDIATE``: writers
+are serialised, so each fence (see :mod:`~browserworker.store.manager`) holds for the whole
+transaction without any row lock (this dialect's fragments are empty). Ids come from
+``cursor.lastrowid``: no write says ``RETURNING`` (see the top of ``sql/queries.sql``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from .base import GroupSpoiled, SQLStore, load_queries
+from .base import GroupSpoiled
+from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
+from .shared import SQLStore
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteConnector", "SQLiteStore"]
 
-_SQL_PACKAGE = "browserworker.store.sql"
+_MIGRATIONS = "sqlite"  # the numbered NNNN_*.sql files of this dialect, under sql/<dialect>/
 
 
 def _migrations() -> list[tuple[int, str]]:
-    """``[(version, sql)]`` from the numbered ``NNNN_*.sql`` files, in order."""
+    """``[(version, sql)]`` from this dialect's numbered ``NNNN_*.sql`` files, in order."""
     found = []
-    for entry in resources.files(_SQL_PACKAGE).iterdir():
+    for entry in resources.files(SQL_PACKAGE).joinpath(_MIGRATIONS).iterdir():
         name = entry.name
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), entry.read_text()))
@@ -36,6 +42,12 @@ def _migrations() -> list[tuple[int, str]]:
 
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+#: the fences' row-lock hooks (see :mod:`~browserworker.store.connector`): none, since
+#: ``BEGIN IMMEDIATE`` serialises every writer
+FRAGMENTS = {"share_run": "", "lock_row": "", "skip_locked": ""}
+#: this dialect's queries: the shared ones, SQLite's overrides (sql/sqlite.sql) over them
+QUERIES = compile_queries(shared_queries(), load_queries(SQL_PACKAGE, "sqlite.sql"), FRAGMENTS)
 
 # Python 3.11's sqlite3 binds a None parameter by looking for an adapter and, finding none,
 # raising and discarding an AttributeError (~0.4 µs each; a run binds dozens). An identity
@@ -48,6 +60,22 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 # _begin's pauses between tries for the write lock: 0.1 ms while another process's group
 # commits are the likely holder (each takes a few ms), then backing off to 2 ms
 _FAST_POLL, _FAST_FOR, _SLOW_POLL = 0.0001, 0.05, 0.002
+
+_PARAM = re.compile(r"'(?:[^']|'')*'|:(\w+)")
+
+
+def positional(sql: str) -> str:
+    """``sql`` with each ``:name`` as ``?N``, numbered in the order the names first appear
+    (string literals left alone): bound from a sequence, not a mapping."""
+    order: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return match.group(0)
+        return f"?{order.setdefault(name, len(order) + 1)}"
+
+    return _PARAM.sub(number, sql)
 
 
 def _busy_timeout() -> float:
@@ -64,34 +92,31 @@ def _busy_timeout() -> float:
     return value
 
 
-class SQLiteStore(SQLStore):
-    """A :class:`~browserworker.store.base.Store` in one SQLite file.
+class SQLiteConnector:
+    """A :class:`~browserworker.store.connector.Connector` for one SQLite file.
 
-    ``SQLiteStore(path)`` creates the file and applies migrations; ``create=False``
-    refuses to create a missing database (for read-only commands such as ``show``).
+    ``SQLiteConnector(path)`` creates the file and applies migrations; ``create=False``
+    refuses to create a missing database. :meth:`over` wraps a connection someone else
+    opened (no PRAGMAs, no migrations: the maintenance commands).
     """
 
-    queries = load_queries(_SQL_PACKAGE, "queries.sql")
+    dialect = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float | None = None, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float | None = None,
+                 create: bool = True) -> None:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StoreError(f"no database at {self.path} (nothing has run here yet; use --db to point at one)")
-        busy_timeout = _busy_timeout() if busy_timeout is None else busy_timeout
-        self.busy_timeout = busy_timeout
-        self._lock = threading.RLock()
-        self._grouped = False
-        self._isolated = True
-        self._group_lost: BaseException | None = None
+        self.busy_timeout = _busy_timeout() if busy_timeout is None else busy_timeout
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                                   check_same_thread=False)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
-        conn.row_factory = sqlite3.Row
-        self.conn = conn
+        self._setup(conn)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":  # pragma: no cover - e.g. a read-only medium
                 raise StoreError(f"{self.path}: could not switch to WAL (journal_mode is {mode})")
@@ -102,17 +127,27 @@ class SQLiteStore(SQLStore):
             conn.close()
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
 
+    @classmethod
+    def over(cls, conn: sqlite3.Connection, path: str | os.PathLike[str]) -> SQLiteConnector:
+        """A connector over an open connection (``isolation_level=None``), as it is."""
+        self = cls.__new__(cls)
+        self.path = Path(path)
+        self.busy_timeout = _busy_timeout()
+        self._setup(conn)
+        return self
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        conn.row_factory = sqlite3.Row
+        self.conn = conn
+        self._lock = threading.RLock()
+        self._grouped = False
+        self._isolated = True
+        self._group_lost: BaseException | None = None
+        self._tx = _Tx(conn)
+
     @property
-    def db(self) -> Any:
-        """The same connection as a ``sqlite_utils.Database`` (tables, schema, ad-hoc queries).
-
-        Imported on first use: it is for tooling, not for the hot path.
-        """
-        import sqlite_utils
-
-        return sqlite_utils.Database(self.conn)
-
-    # -- dialect hooks ------------------------------------------------------------
+    def location(self) -> str:
+        return str(self.path)
 
     def now(self) -> float:
         return time.time()
@@ -121,17 +156,14 @@ class SQLiteStore(SQLStore):
         with self._lock:
             self.conn.close()
 
+    # -- transactions -------------------------------------------------------------
+
     @contextmanager
     def group(self, *, isolate: bool = True) -> Iterator[None]:
         """One transaction (one fsync) around many store calls: group commit.
 
-        With ``isolate`` (the default), each call's own transaction becomes a savepoint, so a
-        call that fails rolls back only itself. Without it the calls share the transaction
-        bare (two statements fewer per call), and the first call whose transaction block
-        fails spoils the group: later calls raise at once and the group rolls everything
-        back and raises :class:`GroupSpoiled` — the caller runs the batch again isolated.
-        Nothing is durable, so nobody may act on a result, until the group commits:
-        :class:`~browserworker.store.aio.AsyncStore` hands results out only then.
+        With ``isolate``, each call's transaction is a savepoint; without, the calls share
+        the transaction bare and the first failing call spoils the group (:class:`GroupSpoiled`).
         If SQLite rolls the whole transaction back (it may, on a full disk or an I/O error),
         the rest of the group's calls fail at once and the group raises :class:`StoreError`.
         """
@@ -191,17 +223,27 @@ class SQLiteStore(SQLStore):
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
 
-    def _transaction(self) -> _Transaction:
+    def transaction(self) -> _Transaction:
         return _Transaction(self)
 
-    def _read(self, query: str, params: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    # -- reads --------------------------------------------------------------------
+
+    def read(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         with self._lock:
             try:
-                return list(self.conn.execute(query, params).fetchall())
+                return list(self.conn.execute(QUERIES[query], params).fetchall())
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: read failed: {exc}") from exc
 
-    # -- schema ---------------------------------------------------------------------
+    def read_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        with self._lock:
+            try:
+                row: Row | None = self.conn.execute(QUERIES[query], params).fetchone()
+                return row
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: read failed: {exc}") from exc
+
+    # -- schema, integrity, backup ------------------------------------------------
 
     @property
     def schema_version(self) -> int:
@@ -233,56 +275,104 @@ class SQLiteStore(SQLStore):
 
     def integrity_check(self) -> str:
         with self._lock:
-            return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+            return "; ".join(str(r[0]) for r in self.conn.execute("PRAGMA integrity_check"))
+
+    def backup(self, dest: str) -> None:
+        """SQLite's online backup API, all pages in one step (one read transaction: one
+        snapshot, while WAL lets writers go on), into a self-contained file (journal_mode DELETE)."""
+        with self._lock:
+            try:
+                with closing(sqlite3.connect(dest, isolation_level=None)) as copy:
+                    self.conn.backup(copy)
+                    copy.execute("PRAGMA journal_mode = DELETE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"backup of {self.path} failed: {exc}") from exc
+
+
+class _Tx:
+    """The write side of a SQLite transaction: named queries on the connector's connection."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int:
+        return self._conn.execute(QUERIES[query], params).rowcount
+
+    def insert(self, query: str, params: Mapping[str, Any]) -> int | None:
+        cursor = self._conn.execute(QUERIES[query], params)
+        return cursor.lastrowid if cursor.rowcount == 1 else None
+
+    def insert_values(self, query: str, values: Sequence[Any]) -> None:
+        self._conn.execute(POSITIONAL[query], values)
+
+    def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        row: Row | None = self._conn.execute(QUERIES[query], params).fetchone()
+        return row
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        return list(self._conn.execute(QUERIES[query], params).fetchall())
+
+
+class _PositionalQueries(dict[str, str]):
+    """The queries in positional form, made on first use of each."""
+
+    def __missing__(self, name: str) -> str:
+        sql = self[name] = positional(QUERIES[name])
+        return sql
+
+
+POSITIONAL = _PositionalQueries()
 
 
 class _Transaction:
-    """``with store._transaction() as conn``: one store call's writes, atomically.
+    """``with connector.transaction() as tx``: one store call's writes, atomically.
 
-    Alone: ``BEGIN IMMEDIATE`` … ``COMMIT``. Inside :meth:`SQLiteStore.group`: a savepoint,
-    so a failing call rolls back only itself. Every SQLite failure becomes a
+    Alone: ``BEGIN IMMEDIATE`` … ``COMMIT``. Inside :meth:`SQLiteConnector.group`: a
+    savepoint, so a failing call rolls back only itself. Every SQLite failure becomes a
     :class:`StoreError`. (A class, not a generator: this runs for every write.)
     """
 
-    __slots__ = ("_store", "_grouped")
+    __slots__ = ("_c", "_grouped")
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self._store = store
+    def __init__(self, connector: SQLiteConnector) -> None:
+        self._c = connector
         self._grouped = False
 
-    def __enter__(self) -> sqlite3.Connection:
-        store = self._store
-        store._lock.acquire()
+    def __enter__(self) -> _Tx:
+        c = self._c
+        c._lock.acquire()
         try:
-            self._grouped = store._grouped
+            self._grouped = c._grouped
             if not self._grouped:
-                store._begin()
-            elif store._group_lost is not None:
-                raise StoreError(f"{store.path}: the batch's transaction was rolled back: {store._group_lost}")
-            elif store._isolated:
-                store.conn.execute("SAVEPOINT bw_call")
-            elif not store.conn.in_transaction:  # SQLite dropped the group's transaction: never autocommit
-                raise StoreError(f"{store.path}: the batch's transaction was rolled back")
+                c._begin()
+            elif c._group_lost is not None:
+                raise StoreError(f"{c.path}: the batch's transaction was rolled back: {c._group_lost}")
+            elif c._isolated:
+                c.conn.execute("SAVEPOINT bw_call")
+            elif not c.conn.in_transaction:  # SQLite dropped the group's transaction: never autocommit
+                raise StoreError(f"{c.path}: the batch's transaction was rolled back")
         except sqlite3.Error as exc:
-            store._lock.release()
-            raise StoreError(f"{store.path}: write failed: {exc}") from exc
+            c._lock.release()
+            raise StoreError(f"{c.path}: write failed: {exc}") from exc
         except BaseException:
-            store._lock.release()
+            c._lock.release()
             raise
-        return store.conn
+        return c._tx
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        store = self._store
-        conn = store.conn
+        c = self._c
+        conn = c.conn
         try:
             if not self._grouped:
                 if exc is None:
-                    store._commit()
+                    c._commit()
                     return
-                store._rollback()
-            elif not store._isolated:  # a bare call in a group: its failure spoils the whole group
+                c._rollback()
+            elif not c._isolated:  # a bare call in a group: its failure spoils the whole group
                 if exc is not None:
-                    store._group_lost = GroupSpoiled(f"{store.path}: a call of the batch failed: {exc!r}")
+                    c._group_lost = GroupSpoiled(f"{c.path}: a call of the batch failed: {exc!r}")
                 return
             elif exc is None:
                 conn.execute("RELEASE bw_call")
@@ -291,15 +381,15 @@ class _Transaction:
                 conn.execute("ROLLBACK TO bw_call")
                 conn.execute("RELEASE bw_call")
             else:  # SQLite rolled back the group's whole transaction (disk full, I/O error)
-                store._group_lost = exc
+                c._group_lost = exc
         except sqlite3.Error as failure:
             if self._grouped:
-                store._group_lost = failure
-            raise StoreError(f"{store.path}: write failed: {failure}") from failure
+                c._group_lost = failure
+            raise StoreError(f"{c.path}: write failed: {failure}") from failure
         finally:
-            store._lock.release()
+            c._lock.release()
         if isinstance(exc, sqlite3.Error):  # e.g. disk full, read-only file: a store failure, not a bug
-            raise StoreError(f"{store.path}: write failed: {exc}") from exc
+            raise StoreError(f"{c.path}: write failed: {exc}") from exc
 
 
 def _split_statements(sql: str) -> list[str]:
@@ -317,3 +407,21 @@ def _split_statements(sql: str) -> list[str]:
     if rest:
         statements.append(rest)
     return statements
+
+
+class SQLiteStore(SQLStore):
+    """The shared store over a :class:`SQLiteConnector`: ``SQLiteStore(path)``.
+
+    ``create=False`` refuses to create a missing database (read-only commands such as ``show``).
+    """
+
+    connector: SQLiteConnector
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float | None = None, create: bool = True) -> None:
+        super().__init__(SQLiteConnector(path, busy_timeout=busy_timeout, create=create))
+        self.path = self.connector.path
+
+    @property
+    def busy_timeout(self) -> float:
+        """Seconds a write waits for another process's write lock."""
+        return self.connector.busy_timeout

@@ -13,10 +13,39 @@ __all__ = ["DEFAULT_DB", "ENV_DB", "open_store"]
 ENV_DB = "BROWSERWORKER_DB"
 DEFAULT_DB = "browserworker.db"
 
+_SQLITE = ("sqlite", "file")
+_POSTGRES = ("postgres", "postgresql", "postgresql+psycopg")
+
+
+def sqlite_path(target: str) -> Path:
+    """The file a SQLite target names: a plain path, ``sqlite:///relative``,
+    ``sqlite:////abs`` or ``file:///abs``; :class:`UsageError` for any other URL."""
+    if "://" not in target:
+        return Path(target)
+    scheme, rest = target.split("://", 1)
+    scheme = scheme.lower()
+    if scheme in _POSTGRES:
+        raise UsageError(f"--db {target!r}: this version of browserworker has no PostgreSQL store yet "
+                         "(give a SQLite file path or a sqlite:/// URL)")
+    if scheme not in _SQLITE:
+        raise UsageError(f"--db {target!r}: no store for {scheme}:// URLs (give a SQLite file path or a "
+                         "sqlite:/// URL)")
+    if scheme == "file":  # file:///abs/path (an RFC 8089 URL: the path is absolute)
+        rest = rest.partition("?")[0]
+        return Path(rest if rest.startswith("/") else "/" + rest.partition("/")[2])
+    # sqlite:///path is relative to the working directory, sqlite:////path absolute (as SQLAlchemy)
+    path = rest.partition("?")[0]
+    if not path.startswith("/"):
+        raise UsageError(f"--db {target!r}: a sqlite URL is sqlite:///path (three slashes, then the file)")
+    path = path[1:]
+    if not path:
+        raise UsageError(f"--db {target!r}: the URL names no file")
+    return Path(path)
+
 
 def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = True) -> Store:
-    """Open the store at ``target``: a file path (SQLite) or a URL; None means
-    ``$BROWSERWORKER_DB``, else ``browserworker.db`` in the working directory.
+    """Open the store at ``target``: a file path (SQLite) or a URL (``sqlite:///path``); None
+    means ``$BROWSERWORKER_DB``, else ``browserworker.db`` in the working directory.
 
     ``create=False`` refuses to create a missing database (read-only commands).
     Raises :class:`~browserworker.errors.StoreError` if it cannot be opened and
@@ -24,13 +53,7 @@ def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = T
     """
     if target is None:
         target = os.environ.get(ENV_DB) or DEFAULT_DB
-    text = os.fspath(target)
-    if "://" in text:
-        scheme = text.split("://", 1)[0].lower()
-        if scheme not in ("sqlite", "file"):
-            raise UsageError(f"--db {text!r}: no store for {scheme}:// URLs in this version "
-                             "(give a file path for SQLite)")
-        text = text.split("://", 1)[1]
+    path = sqlite_path(os.fspath(target))
     from .sqlite import SQLiteStore
 
-    return SQLiteStore(Path(text), create=create)
+    return SQLiteStore(path, create=create)

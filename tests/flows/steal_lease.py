@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from browserworker import Flow, StepContext
-from browserworker.store import Owner, SQLiteStore
+from browserworker.store import Owner, open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "flows"))
 from _shop import Order, log_in, submit_order_form  # noqa: E402
@@ -22,7 +22,7 @@ async def login(ctx: StepContext[Order]) -> None:
 
 @flow.effect(settle=1)
 async def submit(ctx: StepContext[Order]) -> dict:
-    store = SQLiteStore(os.environ["BW_TEST_DB"])
+    store = open_store(os.environ["BW_TEST_DB"])
     run = store.get_run(ctx.run_id)
     assert run is not None
     thief = Owner("thief", "elsewhere", 1)

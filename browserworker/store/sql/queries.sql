@@ -1,7 +1,13 @@
--- Named queries of the SQL stores. Each starts with a `-- name: NAME` line.
+-- Named queries of the SQL stores, shared by every dialect. Each starts with a `-- name: NAME`
+-- line; parameters are `:name`. A dialect's own file (sqlite.sql) replaces a query by name
+-- where its behaviour must differ, and fills the `{share_run}`, `{lock_row}` and
+-- `{skip_locked}` fragments (store/connector.py; what each fence rests on: store/manager.py).
 -- Fenced writes carry `lease_epoch = :epoch` (and, where a dispatch margin applies,
--- `lease_expires_at >= :now + :margin`) in their WHERE clause: zero rows means the
--- caller no longer owns the run.
+-- `lease_expires_at >= :now + :margin`) in their WHERE clause, or in a sub-select of the run
+-- ending in `{share_run}`: zero rows means the caller no longer owns the run.
+-- Portable SQL only (PostgreSQL 15 prepares every statement here): CASE, not two-argument
+-- MIN/MAX; a parameter that may be NULL is compared before it is tested (`state = :x OR :x IS
+-- NULL`: PostgreSQL types a parameter at its first use).
 -- No write says RETURNING: SQLite runs such a statement into a temporary b-tree and reads
 -- it back, which costs more than the write's own index updates (a run's transition
 -- took ~50 µs with it, ~20 without). A write that must return its row counts the rows
@@ -17,8 +23,17 @@ VALUES (:id, :flow_name, :flow_path, :flow_hash, :inputs_json, :secret_fields, :
 SELECT * FROM runs WHERE id = :id
 
 -- name: run_fence
--- What a fenced transition checks first: the run's state and epoch, nothing else.
-SELECT state, lease_epoch FROM runs WHERE id = :id
+-- What a fenced transition checks when its single update matched nothing: the run's state
+-- and epoch, nothing else.
+SELECT state, lease_epoch FROM runs WHERE id = :id {lock_row}
+
+-- name: lock_run
+-- A run that the same transaction then changes (claim_run, release, cancel, resolve).
+SELECT * FROM runs WHERE id = :id {lock_row}
+
+-- name: run_lease
+-- Why a fenced write matched nothing: the run's epoch, owner and expiry now.
+SELECT lease_epoch, owner, lease_expires_at FROM runs WHERE id = :id
 
 -- name: run_cancel_requested
 SELECT cancel_requested FROM runs WHERE id = :id
@@ -39,7 +54,8 @@ SET state = 'LEASED', owner = :owner, owner_host = :host, owner_pid = :pid, owne
     owner_stopped_at = CASE
         WHEN state = 'QUEUED' THEN owner_stopped_at
         WHEN lease_epoch = :takeover_epoch THEN :now
-        ELSE MIN(COALESCE(lease_expires_at, :now), :now)
+        WHEN lease_expires_at < :now THEN lease_expires_at
+        ELSE :now
     END,
     needs_reconcile = CASE WHEN state = 'QUEUED' THEN needs_reconcile ELSE 1 END,
     updated_at = :now
@@ -63,20 +79,20 @@ SET state = :state, error = :error, updated_at = :now,
     owner = CASE WHEN :state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW', 'QUEUED') THEN NULL ELSE owner END,
     lease_expires_at = CASE WHEN :state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW', 'QUEUED') THEN NULL
                             ELSE lease_expires_at END
-WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
+WHERE id = :id AND lease_epoch = :epoch AND (state = :from_state OR :from_state IS NULL)
 
 -- name: start_run
 -- set_run_state to RUNNING: touches only the columns (and so the indexes) that change.
 UPDATE runs
 SET state = 'RUNNING', error = :error, updated_at = :now, started_at = COALESCE(started_at, :now)
-WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
+WHERE id = :id AND lease_epoch = :epoch AND (state = :from_state OR :from_state IS NULL)
 
 -- name: end_run
 -- set_run_state to SUCCEEDED, FAILED, CANCELLED or NEEDS_REVIEW.
 UPDATE runs
 SET state = :state, error = :error, updated_at = :now, finished_at = :now, owner = NULL, lease_expires_at = NULL,
     needs_reconcile = CASE WHEN :state = 'NEEDS_REVIEW' THEN needs_reconcile ELSE 0 END
-WHERE id = :id AND lease_epoch = :epoch AND (:from_state IS NULL OR state = :from_state)
+WHERE id = :id AND lease_epoch = :epoch AND (state = :from_state OR :from_state IS NULL)
 
 -- name: clear_reconcile
 UPDATE runs SET needs_reconcile = 0, updated_at = :now WHERE id = :id AND lease_epoch = :epoch
@@ -84,15 +100,16 @@ UPDATE runs SET needs_reconcile = 0, updated_at = :now WHERE id = :id AND lease_
 -- name: next_attempt_no
 -- Read in the write transaction that inserts the attempt. (Not a subquery of the insert: an
 -- INSERT whose SELECT reads the table it inserts into is run into a temporary table first.)
-SELECT COALESCE(MAX(attempt_no), 0) + 1 FROM attempts WHERE run_id = :run_id AND step_id = :step_id
+-- Two fenced owners cannot both insert one number: UNIQUE (run_id, step_id, attempt_no).
+SELECT COALESCE(MAX(attempt_no), 0) + 1 AS n FROM attempts WHERE run_id = :run_id AND step_id = :step_id
 
 -- name: insert_attempt
--- Fenced by epoch and, for effects, by the dispatch margin.
+-- Fenced by epoch and, for effects, by the dispatch margin, on the run row it reads.
 INSERT INTO attempts (run_id, step_id, kind, attempt_no, request_key, request_fingerprint, state,
                       lease_epoch, worker, intent_at)
 SELECT :run_id, :step_id, :kind, :attempt_no, :request_key, :fingerprint, :state, :epoch, :worker, :now
 FROM runs
-WHERE id = :run_id AND lease_epoch = :epoch AND lease_expires_at >= :now + :margin
+WHERE id = :run_id AND lease_epoch = :epoch AND lease_expires_at >= :now + :margin {share_run}
 
 -- name: get_attempt
 SELECT * FROM attempts WHERE id = :id
@@ -104,7 +121,7 @@ SELECT * FROM attempts WHERE run_id = :run_id ORDER BY id
 -- A run's attempts and when it was last restored (restored_at, the same on every row), in
 -- one statement: one row of NULL attempt columns when it has no attempts yet.
 SELECT (SELECT MAX(at) FROM events WHERE run_id = :run_id AND kind = 'restored') AS restored_at, attempts.*
-FROM (SELECT 1) LEFT JOIN attempts ON attempts.run_id = :run_id
+FROM (SELECT 1) AS one LEFT JOIN attempts ON attempts.run_id = :run_id
 ORDER BY attempts.id
 
 -- name: dispatched_at
@@ -127,7 +144,7 @@ UPDATE attempts SET dispatched_at = COALESCE(dispatched_at, :now)
 WHERE id = :attempt_id AND state = 'INTENT'
   AND EXISTS (SELECT 1 FROM runs
               WHERE runs.id = attempts.run_id AND runs.lease_epoch = :epoch
-                AND runs.lease_expires_at >= :now + :margin)
+                AND runs.lease_expires_at >= :now + :margin {share_run})
 
 -- name: insert_outbox
 INSERT INTO outbox (attempt_id, run_id, step_id, method, url, released_at, channel)
@@ -153,14 +170,15 @@ SET state = :state, finished_at = :now, result_json = :result_json, decided_by =
     evidence = :evidence, error = :error,
     dispatched_at = CASE WHEN :dispatched THEN COALESCE(dispatched_at, :now) ELSE dispatched_at END
 WHERE id = :attempt_id AND state = :from_state
-  AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.lease_epoch = :epoch)
+  AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.lease_epoch = :epoch {share_run})
 
 -- name: insert_event
--- Positional (the columns in order): every transition writes one, several per run, and
--- binding eleven names costs more than the insert's index writes.
+-- Called with its values by position, in this order (Tx.insert_values): every transition
+-- writes one, several per run, and binding eleven names costs more than the insert's index writes.
 INSERT INTO events (at, run_id, step_id, attempt_no, worker, lease_epoch, kind, from_state, to_state, decision,
                     detail_json)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (:at, :run_id, :step_id, :attempt_no, :worker, :epoch, :kind, :from_state, :to_state, :decision,
+        :detail_json)
 
 -- name: restored_at
 -- When the run was last restored from a backup (NULL if never).
@@ -173,7 +191,7 @@ SELECT * FROM events WHERE run_id = :run_id ORDER BY id
 SELECT COUNT(*) AS depth FROM runs WHERE queue = :queue AND state = 'QUEUED'
 
 -- name: get_queue
-SELECT * FROM queues WHERE name = :name
+SELECT * FROM queues WHERE name = :name {lock_row}
 
 -- name: set_queue
 INSERT INTO queues (name, max_depth) VALUES (:name, :max_depth)
@@ -186,14 +204,14 @@ SELECT * FROM queues ORDER BY name
 SELECT * FROM runs
 WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
 ORDER BY priority DESC, created_at, id
-LIMIT 1
+LIMIT 1 {skip_locked}
 
 -- name: next_queued_id
 -- The next run of one queue (priority, then age); claimed by claim_queued_by_id.
 SELECT id FROM runs
 WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
 ORDER BY priority DESC, created_at, id
-LIMIT 1
+LIMIT 1 {skip_locked}
 
 -- name: claim_queued_by_id
 UPDATE runs
@@ -214,14 +232,17 @@ SELECT MIN(lease_expires_at) AS at FROM runs WHERE state IN ('LEASED', 'RUNNING'
 -- often), flagged for reconciliation; the epoch is bumped so the old owner is fenced off.
 UPDATE runs
 SET state = :state, owner = NULL, lease_expires_at = NULL, lease_epoch = lease_epoch + 1,
-    owner_stopped_at = MIN(lease_expires_at, :now), needs_reconcile = 1, lease_losses = lease_losses + 1,
+    owner_stopped_at = CASE WHEN lease_expires_at < :now THEN lease_expires_at ELSE :now END, needs_reconcile = 1, lease_losses = lease_losses + 1,
     error = :error, finished_at = CASE WHEN :state = 'NEEDS_REVIEW' THEN :now ELSE finished_at END,
     updated_at = :now
 WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
 
 -- name: owned_on_host
 -- Live leases on a host, but the asking worker's own (it is alive: it is asking).
-SELECT * FROM runs WHERE owner_host = :host AND state IN ('LEASED', 'RUNNING') AND owner IS NOT :worker
+-- (`owner IS DISTINCT FROM :worker`, spelled so that SQLite before 3.39 reads it too.)
+SELECT * FROM runs
+WHERE owner_host = :host AND state IN ('LEASED', 'RUNNING')
+  AND (owner <> :worker OR (owner IS NULL) <> (:worker IS NULL))
 
 -- name: requeue_dead_owner
 -- The owner was proven gone (same host, pid dead): requeue at once, no expiry wait.
@@ -258,7 +279,7 @@ UPDATE attempts
 SET state = :state, finished_at = :now, result_json = :result_json, decided_by = :decided_by, evidence = :evidence,
     error = NULL
 WHERE id = :attempt_id AND state IN ('UNKNOWN', 'INTENT')
-  AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.state = 'NEEDS_REVIEW')
+  AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.state = 'NEEDS_REVIEW' {share_run})
 
 -- name: register_worker
 INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_heartbeat, health)
@@ -295,7 +316,7 @@ SELECT queue, state, COUNT(*) AS n FROM runs GROUP BY state, queue
 SELECT queue, COUNT(*) AS queued,
        SUM(CASE WHEN not_before IS NULL OR not_before <= :now THEN 1 ELSE 0 END) AS ready,
        MIN(CASE WHEN not_before IS NULL OR not_before <= :now
-                THEN MAX(created_at, COALESCE(not_before, created_at)) END) AS oldest_ready_at
+                THEN CASE WHEN not_before > created_at THEN not_before ELSE created_at END END) AS oldest_ready_at
 FROM runs WHERE state = 'QUEUED' GROUP BY queue
 
 -- name: ops_unknown_open
@@ -349,14 +370,13 @@ WHERE (d.kind = 'lease_expired' OR (d.kind = 'lease_claimed' AND d.decision IN (
 
 -- name: ops_dispatch_ages
 -- How long each run started in (:lo, :hi] had waited in its queue (seconds).
-SELECT queue, started_at - MAX(created_at, COALESCE(not_before, created_at)) AS waited
+SELECT queue, started_at - CASE WHEN not_before > created_at THEN not_before ELSE created_at END AS waited
 FROM runs WHERE started_at > :lo AND started_at <= :hi
 
 -- name: ops_completion_ages
 -- How long each run that SUCCEEDED in (:lo, :hi] took from its queue to confirmed completion.
--- (`+state`: read the finished_at range of runs_finished, not every SUCCEEDED run.)
-SELECT queue, finished_at - MAX(created_at, COALESCE(not_before, created_at)) AS waited
-FROM runs WHERE finished_at > :lo AND finished_at <= :hi AND +state = 'SUCCEEDED'
+SELECT queue, finished_at - CASE WHEN not_before > created_at THEN not_before ELSE created_at END AS waited
+FROM runs WHERE finished_at > :lo AND finished_at <= :hi AND state = 'SUCCEEDED'
 
 -- name: ops_workers
 -- Registered workers not stopped, or stopped since :since, that heartbeated after :gone_since,

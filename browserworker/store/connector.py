@@ -1,0 +1,160 @@
+"""The seam between the shared store and one database: the :class:`Connector` protocol.
+
+A connector is everything about one dialect that the shared managers
+(:mod:`~browserworker.store.runs`, :mod:`~browserworker.store.journal`,
+:mod:`~browserworker.store.fleet`, :mod:`~browserworker.store.ops`) must not know:
+connections, write transactions and their batching (group commit), parameter style, how an
+insert reports its new id, the clock, migrations, backup and the integrity check. The
+managers name queries (``sql/queries.sql``, with a dialect's overrides loaded over them) and
+pass parameters as ``{name: value}``; the connector runs them.
+
+Queries are loaded once per dialect by :func:`compile_queries`: the shared file, then the
+dialect's override file (a query of the same name replaces the shared one), then each
+``{fragment}`` in a query is replaced by the dialect's text for it. The fragments are the
+per-dialect hooks of the fences (see :mod:`~browserworker.store.manager`):
+
+``{share_run}``
+    ends a sub-select of the ``runs`` row that a fenced write is conditioned on. A dialect
+    whose writers are not serialised (PostgreSQL: ``FOR SHARE``) takes the row's lock there,
+    so a claim that bumps the epoch waits for the fenced write's commit, or the write sees
+    the new epoch; SQLite (every write transaction is ``BEGIN IMMEDIATE``): empty.
+``{lock_row}``
+    ends a read of a row that the same transaction then changes (PostgreSQL:
+    ``FOR UPDATE``; SQLite: empty).
+``{skip_locked}``
+    ends the read of the next queued run of a claim (PostgreSQL: ``FOR UPDATE SKIP
+    LOCKED``, so concurrent claimers take different runs; SQLite: empty).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from importlib import resources
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["FRAGMENTS", "Connector", "Row", "Tx", "compile_queries", "load_queries", "shared_queries"]
+
+#: A row as the connector returns it: read by column name (``row["state"]``).
+Row = Mapping[str, Any]
+
+#: The fragments every dialect defines (see the module docstring).
+FRAGMENTS = ("share_run", "lock_row", "skip_locked")
+
+
+class Tx(Protocol):
+    """One write transaction of a connector (a savepoint inside a group): named queries only."""
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int:
+        """Run a write; the number of rows it changed."""
+        ...
+
+    def insert(self, query: str, params: Mapping[str, Any]) -> int | None:
+        """Run an ``INSERT`` of one row; its new id, or None if it inserted nothing (a fence
+        let nothing through). A dialect that needs ``RETURNING id`` for this adds it itself."""
+        ...
+
+    def insert_values(self, query: str, values: Sequence[Any]) -> None:
+        """Run an ``INSERT`` with its parameters given in the order they first appear in the
+        query (for the hottest insert, the event row: binding by position is cheaper)."""
+        ...
+
+    def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        """The first row of a read inside the transaction (sees its own writes)."""
+        ...
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        """Every row of a read inside the transaction."""
+        ...
+
+
+@runtime_checkable
+class Connector(Protocol):
+    """One database of one dialect, as the shared store uses it."""
+
+    #: the dialect's name ("sqlite")
+    dialect: str
+
+    @property
+    def location(self) -> str:
+        """Where the database is, for messages (a path, or a URL without its password)."""
+        ...
+
+    def now(self) -> float:
+        """The store's clock: seconds since the epoch. Every lease and fence compares against it."""
+        ...
+
+    def close(self) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[Tx]:
+        """One store call's writes, atomically: committed on exit, rolled back on an exception;
+        inside :meth:`group`, a savepoint of the group's transaction. Failures of the database
+        become :class:`~browserworker.errors.StoreError`."""
+        ...
+
+    def group(self, *, isolate: bool = True) -> AbstractContextManager[None]:
+        """One transaction, one commit, around many store calls (group commit); see
+        :meth:`browserworker.store.base.Store.group`."""
+        ...
+
+    def read(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        """The rows of a named read-only query, outside any write transaction."""
+        ...
+
+    def read_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        """The first row of a named read-only query, or None."""
+        ...
+
+    @property
+    def schema_version(self) -> int:
+        """The version of the schema the database is at (its migrations are applied on open)."""
+        ...
+
+    def integrity_check(self) -> str:
+        """``"ok"``, or what the database's own check found wrong."""
+        ...
+
+    def backup(self, dest: str) -> None:
+        """Write a consistent copy of the database, taken online while others write, to ``dest``."""
+        ...
+
+
+SQL_PACKAGE = "browserworker.store.sql"
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.M)
+_FRAGMENT = re.compile(r"\{(\w+)\}")
+
+
+def load_queries(package: str, filename: str) -> dict[str, str]:
+    """Parse a ``.sql`` file of ``-- name: X`` sections into ``{name: sql}`` (comments dropped)."""
+    text = resources.files(package).joinpath(filename).read_text()
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
+        queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+def shared_queries() -> dict[str, str]:
+    """The queries every dialect shares: ``sql/queries.sql`` and ``sql/testing.sql`` (the
+    helpers of :mod:`browserworker.store.testing`)."""
+    return {**load_queries(SQL_PACKAGE, "queries.sql"), **load_queries(SQL_PACKAGE, "testing.sql")}
+
+
+def compile_queries(shared: Mapping[str, str], overrides: Mapping[str, str],
+                    fragments: Mapping[str, str]) -> dict[str, str]:
+    """The queries of one dialect: ``shared``, replaced by name by ``overrides``, with each
+    ``{fragment}`` replaced by the dialect's text. Raises ValueError for an override of no
+    shared query, or a fragment the dialect does not define."""
+    unknown = set(overrides) - set(shared)
+    if unknown:
+        raise ValueError(f"overrides of no shared query: {sorted(unknown)}")
+    missing = set(FRAGMENTS) - set(fragments)
+    if missing:
+        raise ValueError(f"the dialect does not define the fragments {sorted(missing)}")
+
+    def fill(match: re.Match[str]) -> str:
+        return fragments[match.group(1)]
+
+    return {name: _FRAGMENT.sub(fill, sql) for name, sql in {**shared, **overrides}.items()}

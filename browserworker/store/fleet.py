@@ -1,0 +1,168 @@
+"""The fleet: queues and their limits, claims, reclaiming lost leases, releases, the worker registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..canonical import canonical_json
+from ..errors import QueueFull, UsageError
+from ..states import RunState
+from .base import read_only
+from .connector import Connector, Row
+from .manager import Manager
+from .records import NewRun, Owner, RunRecord, WorkerRecord
+from .runs import RunManager
+
+__all__ = ["FleetManager"]
+
+
+class FleetManager(Manager):
+    """Many runs and many workers (fenced as :mod:`.manager` says)."""
+
+    def __init__(self, connector: Connector, runs: RunManager) -> None:
+        super().__init__(connector)
+        self.runs = runs
+
+    def enqueue(self, run: NewRun) -> RunRecord:
+        """Create a queued run, refusing (:class:`QueueFull`, nothing written) past the queue's max depth."""
+        now = self.c.now()
+        with self.c.transaction() as tx:
+            limit = tx.one("get_queue", {"name": run.queue})
+            if limit is not None and limit["max_depth"] is not None:
+                depth = tx.one("queued_depth", {"queue": run.queue})["depth"]  # type: ignore[index]
+                if depth >= limit["max_depth"]:
+                    raise QueueFull(f"queue {run.queue!r} is full ({depth} queued, max depth {limit['max_depth']}); "
+                                    "nothing was enqueued")
+            if tx.one("get_run", {"id": run.id}) is not None:
+                raise UsageError(f"a run with id {run.id!r} already exists")
+            self.runs.insert_run(tx, run, now, {"flow": run.flow_name, "queue": run.queue, "priority": run.priority,
+                                                "not_before": run.not_before})
+        created = self.runs.get_run(run.id)
+        assert created is not None
+        return created
+
+    def set_queue_limit(self, queue: str, max_depth: int | None) -> None:
+        with self.c.transaction() as tx:
+            tx.execute("set_queue", {"name": queue, "max_depth": max_depth})
+
+    @read_only
+    def queue_limits(self) -> dict[str, int | None]:
+        return {r["name"]: r["max_depth"] for r in self.c.read("list_queues", {})}
+
+    def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
+        """Atomically lease the next run of ``queues``: highest priority, then oldest."""
+        now = self.c.now()
+        who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
+               "now": now, "ttl": ttl}
+        with self.c.transaction() as tx:
+            if len(queues) == 1:
+                first = tx.one("next_queued_id", {"queue": queues[0], "now": now})
+                run_id = None if first is None else first["id"]
+            else:
+                best = None
+                for queue in queues:
+                    cand = tx.one("next_queued_full", {"queue": queue, "now": now})
+                    if cand is not None:
+                        key = (-cand["priority"], cand["created_at"], cand["id"])
+                        if best is None or key < best[0]:
+                            best = (key, cand["id"])
+                run_id = None if best is None else best[1]
+            # the update is conditioned on QUEUED: it takes the run only if nobody did meanwhile
+            if run_id is None or tx.execute("claim_queued_by_id", {**who, "id": run_id}) != 1:
+                return None
+            row = tx.one("get_run", {"id": run_id})
+            assert row is not None
+            self._event(tx, row["id"], "lease_claimed", now=now, worker=owner.worker, epoch=row["lease_epoch"],
+                        from_state=RunState.QUEUED, to_state=RunState.LEASED, decision="claimed",
+                        detail={"ttl": ttl, "waited": now - row["created_at"]})
+            return RunRecord.from_row(row)
+
+    def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
+                        limit: int = 100) -> list[RunRecord]:
+        """Send runs whose lease expired (plus ``skew``) back to QUEUED, flagged for reconciliation.
+
+        A run that has lost its lease more than ``max_lease_losses`` times goes to NEEDS_REVIEW
+        instead (a poison run). The owning worker is marked unhealthy.
+        """
+        now = self.c.now()
+        reclaimed = []
+        for row in self.c.read("expired_leases", {"now": now, "skew": skew, "limit": limit}):
+            poison = f"lost its lease {row['lease_losses'] + 1} times (last owner {row['owner']})"
+            if self._requeue(row, "requeue_expired", {"skew": skew}, now=now, worker=worker,
+                             max_lease_losses=max_lease_losses, poison=poison, decision="requeued", detail={}):
+                reclaimed.append(self.runs.get_run(row["id"]))
+        return [r for r in reclaimed if r is not None]
+
+    @read_only
+    def next_expiry_in(self) -> float | None:
+        """Seconds until the earliest lease of a LEASED or RUNNING run expires, by the store's
+        clock (negative once it has); None if no lease is held."""
+        row = self.c.read_one("next_lease_expiry", {})
+        return None if row is None or row["at"] is None else float(row["at"]) - self.c.now()
+
+    def reclaim_dead_owners(self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int,
+                            worker: str | None = None) -> list[RunRecord]:
+        """Requeue runs held on ``host`` by owners ``is_gone`` proves dead, without waiting for
+        expiry; ``owner_stopped_at`` is now, for the settle rule. The runs of ``worker`` (the
+        caller, alive) are not looked at."""
+        reclaimed = []
+        for row in self.c.read("owned_on_host", {"host": host, "worker": worker}):
+            if not is_gone(RunRecord.from_row(row)):
+                continue
+            if self._requeue(row, "requeue_dead_owner", {}, now=self.c.now(), worker=worker,
+                             max_lease_losses=max_lease_losses, poison=f"lost its owner {row['lease_losses'] + 1} times",
+                             decision="owner_dead", detail={"owner_pid": row["owner_pid"]}):
+                again = self.runs.get_run(row["id"])
+                if again is not None:
+                    reclaimed.append(again)
+        return reclaimed
+
+    def _requeue(self, row: Row, query: str, extra: dict[str, object], *, now: float, worker: str | None,
+                 max_lease_losses: int, poison: str, decision: str, detail: dict[str, object]) -> bool:
+        """Hand a run whose owner lost it back to the queue (or to review once it was lost more
+        than ``max_lease_losses`` times, with the error ``poison``), fenced by the epoch it was
+        read at; False if it was renewed or taken meanwhile. The owner is marked unhealthy."""
+        losses = row["lease_losses"] + 1
+        to_review = losses > max_lease_losses
+        state = RunState.NEEDS_REVIEW if to_review else RunState.QUEUED
+        error = poison if to_review else None
+        with self.c.transaction() as tx:
+            if tx.execute(query, {"id": row["id"], "epoch": row["lease_epoch"], "state": str(state), "error": error,
+                                  "now": now, **extra}) != 1:
+                return False
+            self._event(tx, row["id"], "lease_expired", now=now, worker=worker, epoch=row["lease_epoch"] + 1,
+                        from_state=row["state"], to_state=state, decision="poison" if to_review else decision,
+                        detail={"previous_owner": row["owner"], "expired_at": row["lease_expires_at"],
+                                "detected_at": now, **detail, "lease_losses": losses})
+            if row["owner"]:
+                tx.execute("mark_worker", {"id": row["owner"], "health": "unhealthy", "now": now})
+        return True
+
+    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None:
+        """Hand a run back (QUEUED now, no expiry wait); bumps the epoch so this owner is fenced off."""
+        now = self.c.now()
+        with self.c.transaction() as tx:
+            before = tx.one("lock_run", {"id": run_id})
+            if tx.execute("release_run", {"id": run_id, "epoch": epoch, "now": now}) != 1:
+                raise self._lease_lost(run_id, epoch, 0.0, "release")
+            assert before is not None
+            self._event(tx, run_id, "lease_released", now=now, worker=worker, epoch=epoch,
+                        from_state=before["state"], to_state=RunState.QUEUED, decision="released")
+
+    def register_worker(self, owner: Owner, queues: Sequence[str], concurrency: int) -> None:
+        with self.c.transaction() as tx:
+            tx.execute("register_worker", {"id": owner.worker, "host": owner.host, "pid": owner.pid,
+                                           "queues": canonical_json(list(queues)), "concurrency": concurrency,
+                                           "now": self.c.now()})
+
+    def worker_heartbeat(self, worker_id: str) -> None:
+        with self.c.transaction() as tx:
+            tx.execute("worker_heartbeat", {"id": worker_id, "now": self.c.now()})
+
+    def mark_worker(self, worker_id: str, health: str) -> None:
+        with self.c.transaction() as tx:
+            tx.execute("mark_worker", {"id": worker_id, "health": health, "now": self.c.now()})
+
+    @read_only
+    def workers(self) -> list[WorkerRecord]:
+        return [WorkerRecord.from_row(r) for r in self.c.read("list_workers", {})]

@@ -1,0 +1,88 @@
+"""What people do to runs: cancel one, and decide the UNKNOWN step of a run waiting for review."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..canonical import canonical_json
+from ..errors import UsageError
+from ..states import AttemptState, RunState
+from .base import read_only
+from .connector import Connector
+from .manager import Manager
+from .records import RunRecord
+from .runs import RunManager
+
+__all__ = ["ReviewManager"]
+
+_DECIDED = {"done": AttemptState.SUCCEEDED, "not_done": AttemptState.NOT_DONE, "failed": AttemptState.FAILED}
+
+
+class ReviewManager(Manager):
+    """Cancels and human decisions (unfenced by epoch: conditioned on the run's state)."""
+
+    def __init__(self, connector: Connector, runs: RunManager) -> None:
+        super().__init__(connector)
+        self.runs = runs
+
+    def cancel(self, run_id: str) -> str:
+        """Cancel a run: queued or waiting for review → CANCELLED now ('cancelled'); leased or
+        running → asked to stop at its next step boundary ('requested'); else its state."""
+        now = self.c.now()
+        with self.c.transaction() as tx:
+            before = tx.one("lock_run", {"id": run_id})
+            if before is None:
+                raise UsageError(f"no run {run_id!r}")
+            if tx.execute("cancel_queued", {"id": run_id, "now": now}) == 1:
+                self._event(tx, run_id, "run_state", now=now, from_state=before["state"], to_state=RunState.CANCELLED,
+                            decision="cancelled")
+                return "cancelled"
+            if tx.execute("request_cancel", {"id": run_id, "now": now}) == 1:
+                self._event(tx, run_id, "cancel_requested", now=now, decision="cancel_requested")
+                return "requested"
+        return str(before["state"])
+
+    def resolve(self, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str) -> RunRecord:
+        """A person's decision on an UNKNOWN step of a NEEDS_REVIEW run.
+
+        ``done`` → SUCCEEDED (skipped on re-run), ``not_done`` → NOT_DONE (replayed with the
+        same key), ``failed`` → FAILED and the run ends FAILED. The run is re-queued unless failed.
+        """
+        if decision not in _DECIDED:
+            raise UsageError(f"unknown decision {decision!r}")
+        now = self.c.now()
+        with self.c.transaction() as tx:
+            run = tx.one("lock_run", {"id": run_id})
+            if run is None:
+                raise UsageError(f"no run {run_id!r}")
+            if run["state"] != RunState.NEEDS_REVIEW:
+                raise UsageError(f"run {run_id} is {run['state']}, not NEEDS_REVIEW")
+            latest = tx.one("latest_attempt", {"run_id": run_id, "step_id": step_id})
+            state = _DECIDED[decision]
+            evidence = {"who": who, "decision": decision, "at": now,
+                        "before": None if latest is None else {"state": latest["state"], "error": latest["error"],
+                                                               "evidence": latest["evidence"]}}
+            if latest is not None and latest["state"] in (AttemptState.UNKNOWN, AttemptState.INTENT):
+                tx.execute("resolve_attempt", {"attempt_id": latest["id"], "state": str(state), "now": now,
+                                               "result_json": None if result is None else canonical_json(result),
+                                               "decided_by": f"human:{who}", "evidence": canonical_json(evidence)})
+                self._event(tx, run_id, "attempt_state", now=now, step_id=step_id, attempt_no=latest["attempt_no"],
+                            worker=who, from_state=latest["state"], to_state=state, decision=f"human:{decision}",
+                            detail=evidence)
+            elif decision != "failed":
+                raise UsageError(f"step {step_id!r} of run {run_id} has no UNKNOWN attempt to resolve")
+            if decision == "failed":
+                tx.execute("fail_reviewed", {"id": run_id, "error": f"resolved as failed by {who}", "now": now})
+                to = RunState.FAILED
+            else:
+                tx.execute("requeue_reviewed", {"id": run_id, "now": now})
+                to = RunState.QUEUED
+            self._event(tx, run_id, "run_state", now=now, worker=who, from_state=RunState.NEEDS_REVIEW, to_state=to,
+                        decision=f"resolved:{decision}", detail=evidence)
+        resolved = self.runs.get_run(run_id)
+        assert resolved is not None
+        return resolved
+
+    @read_only
+    def runs_needing_review(self, limit: int = 100) -> list[RunRecord]:
+        return [RunRecord.from_row(r) for r in self.c.read("runs_needing_review", {"limit": limit})]

@@ -1,0 +1,137 @@
+"""Runs: creating them, reading them, leasing one run, and its fenced state transitions."""
+
+from __future__ import annotations
+
+from ..canonical import canonical_json
+from ..states import RUN_TRANSITIONS, RunState, check_run_transition
+from .base import read_only
+from .connector import Tx
+from .manager import Manager
+from .records import NewRun, Owner, RunRecord
+
+__all__ = ["RunManager"]
+
+# set_run_state's narrow updates (the generic query sets every column, so rewrites every index)
+_STATE_QUERY = {RunState.RUNNING: "start_run", RunState.SUCCEEDED: "end_run", RunState.FAILED: "end_run",
+                RunState.CANCELLED: "end_run", RunState.NEEDS_REVIEW: "end_run"}
+
+# states only one state may precede: set_run_state's single-statement path
+_ONLY_FROM = {to: str(froms[0]) for to in RunState
+              if len(froms := [s for s in RunState if to in RUN_TRANSITIONS[s]]) == 1}
+
+
+class RunManager(Manager):
+    """The ``runs`` table on behalf of one run's holder (see :class:`~browserworker.store.base.Store`)."""
+
+    def insert_run(self, tx: Tx, run: NewRun, now: float, detail: dict[str, object]) -> None:
+        """Write a new QUEUED run and its ``run_created`` event in ``tx``."""
+        tx.execute("insert_run", {"id": run.id, "flow_name": run.flow_name, "flow_path": run.flow_path,
+                                  "flow_hash": run.flow_hash, "inputs_json": canonical_json(dict(run.inputs)),
+                                  "secret_fields": canonical_json(sorted(run.secret_fields)), "queue": run.queue,
+                                  "priority": run.priority, "not_before": run.not_before, "now": now})
+        self._event(tx, run.id, "run_created", now=now, to_state=RunState.QUEUED, detail=detail)
+
+    def create_run(self, run: NewRun) -> RunRecord:
+        now = self.c.now()
+        with self.c.transaction() as tx:
+            self.insert_run(tx, run, now, {"flow": run.flow_name, "queue": run.queue})
+        created = self.get_run(run.id)
+        assert created is not None
+        return created
+
+    @read_only
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self.c.read_one("get_run", {"id": run_id})
+        return None if row is None else RunRecord.from_row(row)
+
+    @read_only
+    def list_runs(self, state: RunState | None = None, limit: int = 100) -> list[RunRecord]:
+        if state is None:
+            rows = self.c.read("list_runs", {"limit": limit})
+        else:
+            rows = self.c.read("list_runs_in_state", {"state": str(state), "limit": limit})
+        return [RunRecord.from_row(r) for r in rows]
+
+    def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
+                  takeover_epoch: int | None = None) -> RunRecord | None:
+        """Atomically lease a run; None if someone else holds it. Bumps the lease epoch."""
+        now = self.c.now()
+        with self.c.transaction() as tx:
+            before = tx.one("lock_run", {"id": run_id})
+            if before is None:
+                return None
+            n = tx.execute("claim_run", {"id": run_id, "owner": owner.worker, "host": owner.host, "pid": owner.pid,
+                                         "pid_start": owner.pid_start, "now": now, "ttl": ttl, "skew": skew,
+                                         "takeover_epoch": -1 if takeover_epoch is None else takeover_epoch})
+            if n != 1:
+                return None
+            old_state = before["state"]
+            if old_state == RunState.QUEUED:
+                decision = "claimed"
+            elif takeover_epoch is not None and before["lease_epoch"] == takeover_epoch:
+                decision = "owner_dead"
+            else:
+                decision = "lease_expired"
+            self._event(tx, run_id, "lease_claimed", now=now, worker=owner.worker, epoch=before["lease_epoch"] + 1,
+                        from_state=old_state, to_state=RunState.LEASED, decision=decision,
+                        detail={"previous_owner": before["owner"], "previous_epoch": before["lease_epoch"],
+                                "ttl": ttl})
+        return self.get_run(run_id)
+
+    def heartbeat(self, run_id: str, epoch: int, ttl: float) -> None:
+        """Extend the lease; :class:`LeaseLost` if it is no longer ours or already expired."""
+        with self.c.transaction() as tx:
+            if tx.execute("heartbeat", {"id": run_id, "epoch": epoch, "now": self.c.now(), "ttl": ttl}) != 1:
+                raise self._lease_lost(run_id, epoch, 0.0, "heartbeat")
+
+    @read_only
+    def cancel_requested(self, run_id: str) -> bool:
+        """Whether someone asked to cancel the run (read at every step boundary: one column)."""
+        row = self.c.read_one("run_cancel_requested", {"id": run_id})
+        return bool(row and row["cancel_requested"])
+
+    def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
+                      error: str | None = None, decision: str | None = None) -> RunRecord:
+        """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now."""
+        with self.c.transaction() as tx:
+            self._move_run(tx, run_id, epoch, state, worker, error, decision)
+            row = tx.one("get_run", {"id": run_id})
+        assert row is not None
+        return RunRecord.from_row(row)
+
+    def advance_run(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
+                    error: str | None = None, decision: str | None = None) -> None:
+        """:meth:`set_run_state` for a caller that does not use the run afterwards (the
+        executor's RUNNING transition): the same write, without reading 25 columns back."""
+        with self.c.transaction() as tx:
+            self._move_run(tx, run_id, epoch, state, worker, error, decision)
+
+    def _move_run(self, tx: Tx, run_id: str, epoch: int, state: RunState, worker: str | None, error: str | None,
+                  decision: str | None) -> None:
+        """The fenced transition and its event, in the caller's transaction.
+
+        A state with one legal predecessor (RUNNING, SUCCEEDED: the happy path) is tried as a
+        single update conditioned on that predecessor; only when it matches nothing is the run
+        read, to tell an illegal transition (ValueError) from a lost lease.
+        """
+        now = self.c.now()
+        only_from = _ONLY_FROM.get(state)
+        params = {"id": run_id, "epoch": epoch, "state": str(state), "error": error, "now": now,
+                  "from_state": only_from}
+        query = _STATE_QUERY.get(state, "set_run_state")
+        from_state = only_from
+        if only_from is None or tx.execute(query, params) != 1:
+            before = tx.one("run_fence", {"id": run_id})
+            if before is not None and before["lease_epoch"] == epoch:
+                check_run_transition(RunState(before["state"]), state)
+            from_state = before["state"] if before else None
+            params["from_state"] = None
+            if tx.execute(query, params) != 1:
+                raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
+        self._event(tx, run_id, "run_state", now=now, worker=worker, epoch=epoch,
+                    from_state=from_state, to_state=state, decision=decision,
+                    detail={"error": error} if error else None)
+
+    def clear_reconcile(self, run_id: str, epoch: int) -> None:
+        with self.c.transaction() as tx:
+            tx.execute("clear_reconcile", {"id": run_id, "epoch": epoch, "now": self.c.now()})

@@ -1,0 +1,50 @@
+"""The shared queries are portable: what a second dialect would reject stays out of them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from browserworker.store.connector import FRAGMENTS, compile_queries, load_queries, shared_queries
+from browserworker.store.sqlite import FRAGMENTS as SQLITE_FRAGMENTS
+from browserworker.store.sqlite import QUERIES, positional
+
+SHARED = shared_queries()
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_a_shared_query_uses_no_sqlite_only_syntax(name: str) -> None:
+    """No positional ``?``, two-argument MIN/MAX, ``IS NOT :param``, unary ``+column`` or
+    ``INSERT OR …``: SQLite-only forms go to sql/sqlite.sql."""
+    sql = re.sub(r"'(?:[^']|'')*'", "''", SHARED[name])  # string literals cannot offend
+    assert "?" not in sql
+    assert not re.search(r"\b(MIN|MAX)\s*\(([^()]|\([^()]*\))*,", sql, re.I), "two-argument MIN/MAX: use CASE"
+    assert not re.search(r"\bIS\s+NOT\s+:", sql, re.I)
+    assert not re.search(r"(AND|OR|WHERE)\s+\+\w", sql, re.I)
+    assert not re.search(r"\bINSERT\s+OR\b", sql, re.I)
+
+
+def test_sqlite_overrides_replace_shared_queries_and_fill_every_fragment() -> None:
+    """SQLite's file only replaces queries that exist, and its fragments (all empty: BEGIN
+    IMMEDIATE serialises writers) leave no ``{fragment}`` behind."""
+    assert set(load_queries("browserworker.store.sql", "sqlite.sql")) <= set(SHARED)
+    assert set(SQLITE_FRAGMENTS) == set(FRAGMENTS) and not any(SQLITE_FRAGMENTS.values())
+    assert not [name for name, sql in QUERIES.items() if re.search(r"\{\w+\}", sql)]
+    with pytest.raises(ValueError, match="fragments"):
+        compile_queries(SHARED, {}, {})
+    with pytest.raises(ValueError, match="overrides of no shared query"):
+        compile_queries(SHARED, {"nonesuch": "SELECT 1"}, SQLITE_FRAGMENTS)
+
+
+def test_every_fenced_write_on_another_table_locks_the_run_it_reads() -> None:
+    """A write of attempts conditioned on its run reads the run through ``{share_run}``, the
+    hook a dialect without serialised writers fills with a row lock (store/manager.py)."""
+    fenced = [name for name, sql in SHARED.items()
+              if re.match(r"(INSERT INTO|UPDATE) attempts\b", sql) and "FROM runs" in sql]
+    assert sorted(fenced) == ["finish_attempt", "insert_attempt", "mark_dispatched", "resolve_attempt"]
+    assert all("{share_run}" in SHARED[name] for name in fenced)
+
+
+def test_positional_numbers_names_by_first_use_and_leaves_literals_alone() -> None:
+    assert positional("SELECT :a, ':b', :c, :a") == "SELECT ?1, ':b', ?2, ?1"
