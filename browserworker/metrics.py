@@ -341,8 +341,8 @@ def _le(bound: float) -> str:
     return str(int(bound)) if bound == int(bound) else str(bound)
 
 
-def families(snap: OpsSnapshot) -> Iterator[Metric]:
-    """The snapshot as Prometheus metric families (all names start ``browserworker_``)."""
+def _queue_families(snap: OpsSnapshot) -> Iterator[Metric]:
+    """Runs by queue and state, depth, readiness, age and limits."""
     runs = GaugeMetricFamily("browserworker_runs", "Runs by queue and state.", labels=["queue", "state"])
     depth = GaugeMetricFamily("browserworker_queue_depth", "QUEUED runs (including delayed ones).", labels=["queue"])
     ready = GaugeMetricFamily("browserworker_queue_ready", "QUEUED runs a worker may claim now.", labels=["queue"])
@@ -360,6 +360,9 @@ def families(snap: OpsSnapshot) -> Iterator[Metric]:
             limit.add_metric([q.name], q.max_depth)
     yield from (runs, depth, ready, age, limit)
 
+
+def _unknown_families(snap: OpsSnapshot) -> Iterator[Metric]:
+    """Effect attempts in doubt, now and ever, by queue and by step."""
     unknown = GaugeMetricFamily("browserworker_unknown_attempts",
                                 "Effect attempts UNKNOWN now (dispatched, outcome unproven, not yet reconciled).",
                                 labels=["queue"])
@@ -375,6 +378,11 @@ def families(snap: OpsSnapshot) -> Iterator[Metric]:
         classified.add_metric([s.flow, s.step], s.classified_total)
     yield from (step_unknown, classified)
 
+
+def families(snap: OpsSnapshot) -> Iterator[Metric]:
+    """The snapshot as Prometheus metric families (all names start ``browserworker_``)."""
+    yield from _queue_families(snap)
+    yield from _unknown_families(snap)
     yield CounterMetricFamily("browserworker_lease_expiries", "Leases found expired and reclaimed.",
                               value=snap.lease_expiries_total)
     workers = GaugeMetricFamily("browserworker_workers", "Registered workers by status.", labels=["status"])

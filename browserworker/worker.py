@@ -1,6 +1,6 @@
 """The worker: claims runs from the durable queue and executes up to N at once on one Chromium.
 
-- claims are atomic (``BEGIN IMMEDIATE``), by priority then age;
+- claims are atomic (the store's claim query, see browserworker/store/fleet.py), by priority then age;
 - every run has its own lease, heartbeated every TTL/3 by a task independent of the page;
   a lost lease shuts and closes that run's context at once;
 - the reclaimer sends others' expired leases (plus a clock-skew tolerance) back to the
