@@ -154,10 +154,10 @@ def test_db_may_be_a_url_and_evidence_goes_to_the_working_directory(tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "bw.db"
     opsdata.queued(SQLiteStore(db), "via-url")
-    assert [r["id"] for r in as_json(bw(tmp_path / "unused.db", "runs", "--db", f"sqlite://{db}", "--json"))] \
+    assert [r["id"] for r in as_json(bw(tmp_path / "unused.db", "runs", "--db", f"sqlite:///{db}", "--json"))] \
         == ["via-url"]
     session = Session(click.Context(main))
-    session.db = f"sqlite://{db}"
+    session.db = f"sqlite:///{db}"
     assert session.evidence_dir == Path("browserworker.evidence")
     session.db = str(db)
     assert session.evidence_dir == tmp_path / "bw.db.evidence"
