@@ -8,8 +8,9 @@ What a user composes::
     from browserworker import Engine, Flow, StepContext, Verdict, load_flow, open_store
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from .errors import (
     BrowserNotFound,
@@ -35,7 +36,7 @@ _LAZY = {
     "AttemptRecord": "store.records", "RunRecord": "store.records", "WorkerSettings": "worker",
 }
 
-if TYPE_CHECKING:  # pragma: no cover
+if _TYPE_CHECKING:  # pragma: no cover
     from .browser import BrowserSettings
     from .engine import Engine
     from .extensions import Extension
@@ -49,11 +50,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .worker import WorkerSettings
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'browserworker' has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
+    value = getattr(_import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
