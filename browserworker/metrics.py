@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 
+from .counters import ProcessCounters
 from .leases import process_is_gone
 from .store.base import Store
 from .store.ops import StateCount
@@ -441,15 +442,20 @@ class MetricsServer:
     """``/metrics`` over HTTP, from its own connection to the database (never the worker's).
 
     ``MetricsServer(db, port)`` starts serving at once (port 0 picks a free one: see
-    :attr:`port`); :meth:`close` stops it. Binds 127.0.0.1 unless told otherwise.
+    :attr:`port`); :meth:`close` stops it. Binds 127.0.0.1 unless told otherwise. With
+    ``counters`` (a :class:`ProcessCounters` subscribed to the worker's engine) it also serves
+    what this process did.
     """
 
-    def __init__(self, db: str | Path, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, db: str | Path, port: int, host: str = "127.0.0.1", *,
+                 counters: ProcessCounters | None = None) -> None:
         from .store.url import open_store
 
         self.store = open_store(db)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StoreCollector(self.store))
+        if counters is not None:
+            registry.register(counters)
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         except OSError:

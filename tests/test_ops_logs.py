@@ -83,6 +83,7 @@ def test_worker_logs_identify_every_step_and_never_the_password(tmp_path: Path, 
     with LOCAL.open(url[0], timeout=10) as resp:
         body = resp.read().decode()
     assert "browserworker_queue_depth" in body and "browserworker_workers" in body
+    assert "browserworker_process_dispatches_total" in body  # the worker's own counters, an extension
     worker.wait(timeout=120)
     reader.join(timeout=10)
     out = stdout.read_text()

@@ -258,3 +258,35 @@ def test_example_alert_rules_use_only_exported_metrics(store: SQLStore) -> None:
     used = {re.sub(r"_(bucket|count|sum|total)$", "", m) for m in re.findall(r"\bbrowserworker_\w+", rules)}
     assert used and used <= exported, used - exported
     assert rules.count("- alert:") == rules.count("expr:") >= 8
+
+
+def test_a_workers_own_counters_are_an_extension_served_beside_the_store(tmp_path: Path) -> None:
+    """ProcessCounters hears outcomes, dispatches and lost leases through the extension bus (from
+    the event loop) and a scrape of the worker's /metrics serves them beside the store's families."""
+    import asyncio
+    import urllib.request
+
+    from browserworker.extensions import Extensions
+    from browserworker.metrics import MetricsServer, ProcessCounters
+    from browserworker.store import open_store
+
+    store = open_store(tmp_path / "bw.db")
+    run = running(store, "r1")
+    effect = finish(store, dispatched(store, run), run.lease_epoch, AttemptState.SUCCEEDED, "response")
+    store.close()
+    counters = ProcessCounters()
+    bus = Extensions([counters])
+
+    async def a_run() -> None:
+        await bus.emit("dispatched", effect, "POST", "http://127.0.0.1/x")
+        await bus.emit("outcome", effect)
+        bus.notify("lease_lost", "r2", RuntimeError("taken over"))
+
+    asyncio.run(a_run())
+    with MetricsServer(tmp_path / "bw.db", 0, counters=counters) as server:
+        body = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(server.url, timeout=10).read()
+    got = samples(body)
+    assert got[("browserworker_process_attempts_total", (("kind", "effect"), ("state", "SUCCEEDED")))] == 1
+    assert got[("browserworker_process_dispatches_total", ())] == 1
+    assert got[("browserworker_process_leases_lost_total", ())] == 1
+    assert any(name == "browserworker_queue_depth" for name, _ in got)  # the store's families are there too

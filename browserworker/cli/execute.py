@@ -16,7 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -185,17 +185,27 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
     browser = BrowserSettings.discover(headless=not headed)
     settings = WorkerSettings(queues=[jobs.validate_queue(q) for q in queues] or ["default"], concurrency=concurrency,
                               grace=grace, max_lease_losses=max_lease_losses, once=once, flow_dirs=list(flow_dirs))
-    fleet = session().engine(browser=browser, lease=lease).worker(settings)
+    counters = _counters(metrics_port)
+    fleet = session().engine(browser=browser, lease=lease, extensions=counters).worker(settings)
     click.echo(f"worker {fleet.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, "
                f"db {session().db})", err=True)
-    with _metrics(metrics_port, metrics_host):
+    with _metrics(metrics_port, metrics_host, *counters):
         stats = asyncio.run(on_signals(fleet.request_stop, fleet.run()))
     click.echo(worker_line(fleet.id, stats), err=True)
     emit(dataclasses.asdict(stats), as_json, lambda: None)
 
 
+def _counters(port: int | None) -> list[Any]:
+    """The worker's own counters (an extension), when it serves ``/metrics``."""
+    if port is None:
+        return []
+    from ..counters import ProcessCounters
+
+    return [ProcessCounters()]
+
+
 @contextmanager
-def _metrics(port: int | None, host: str) -> Iterator[None]:
+def _metrics(port: int | None, host: str, counters: Any = None) -> Iterator[None]:
     """Serve ``/metrics`` on ``port`` (none: nothing) while the block runs."""
     if port is None:
         yield
@@ -203,7 +213,7 @@ def _metrics(port: int | None, host: str) -> Iterator[None]:
     from ..metrics import MetricsServer
 
     try:
-        exporter = MetricsServer(session().db, port, host)
+        exporter = MetricsServer(session().db, port, host, counters=counters)
     except OSError as exc:
         raise UsageError(f"--metrics-port {port}: cannot listen on {host}: {exc}") from exc
     click.echo(f"metrics on {exporter.url}", err=True)
