@@ -19,6 +19,7 @@ from playwright.async_api import Page, Request
 from . import faults
 from .errors import LeaseLost, StoreError
 from .gate_outbox import DETECTED
+from .passes import safe_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gate import DispatchGate
@@ -131,7 +132,7 @@ class Detector:
     def on_page(self, page: Page) -> None:
         self.watch(page)
         if page not in self.own_pages:
-            self.popup(_safe_url(page) or "about:blank")
+            self.popup(safe_url(page) or "about:blank")
 
     def popup(self, url: str) -> asyncio.Future[None] | None:
         """A page opened while the effect ran: journaled as a possible dispatch (what it sends
@@ -145,8 +146,8 @@ class Detector:
         gate = self.gate
         if not gate.armed:
             return
-        self.detect("PAGEHIDE", _safe_url(page), "a page closed while the effect ran (what it sends as it closes "
-                                                 "passes no gate)")
+        self.detect("PAGEHIDE", safe_url(page) or "",
+                    "a page closed while the effect ran (what it sends as it closes passes no gate)")
         for request in list(gate.undecided):
             if request not in gate.deciding and page_of(request) is page:
                 self.detect(request.method, request.url, "its page closed before the gate decided it")
@@ -195,10 +196,3 @@ def page_of(request: Request) -> Page | None:
         return request.frame.page
     except Exception:
         return None
-
-
-def _safe_url(page: Page) -> str:
-    try:
-        return page.url
-    except Exception:  # pragma: no cover
-        return ""

@@ -12,6 +12,7 @@ from . import faults
 from .errors import LeaseLost, StoreError
 from .flow import Effect, StepContext
 from .gate import DispatchGate
+from .journal import RunJournal
 from .passes import REPLAY_NOW, Again, Pass, RunScope, Stop, backoff, in_own_task, jsonable, response_evidence, \
     safe_url
 from .reconcile import judge_of, recover, restore_gap, restore_gap_open
@@ -122,7 +123,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     raise Again(f"retrying {step.id} ({finished.state})", backoff(failures))
 
 
-def _refused(journal: Any, step: Effect, gate: DispatchGate) -> None:
+def _refused(journal: RunJournal, step: Effect, gate: DispatchGate) -> None:
     """The gate could not commit a dispatch: nothing left; the lease or the store is gone."""
     if gate.refusal is None or gate.dispatched:
         return

@@ -116,22 +116,11 @@ class Extensions:
 
     def add(self, subscriber: object) -> None:
         """Subscribe ``subscriber`` (an :class:`Extension` or any object with hook methods)."""
-        if isinstance(subscriber, Extensions):
-            for inner in subscriber.subscribers:
-                self.add(inner)
-            return
         self.subscribers.append(subscriber)
         for name in HOOKS:
             method = _overrides(subscriber, name)
             if method is not None:
                 self._by_hook[name].append(method)
-
-    def __bool__(self) -> bool:
-        return bool(self.subscribers)
-
-    def with_(self, *more: object) -> Extensions:
-        """These subscribers and ``more`` (a new bus; this one is unchanged)."""
-        return Extensions([*self.subscribers, *more])
 
     async def emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
         """Call ``hook`` on every subscriber that has it, awaiting each in turn. A failure of a

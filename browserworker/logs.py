@@ -49,7 +49,8 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
 
 
 class RunLog:
-    """The run lifecycle as structured log lines: an extension every engine subscribes first.
+    """One run's lifecycle as structured log lines: an extension the engine subscribes first
+    to every run (one instance per run).
 
     Each line about a step names the run, the flow, the step, the attempt, its request key and
     fingerprint, its state, the worker and the lease epoch, so one ``grep`` follows an effect
@@ -57,16 +58,16 @@ class RunLog:
 
     def __init__(self) -> None:
         self.log = structlog.get_logger("browserworker")
-        self._flows: dict[str, str] = {}
+        self.flow: str | None = None
 
     def _about(self, attempt: Any) -> Any:
-        return self.log.bind(run_id=attempt.run_id, flow=self._flows.get(attempt.run_id), step_id=attempt.step_id,
+        return self.log.bind(run_id=attempt.run_id, flow=self.flow, step_id=attempt.step_id,
                              attempt_no=attempt.attempt_no, request_key=attempt.request_key,
                              fingerprint=attempt.request_fingerprint, state=str(attempt.state),
                              worker_id=attempt.worker, lease_epoch=attempt.lease_epoch)
 
     def run_started(self, run: Any) -> None:
-        self._flows[run.id] = run.flow_name
+        self.flow = run.flow_name
 
     def intent_committed(self, attempt: Any) -> None:
         self._about(attempt).info("intent committed")
@@ -79,6 +80,3 @@ class RunLog:
             line.info("action finished")
         else:
             line.warning("action failed", error=attempt.error)
-
-    def run_finished(self, run: Any) -> None:
-        self._flows.pop(run.id, None)
