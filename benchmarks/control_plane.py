@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from browserworker.states import AttemptState, RunState
-from browserworker.store import NewRun, SQLiteStore, open_store
+from browserworker.store import NewRun, SQLiteStore, Store, open_store
 from browserworker.store.aio import AsyncStore
 from browserworker.leases import this_owner
 
@@ -53,7 +53,11 @@ def seed(db: Path, n: int) -> None:
 
 
 async def _drain(db: Path, concurrency: int) -> dict[str, Any]:
-    store = SQLiteStore(db, busy_timeout=30)
+    return await drain_store(SQLiteStore(db, busy_timeout=30), concurrency)
+
+
+async def drain_store(store: Store, concurrency: int) -> dict[str, Any]:
+    """Drain ``store``'s queue with ``concurrency`` runs in flight; closes the store."""
     astore = AsyncStore(store)
     owner = this_owner("bench")
     done = 0

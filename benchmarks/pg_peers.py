@@ -103,6 +103,18 @@ def server_version() -> str:
     return f"PostgreSQL {row[0]} (synchronous_commit={fsync[0]})"
 
 
+def raw_commit_rate(n: int = 500) -> float:
+    """Commits/s of one-row INSERT transactions on one connection: the server's fsync ceiling."""
+    import psycopg
+
+    with fresh_database("raw") as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (x int)")
+        start = time.perf_counter()
+        for i in range(n):
+            conn.execute("INSERT INTO t VALUES (%s)", (i,))
+        return n / (time.perf_counter() - start)
+
+
 # --- procrastinate (child side) --------------------------------------------------------------
 
 def _procrastinate_app(dsn: str, pool: int, body: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:

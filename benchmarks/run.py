@@ -64,10 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.strip().splitlines()[0],
                                      epilog="Takes 9-13 minutes on a 2-CPU machine; progress goes to stderr "
                                             "with elapsed seconds.")
-    parser.parse_args(argv)
+    parser.add_argument("--postgres", action="store_true",
+                        help="Also run the PostgreSQL section (ours on the PG store against procrastinate and "
+                             "PgQueuer; needs the server of $BROWSERWORKER_BENCH_PG, default "
+                             "postgresql://postgres@127.0.0.1:5432).")
+    parser.add_argument("--postgres-only", action="store_true",
+                        help="Run only the PostgreSQL section; writes benchmarks/results/postgres.{json,md}.")
+    args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     precompile()
     out: dict[str, Any] = {"machine": machine()}
+    if args.postgres_only:
+        return postgres_only(out)
     say("raw SQLite commit rate (WAL, synchronous=FULL)")
     out["raw_commits_per_s"] = control_plane.raw_commit_rate(Path(tempfile.mkdtemp()) / "raw.db")
     say("(b) control plane: ours x1, x2 processes; Huey; DBOS (alternating)")
@@ -94,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             out["concurrency"] = browser_bench.concurrency(shop.url)
         finally:
             shop.stop()
+    if args.postgres:
+        out["postgres"] = postgres()
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2, default=str))
-    table = render(out)
+    table = render(out) + (render_postgres(out["postgres"]) if args.postgres else "")
     (RESULTS / "latest.md").write_text(table)
     chart(out, RESULTS / "latest.png")
     print(table)
@@ -116,15 +126,138 @@ def _median_of(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return {**middle, key: (good[len(good) // 2 - 1][key] + middle[key]) / 2}
 
 
+def postgres_only(out: dict[str, Any]) -> int:
+    """``--postgres-only``: the PostgreSQL section alone, in results/postgres.{json,md}."""
+    out["postgres"] = postgres()
+    (RESULTS / "postgres.json").write_text(json.dumps(out, indent=2, default=str))
+    table = _machine_line(out["machine"]) + "\n" + render_postgres(out["postgres"])
+    (RESULTS / "postgres.md").write_text(table)
+    print(table)
+    say("done")
+    return 0
+
+
+def _guarded(measure: Callable[[], Any]) -> Any:
+    """``measure()``, or what stopped it (our PG store missing, a peer failing) as ``{"error": ...}``."""
+    try:
+        return measure()
+    except Exception as exc:  # noqa: BLE001 - a benchmark side that fails is reported, not fatal
+        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:160]}
+
+
+def postgres(jobs: int = 3000, reps: int = 3) -> dict[str, Any]:
+    """The PostgreSQL section: (b) ours x1/x2 and the peers' drains (alternating, ABBA, medians),
+    idle claim latency of each, (c) ours by backlog, (d) ours' recovery; each in a fresh database."""
+    import pg_control_plane
+    import pg_peers
+
+    out: dict[str, Any] = {"server": pg_peers.server_version(), "promises": pg_peers.PROMISES, "jobs": jobs,
+                           "raw_commits_per_s": pg_peers.raw_commit_rate()}
+    say("(pg-b) control plane on PostgreSQL: ours x1, x2; procrastinate c=8, c=64; PgQueuer (alternating)")
+    sides: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("ours_1", lambda: _guarded(lambda: pg_control_plane.ours_pg(1, jobs))),
+        ("procrastinate_8", lambda: pg_peers.drain("procrastinate", jobs, 8)),
+        ("ours_2", lambda: _guarded(lambda: pg_control_plane.ours_pg(2, jobs))),
+        ("procrastinate_64", lambda: pg_peers.drain("procrastinate", jobs, 64)),
+        ("pgqueuer", lambda: pg_peers.drain("pgqueuer", jobs, 10))]
+    detail: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in sides}
+    for rep in range(reps):
+        for key, measure in browser_bench._abba(sides, rep):
+            detail[key].append(measure())
+    out["control_plane"] = {k: _median_of(v, "runs_per_s" if k.startswith("ours") else "jobs_per_s")
+                            for k, v in detail.items()}
+    out["control_plane_detail"] = detail
+    say("(pg-c) idle claim latency: ours, procrastinate, PgQueuer; ours by backlog 100/10k/100k")
+    out["idle"] = {"ours": _guarded(lambda: pg_control_plane.claim_latency_pg(0)),
+                   **{p: pg_peers.idle_latency(p) for p in pg_peers.PEERS}}
+    out["claims"] = [_guarded(lambda: pg_control_plane.claim_latency_pg(n)) for n in (100, 10_000, 100_000)]
+    say("(pg-d) recovery after SIGKILL of a worker holding leases")
+    out["recovery"] = [_guarded(lambda: pg_control_plane.recovery_pg(remote=False)),
+                       _guarded(lambda: pg_control_plane.recovery_pg(remote=True))]
+    return out
+
+
+def _rate(row: dict[str, Any], key: str) -> str:
+    return f"{row[key]:,.0f}/s" if key in row else f"failed ({row.get('error', '?')})"
+
+
+def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
+    cp = pg["control_plane"]
+    peers = (f"procrastinate c=8 {_rate(cp['procrastinate_8'], 'jobs_per_s')}, c=64 "
+             f"{_rate(cp['procrastinate_64'], 'jobs_per_s')}; PgQueuer (batch 10) {_rate(cp['pgqueuer'], 'jobs_per_s')}")
+    best = max((cp[k].get("jobs_per_s", 0.0) for k in ("procrastinate_8", "procrastinate_64")), default=0.0)
+    lines = []
+    for key, label in (("ours_1", "1 process"), ("ours_2", "2 processes")):
+        ours = cp[key]
+        if "runs_per_s" not in ours:
+            lines.append(f"| pg-b | control plane on PostgreSQL, {label} | {_rate(ours, 'runs_per_s')} | {peers} | - "
+                         f"| >= procrastinate, full journal | no |")
+            continue
+        ratio = ours["runs_per_s"] / best if best else float("nan")
+        pgq = cp["pgqueuer"].get("jobs_per_s")
+        vs_pgq = f", {ours['runs_per_s'] / pgq:.2f}x PgQueuer" if pgq else ""
+        lines.append(
+            f"| pg-b | control plane on PostgreSQL, {label} ({ours['concurrency']} runs in flight each, full journal, "
+            f"{ours['commits_per_run']:.2f} commits/run), {pg['jobs']:,} runs | {ours['runs_per_s']:,.0f} runs/s | "
+            f"{peers} | {ratio:.1f}x procrastinate{vs_pgq} | >= procrastinate, full journal | "
+            f"{'yes' if ratio >= 1 else 'no'} |")
+    return lines
+
+
+def _ms(row: dict[str, Any]) -> str:
+    return f"{row['p50_ms']:.2f}/{row['p99_ms']:.2f} ms" if "p50_ms" in row else f"failed ({row.get('error', '?')})"
+
+
+def _pg_claim_rows(pg: dict[str, Any]) -> list[str]:
+    idle = pg["idle"]
+    ours = idle["ours"]
+    lines = [f"| pg-c | idle claim latency, enqueue -> claimed, p50/p99 ({ours.get('samples', '?')} runs, real worker) | "
+             f"{_ms(ours)} | procrastinate {_ms(idle['procrastinate'])}, PgQueuer {_ms(idle['pgqueuer'])} "
+             f"(enqueue -> job started) | - | p50 < 10 ms | {'yes' if ours.get('p50_ms', 1e9) < 10 else 'no'} |"]
+    c = {r.get("backlog"): r for r in pg["claims"]}
+    if 100 in c and 100_000 in c and "p50_ms" in c[100] and "p50_ms" in c[100_000]:
+        ratio = c[100_000]["p50_ms"] / c[100]["p50_ms"]
+        lines.append(f"| pg-c | claim_next latency p50/p99 by backlog | 100: {_ms(c[100])}; 10k: {_ms(c[10_000])}; "
+                     f"100k: {_ms(c[100_000])} | backlog of 100 | {ratio:.2f}x | 100k p50 <= 1.5x | "
+                     f"{'yes' if ratio <= 1.5 else 'no'} |")
+    else:
+        lines.append(f"| pg-c | claim_next latency by backlog | {_ms(pg['claims'][0])} | - | - | 100k p50 <= 1.5x | no |")
+    return lines
+
+
+def render_postgres(pg: dict[str, Any]) -> str:
+    """The PostgreSQL section's rows and what each peer promises, in markdown."""
+    lines = ["", f"PostgreSQL section: {pg['server']}, same server for every side, a fresh database each.", "",
+             "| # | what | ours | compared with | ratio | target | met |", "|---|---|---|---|---|---|---|",
+             *_pg_drain_rows(pg), *_pg_claim_rows(pg)]
+    for r in pg["recovery"]:
+        if "recovery_s" not in r:
+            lines.append(f"| pg-d | recovery after SIGKILL of a worker holding leases | failed ({r.get('error', '?')}) "
+                         "| - | - | <= TTL + skew + 1 s | no |")
+            continue
+        lines.append(f"| pg-d | recovery after SIGKILL of a worker holding {r['held']} leases, {r['path']}, median "
+                     f"of {len(r['all_s'])} | {r['recovery_s']:.1f} s | lease TTL {r['ttl_s']:.0f} s, skew "
+                     f"{r['skew_s']:.1f} s | - | <= {r['target_s']:.1f} s | {'yes' if r['met'] else 'no'} |")
+    lines += ["", f"Raw commit rate of this server (one-row INSERT transactions, one connection): "
+              f"{pg['raw_commits_per_s']:,.0f} commits/s.", "",
+              "What the peers promise (from their documentation and code):", ""]
+    for peer, promise in pg["promises"].items():
+        lines.append(f"- **{peer}**: " + "; ".join(f"{k}: {v}" for k, v in promise.items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def _machine_line(m: dict[str, Any]) -> str:
+    return (f"Machine: {m['cpus']} CPUs, {m['memory_gb']} GiB, Python {m['python']}, SQLite {m['sqlite']}, "
+            f"{m['platform']}; Chromium {m['chromium']}; load average at start "
+            f"{tuple(round(x, 2) for x in m['load_avg_at_start'])}; {m['when']}; bytecode precompiled "
+            f"(PYTHONDONTWRITEBYTECODE={'1' if m.get('pythondontwritebytecode') else 'unset'}).")
+
+
 def render(o: dict[str, Any]) -> str:
-    m = o["machine"]
     cp = o["control_plane"]
     t = o["ten_steps"]
     lines = [
-        f"Machine: {m['cpus']} CPUs, {m['memory_gb']} GiB, Python {m['python']}, SQLite {m['sqlite']}, "
-        f"{m['platform']}; Chromium {m['chromium']}; load average at start "
-        f"{tuple(round(x, 2) for x in m['load_avg_at_start'])}; {m['when']}; bytecode precompiled "
-        f"(PYTHONDONTWRITEBYTECODE={'1' if m.get('pythondontwritebytecode') else 'unset'}).",
+        _machine_line(o["machine"]),
         "",
         "| # | what | ours | compared with | ratio | target | met |",
         "|---|---|---|---|---|---|---|",
