@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StoreError, UsageError
-from .leases import process_is_gone
+from .leases import gone_here
 from .metrics import DEFAULT_STALE_AFTER
 from .store import sqlite_files
 from .store.base import Store
@@ -144,11 +144,11 @@ def in_use_reasons(store: Store, *, now: float | None = None, stale_after: float
     version = store.schema_version
     reasons = []
     for w in store.live_workers(now - stale_after) if version >= _WORKERS_SINCE else []:
-        if w.host == host and process_is_gone(w.pid):
+        if w.host == host and gone_here(w.host, w.pid, w.pid_start):
             continue
         reasons.append(f"worker {w.id} (pid {w.pid} on {w.host}) heartbeated {now - w.last_heartbeat:.0f}s ago")
     for r in store.live_leases(now) if version >= _RUNS_SINCE else []:
-        if r.owner_host == host and r.owner_pid is not None and process_is_gone(r.owner_pid, r.owner_pid_start):
+        if r.owner_host == host and gone_here(r.owner_host, r.owner_pid, r.owner_pid_start):
             continue
         reasons.append(f"run {r.id} is leased by {r.owner} (pid {r.owner_pid} on {r.owner_host}) "
                        f"for {r.lease_expires_at - now:.0f}s more")

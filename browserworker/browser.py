@@ -44,7 +44,7 @@ import structlog
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
 from .errors import BrowserNotFound, UsageError
-from .leases import own_start_time, process_is_gone
+from .leases import own_start_time, pid_space, process_is_gone
 
 log = structlog.get_logger("browserworker.browser")
 
@@ -406,9 +406,9 @@ def _session_dir() -> Path | None:
 
 
 def _host_tag() -> str:
-    """This host's name, hashed: containers that share a temporary directory but not their
-    process ids (each its own host name) never judge each other's sessions."""
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    """This host's name and pid space, hashed: containers and pid namespaces that share a
+    temporary directory but not their process ids never judge each other's sessions."""
+    return hashlib.sha256(f"{socket.gethostname()}/{pid_space()}".encode()).hexdigest()[:8]
 
 
 def _remove_dead_sessions(home: Path) -> None:

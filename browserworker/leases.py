@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 import socket
@@ -16,8 +17,8 @@ from .extensions import Extensions
 from .store.aio import AsyncStore
 from .store.records import Owner, RunRecord
 
-__all__ = ["Lease", "LeaseSettings", "own_start_time", "owner_is_gone", "pid_start_time", "process_is_gone",
-           "this_owner"]
+__all__ = ["Lease", "LeaseSettings", "gone_here", "own_start_time", "owner_is_gone", "pid_space", "pid_start_time",
+           "process_is_gone", "process_token", "this_owner"]
 
 log = structlog.get_logger("browserworker.leases")
 
@@ -66,12 +67,53 @@ def own_start_time() -> str | None:
     return _OWN_START[pid]
 
 
+_PID_SPACE: list[str] = []
+
+
+def pid_space() -> str:
+    """Where this process's pids mean something: this boot of this kernel and this pid
+    namespace (a container, or ``unshare --pid``, has its own). Two processes of one host name
+    but another pid space (another machine that took the name, a container) never judge each
+    other's pids."""
+    if not _PID_SPACE:
+        try:
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            boot = ""
+        try:
+            namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+        except OSError:
+            namespace = ""
+        _PID_SPACE.append(hashlib.sha256(f"{boot}/{namespace}".encode()).hexdigest()[:12])
+    return _PID_SPACE[0]
+
+
+def process_token() -> str | None:
+    """This process's identity beside its pid: ``<kernel start time>@<pid space>`` (what
+    :func:`gone_here` needs to prove it gone), None where there is no ``/proc``."""
+    start = own_start_time()
+    return None if start is None else f"{start}@{pid_space()}"
+
+
 def this_owner(label: str = "run") -> Owner:
     """An owner identity for this process."""
     pid = os.getpid()
     host = socket.gethostname()
     return Owner(worker=f"{label}-{host}-{pid}-{uuid.uuid4().hex[:6]}", host=host, pid=pid,
-                 pid_start=own_start_time())
+                 pid_start=process_token())
+
+
+def gone_here(host: str | None, pid: int | None, token: str | None) -> bool:
+    """True only when process ``pid`` ran here and provably stopped: the same host name, the
+    same pid space (``token`` is its :func:`process_token`), and no such process now (or the
+    pid reused by another). A process of another host, container or pid namespace, or one
+    recorded without a token, is never judged by its pid: its lease expires instead."""
+    if pid is None or host != socket.gethostname():
+        return False
+    start, _, space = (token or "").partition("@")
+    if not space or space != pid_space():
+        return False
+    return process_is_gone(pid, start or None)
 
 
 def process_is_gone(pid: int, start: str | None = None) -> bool:
@@ -95,10 +137,11 @@ def process_is_gone(pid: int, start: str | None = None) -> bool:
 
 
 def owner_is_gone(run: RunRecord, host: str | None = None) -> bool:
-    """True only when the owner provably stopped: same host and its process is gone."""
-    if run.owner_pid is None or run.owner_host != (host or socket.gethostname()):
+    """True only when the run's owner provably stopped (:func:`gone_here`); with ``host``,
+    only an owner of that host."""
+    if host is not None and run.owner_host != host:
         return False
-    return process_is_gone(run.owner_pid, run.owner_pid_start)
+    return gone_here(run.owner_host, run.owner_pid, run.owner_pid_start)
 
 
 class Lease:

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import start_http_server
 
 from .counters import ProcessCounters
-from .leases import process_is_gone
+from .leases import gone_here
 from .store.base import Store
 from .store.ops import StateCount
 
@@ -303,7 +303,7 @@ def _workers(store: Store, now: float, since: float, stale_after: float) -> list
         age = max(0.0, now - w.last_heartbeat)
         if w.health == "stopped":
             status = "stopped"
-        elif _process_gone(w.host, w.pid):
+        elif gone_here(w.host, w.pid, w.pid_start):
             status = "dead"  # on this host, and its process is gone: it did not stop cleanly
         elif age > stale_after:
             status = "stale"
@@ -322,11 +322,6 @@ def _reconcile_latency(store: Store) -> dict[str, Histogram]:
         if decision is not None:
             latencies.setdefault(decision, []).append(max(0.0, r.decided_at - r.detected_at))
     return {d: Histogram.of(v, RECONCILE_BUCKETS) for d, v in sorted(latencies.items())}
-
-
-def _process_gone(host: str, pid: int) -> bool:
-    """The worker ran on this host and its process no longer exists."""
-    return host == socket.gethostname() and process_is_gone(pid)
 
 
 # -- Prometheus -------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from .leases import owner_is_gone, this_owner
 from .loader import LoadedFlow, file_hash, load_flow
 from .states import RunState
 from .store.aio import AsyncStore
+from .store.wakeups import Wakeups
 from .store.records import RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,11 +136,13 @@ class Worker:
         await astore.call(self.store.register_worker, self.owner, s.queues, s.concurrency)
         self.log.info("worker started", queues=s.queues, concurrency=s.concurrency, ttl=self.engine.lease.ttl)
         beat = asyncio.create_task(self._heartbeat(astore), name="worker-heartbeat")
+        wakeups = self.store.wakeups(s.queues)
         try:
             async with BrowserSession(self.engine.browser) as session:
-                await self._loop(astore, session)
+                await self._loop(astore, session, wakeups)
                 await self._drain()
         finally:
+            wakeups.close()
             beat.cancel()
             try:
                 await astore.call(self.store.mark_worker, self.id, "stopped")
@@ -157,7 +160,7 @@ class Worker:
             except StoreError as exc:
                 self.log.warning("worker heartbeat failed", error=str(exc))
 
-    async def _loop(self, astore: AsyncStore, session: BrowserSession) -> None:
+    async def _loop(self, astore: AsyncStore, session: BrowserSession, wakeups: Wakeups) -> None:
         s = self.settings
         every = min(s.reclaim_every, self.engine.lease.heartbeat_every)
         # the next reclaim: at the poll cadence, or sooner when a live lease expires (plus skew)
@@ -195,7 +198,10 @@ class Worker:
             waiters: set[asyncio.Future[Any]] = set(self._active)
             if reclaiming is not None:
                 waiters.add(reclaiming)
-            wakers = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._settled.wait())]
+            # a run became claimable (PostgreSQL's notifications), a slot freed, a stop asked;
+            # else the poll: a wake-up that was missed costs at most poll_interval
+            wakers = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._settled.wait()),
+                      wakeups.next()]
             waiters.update(wakers)
             timeout = min(s.poll_interval, max(0.0, next_reclaim - time.monotonic()))
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg import pg_server, pg_url  # noqa: F401  (a real PostgreSQL: tests/pg.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOWS = ROOT / "flows"

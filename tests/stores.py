@@ -1,30 +1,30 @@
 """The store contract suite's fixtures: every store implementation the tests run against.
 
-A test that takes ``store`` (or ``store_target``) runs once per implementation in
-:data:`IMPLEMENTATIONS`; adding a store is one line there. Tests of one dialect's own
-mechanics (PRAGMAs, SQLite's locks, its query plans) live in ``test_store_sqlite.py``,
-marked ``sqlite_dialect``.
+A test that takes ``any_store`` (or ``store_target``) runs once per implementation in
+:data:`IMPLEMENTATIONS`; adding a store is one entry there. Tests of one dialect's own
+mechanics live in ``test_store_sqlite.py`` (marked ``sqlite_dialect``) and
+``test_store_postgres.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from browserworker.store import SQLStore, open_store
 
-#: implementation -> where a fresh, empty store of it is, given a scratch directory (a path or a URL)
-IMPLEMENTATIONS: dict[str, Callable[[Path], str]] = {
-    "sqlite": lambda tmp: str(tmp / "bw.db"),
+#: implementation -> where a fresh, empty store of it is (a path or a URL), given the test's request
+IMPLEMENTATIONS: dict[str, Callable[[pytest.FixtureRequest], str]] = {
+    "sqlite": lambda request: str(request.getfixturevalue("tmp_path") / "bw.db"),
+    "postgresql": lambda request: str(request.getfixturevalue("pg_url")),
 }
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
-def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_target(request: pytest.FixtureRequest) -> str:
     """Where a fresh store of each implementation is: ``open_store(store_target)`` opens it."""
-    return IMPLEMENTATIONS[request.param](tmp_path)
+    return IMPLEMENTATIONS[request.param](request)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from browserworker.leases import pid_space
 from browserworker.backup import DatabaseInUse, backup, check_db, restore
 from browserworker.cli import main
 from browserworker.errors import LeaseLost, UsageError
@@ -155,7 +156,7 @@ def test_restore_refused_while_a_live_owner_holds_a_lease(tmp_path: Path) -> Non
     running(store, "mine", owner=Owner("run-alive", host, os.getpid()))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    running(store, "orphan", owner=Owner("run-dead", host, dead.pid))
+    running(store, "orphan", owner=Owner("run-dead", host, dead.pid, f"@{pid_space()}"))
     store.close()
     with pytest.raises(DatabaseInUse) as refused:
         restore(dest, db)

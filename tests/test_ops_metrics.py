@@ -14,6 +14,7 @@ import pytest
 from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 from prometheus_client.parser import text_string_to_metric_families
 
+from browserworker.leases import pid_space
 from browserworker.metrics import MetricsServer, QueueAges, exposition, reconcile_decision, snapshot
 from browserworker.states import AttemptState
 from browserworker.store import Owner, SQLiteStore, SQLStore, open_store
@@ -140,7 +141,8 @@ def test_workers_by_status_from_the_registry(store: SQLStore) -> None:
         store.register_worker(Owner(name, "h", 1), ["default"], 2)
     exited = subprocess.Popen([sys.executable, "-c", "pass"])
     exited.wait()
-    store.register_worker(Owner("crashed", socket.gethostname(), exited.pid), ["default"], 2)
+    # registered from this pid space (its start time unknown now: any process at that pid is another)
+    store.register_worker(Owner("crashed", socket.gethostname(), exited.pid, f"@{pid_space()}"), ["default"], 2)
     shift(store, "workers", "last_heartbeat", 120, id="silent")
     shift(store, "workers", "last_heartbeat", 7200, id="long-gone")
     store.mark_worker("done", "stopped")

@@ -33,8 +33,6 @@ def test_the_environment_names_the_default_store(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.parametrize("url, message", [
-    ("postgresql://bw@db/bw", "no PostgreSQL store yet"),
-    ("postgres://bw@db/bw", "no PostgreSQL store yet"),
     ("mysql://bw@db/bw", "no store for mysql:// URLs"),
     ("sqlite://bw.db", "three slashes"),
     ("sqlite:///", "names no file"),
@@ -42,3 +40,21 @@ def test_the_environment_names_the_default_store(tmp_path: Path, monkeypatch: py
 def test_a_url_this_version_does_not_serve_is_a_usage_error(url: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         open_store(url)
+
+
+def test_a_postgresql_url_opens_the_postgresql_store_and_says_why_it_cannot(pg_url: str) -> None:
+    """``postgresql://`` and ``postgres://`` URLs name the PostgreSQL store: it opens in the
+    schema given (or ``browserworker``); a server that refuses is a StoreError naming the URL
+    without its password; a schema name that is not a plain identifier is a usage error."""
+    store = open_store(pg_url)
+    assert store.location.endswith("(schema browserworker)") and store.schema_version >= 1
+    store.close()
+    other = open_store(pg_url.replace("postgresql://", "postgres://", 1), schema="elsewhere")
+    assert other.location.endswith("(schema elsewhere)")
+    other.close()
+    with pytest.raises(StoreError, match=r"cannot connect to postgresql://bw:\*\*\*@127\.0\.0\.1:1/bw"):
+        open_store("postgresql://bw:hunter2@127.0.0.1:1/bw")
+    with pytest.raises(UsageError, match="schema name"):
+        open_store(pg_url, schema="Robert'); DROP TABLE runs;--")
+    with pytest.raises(StoreError, match="no browserworker store"):
+        open_store(pg_url, schema="never_made", create=False)

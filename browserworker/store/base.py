@@ -2,7 +2,7 @@
 
 The executor, the gate, the worker and the CLI only ever talk to a :class:`Store`.
 :class:`~browserworker.store.shared.SQLStore` implements it once, over a dialect's
-:class:`~browserworker.store.connector.Connector` (SQLite now, PostgreSQL later);
+:class:`~browserworker.store.connector.Connector` (SQLite or PostgreSQL);
 :func:`~browserworker.store.url.open_store` opens one from a path or a URL.
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_check
 from ..errors import StoreError
 from ..states import AttemptState, RunState
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord
+from .wakeups import Wakeups
 
 if TYPE_CHECKING:
     from .ops import (DuplicatePrevented, LiveLease, QueueBacklog, QueueWait, Reconciliation, RestoreFence,
@@ -74,6 +75,7 @@ class Store(Protocol):
     @property
     def schema_version(self) -> int: ...
     def integrity_check(self) -> str: ...
+    def wakeups(self, queues: Sequence[str]) -> Wakeups: ...
 
     # runs
     def create_run(self, run: NewRun) -> RunRecord: ...

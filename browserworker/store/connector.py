@@ -24,6 +24,13 @@ per-dialect hooks of the fences (see :mod:`~browserworker.store.manager`):
 ``{skip_locked}``
     ends the read of the next queued run of a claim (PostgreSQL: ``FOR UPDATE SKIP
     LOCKED``, so concurrent claimers take different runs; SQLite: empty).
+``{clock}``
+    the time a lease decision is judged at, in the ``WHERE`` of a fenced write (is the lease
+    expired, does it have the margin left): PostgreSQL, the database's own clock at that
+    moment (``clock_timestamp()``), so no host's clock and no pause between a call and its
+    statement changes who owns what; SQLite (one host), the call's ``:now``. The values a
+    write stores are always the call's ``:now``, so the records a call returns are the rows
+    as stored.
 """
 
 from __future__ import annotations
@@ -34,13 +41,15 @@ from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol, runtime_checkable
 
+from .wakeups import Wakeups
+
 __all__ = ["FRAGMENTS", "Connector", "Row", "Tx", "compile_queries", "load_queries", "shared_queries"]
 
 #: A row as the connector returns it: read by column name (``row["state"]``).
 Row = Mapping[str, Any]
 
 #: The fragments every dialect defines (see the module docstring).
-FRAGMENTS = ("share_run", "lock_row", "skip_locked")
+FRAGMENTS = ("share_run", "lock_row", "skip_locked", "clock")
 
 
 class Tx(Protocol):
@@ -117,6 +126,11 @@ class Connector(Protocol):
 
     def backup(self, dest: str) -> None:
         """Write a consistent copy of the database, taken online while others write, to ``dest``."""
+        ...
+
+    def wakeups(self, queues: Sequence[str]) -> Wakeups:
+        """Wake-ups when a run of ``queues`` becomes claimable (:class:`NoWakeups` if the
+        dialect has none: its workers poll)."""
         ...
 
 

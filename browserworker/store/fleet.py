@@ -127,6 +127,8 @@ class FleetManager(Manager):
         state = RunState.NEEDS_REVIEW if to_review else RunState.QUEUED
         error = poison if to_review else None
         with self.c.transaction() as tx:
+            if tx.one("lock_run_if_free", {"id": row["id"]}) is None:  # its owner is writing: next pass
+                return False
             if tx.execute(query, {"id": row["id"], "epoch": row["lease_epoch"], "state": str(state), "error": error,
                                   "now": now, **extra}) != 1:
                 return False
@@ -152,6 +154,7 @@ class FleetManager(Manager):
     def register_worker(self, owner: Owner, queues: Sequence[str], concurrency: int) -> None:
         with self.c.transaction() as tx:
             tx.execute("register_worker", {"id": owner.worker, "host": owner.host, "pid": owner.pid,
+                                           "pid_start": owner.pid_start,
                                            "queues": canonical_json(list(queues)), "concurrency": concurrency,
                                            "now": self.c.now()})
 

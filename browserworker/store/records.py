@@ -259,6 +259,7 @@ class WorkerRecord:
     last_heartbeat: float
     health: str
     stopped_at: float | None
+    pid_start: str | None = None  # the process's identity beside its pid (leases.process_token)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WorkerRecord:

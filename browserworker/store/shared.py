@@ -26,6 +26,7 @@ class SQLStore:
         self.now = connector.now
         self.group = connector.group
         self.integrity_check = connector.integrity_check
+        self.wakeups = connector.wakeups
         self.runs = RunManager(connector)
         self.journal = JournalManager(connector)
         self.fleet = FleetManager(connector, self.runs)

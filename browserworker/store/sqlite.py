@@ -25,6 +25,7 @@ from ..errors import StoreError
 from .base import GroupSpoiled
 from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
 from .shared import SQLStore
+from .wakeups import NoWakeups
 
 __all__ = ["SCHEMA_VERSION", "SQLiteConnector", "SQLiteStore"]
 
@@ -43,9 +44,9 @@ def _migrations() -> list[tuple[int, str]]:
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
 
-#: the fences' row-lock hooks (see :mod:`~browserworker.store.connector`): none, since
-#: ``BEGIN IMMEDIATE`` serialises every writer
-FRAGMENTS = {"share_run": "", "lock_row": "", "skip_locked": ""}
+#: the fences' hooks (see :mod:`~browserworker.store.connector`): no row locks, since
+#: ``BEGIN IMMEDIATE`` serialises every writer; leases are judged by the call's clock (one host)
+FRAGMENTS = {"share_run": "", "lock_row": "", "skip_locked": "", "clock": ":now"}
 #: this dialect's queries: the shared ones, SQLite's overrides (sql/sqlite.sql) over them
 QUERIES = compile_queries(shared_queries(), load_queries(SQL_PACKAGE, "sqlite.sql"), FRAGMENTS)
 
@@ -287,6 +288,10 @@ class SQLiteConnector:
                     copy.execute("PRAGMA journal_mode = DELETE")
             except sqlite3.Error as exc:
                 raise StoreError(f"backup of {self.path} failed: {exc}") from exc
+
+    def wakeups(self, queues: Sequence[str]) -> NoWakeups:
+        """None: a SQLite store's workers poll (one file, no server to notify them)."""
+        return NoWakeups()
 
 
 class _Tx:

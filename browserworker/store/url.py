@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import UsageError
 from .base import Store
 
-__all__ = ["DEFAULT_DB", "ENV_DB", "open_store"]
+__all__ = ["DEFAULT_DB", "ENV_DB", "is_postgres", "open_store"]
 
 ENV_DB = "BROWSERWORKER_DB"
 DEFAULT_DB = "browserworker.db"
@@ -24,12 +24,9 @@ def sqlite_path(target: str) -> Path:
         return Path(target)
     scheme, rest = target.split("://", 1)
     scheme = scheme.lower()
-    if scheme in _POSTGRES:
-        raise UsageError(f"--db {target!r}: this version of browserworker has no PostgreSQL store yet "
-                         "(give a SQLite file path or a sqlite:/// URL)")
     if scheme not in _SQLITE:
-        raise UsageError(f"--db {target!r}: no store for {scheme}:// URLs (give a SQLite file path or a "
-                         "sqlite:/// URL)")
+        raise UsageError(f"--db {target!r}: no store for {scheme}:// URLs (give a SQLite file path, a "
+                         "sqlite:/// URL or a postgresql:// URL)")
     if scheme == "file":  # file:///abs/path (an RFC 8089 URL: the path is absolute)
         rest = rest.partition("?")[0]
         return Path(rest if rest.startswith("/") else "/" + rest.partition("/")[2])
@@ -43,17 +40,31 @@ def sqlite_path(target: str) -> Path:
     return Path(path)
 
 
-def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = True) -> Store:
-    """Open the store at ``target``: a file path (SQLite) or a URL (``sqlite:///path``); None
-    means ``$BROWSERWORKER_DB``, else ``browserworker.db`` in the working directory.
+def is_postgres(target: str) -> bool:
+    """Whether ``target`` is a PostgreSQL URL (``postgresql://``, ``postgres://``)."""
+    return "://" in target and target.split("://", 1)[0].lower() in _POSTGRES
 
-    ``create=False`` refuses to create a missing database (read-only commands).
+
+def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = True,
+               schema: str | None = None) -> Store:
+    """Open the store at ``target``: a file path or ``sqlite:///path`` (SQLite), or a
+    ``postgresql://user@host:port/dbname`` URL (PostgreSQL, in ``schema``: else
+    ``$BROWSERWORKER_DB_SCHEMA``, else ``browserworker``); None means ``$BROWSERWORKER_DB``,
+    else ``browserworker.db`` in the working directory.
+
+    ``create=False`` refuses to create a missing database (or schema: read-only commands).
     Raises :class:`~browserworker.errors.StoreError` if it cannot be opened and
     :class:`~browserworker.errors.UsageError` for a URL of a kind this version does not serve.
     """
     if target is None:
         target = os.environ.get(ENV_DB) or DEFAULT_DB
-    path = sqlite_path(os.fspath(target))
+    target = os.fspath(target)
+    if is_postgres(target):
+        from .postgres import PostgresStore
+
+        return PostgresStore(target.replace("postgresql+psycopg://", "postgresql://", 1), schema=schema,
+                             create=create)
+    path = sqlite_path(target)
     from .sqlite import SQLiteStore
 
     return SQLiteStore(path, create=create)

@@ -1,9 +1,9 @@
 -- Named queries of the SQL stores, shared by every dialect. Each starts with a `-- name: NAME`
 -- line; parameters are `:name`. A dialect's own file (sqlite.sql) replaces a query by name
 -- where its behaviour must differ, and fills the `{share_run}`, `{lock_row}` and
--- `{skip_locked}` fragments (store/connector.py; what each fence rests on: store/manager.py).
+-- `{skip_locked}` fragments and the `{clock}` of lease decisions (store/connector.py; what each fence rests on: store/manager.py).
 -- Fenced writes carry `lease_epoch = :epoch` (and, where a dispatch margin applies,
--- `lease_expires_at >= :now + :margin`) in their WHERE clause, or in a sub-select of the run
+-- `lease_expires_at >= {clock} + :margin`) in their WHERE clause, or in a sub-select of the run
 -- ending in `{share_run}`: zero rows means the caller no longer owns the run.
 -- Portable SQL only (PostgreSQL 15 prepares every statement here): CASE, not two-argument
 -- MIN/MAX; a parameter that may be NULL is compared before it is tested (`state = :x OR :x IS
@@ -30,6 +30,11 @@ SELECT state, lease_epoch FROM runs WHERE id = :id {lock_row}
 -- name: lock_run
 -- A run that the same transaction then changes (claim_run, release, cancel, resolve).
 SELECT * FROM runs WHERE id = :id {lock_row}
+
+-- name: lock_run_if_free
+-- The reclaimer's lock of a run it requeues: none (no row) while another transaction holds
+-- the row (its owner writing under the lease): the reclaimer passes it by instead of waiting.
+SELECT id FROM runs WHERE id = :id {skip_locked}
 
 -- name: run_lease
 -- Why a fenced write matched nothing: the run's epoch, owner and expiry now.
@@ -62,13 +67,13 @@ SET state = 'LEASED', owner = :owner, owner_host = :host, owner_pid = :pid, owne
 WHERE id = :id
   AND (
         state = 'QUEUED'
-     OR (state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew)
+     OR (state IN ('LEASED', 'RUNNING') AND lease_expires_at < {clock} - :skew)
      OR (state IN ('LEASED', 'RUNNING') AND lease_epoch = :takeover_epoch)
   )
 
 -- name: heartbeat
 UPDATE runs SET lease_expires_at = :now + :ttl, updated_at = :now
-WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at >= :now
+WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at >= {clock}
 
 -- name: set_run_state
 UPDATE runs
@@ -109,7 +114,7 @@ INSERT INTO attempts (run_id, step_id, kind, attempt_no, request_key, request_fi
                       lease_epoch, worker, intent_at)
 SELECT :run_id, :step_id, :kind, :attempt_no, :request_key, :fingerprint, :state, :epoch, :worker, :now
 FROM runs
-WHERE id = :run_id AND lease_epoch = :epoch AND lease_expires_at >= :now + :margin {share_run}
+WHERE id = :run_id AND lease_epoch = :epoch AND lease_expires_at >= {clock} + :margin {share_run}
 
 -- name: get_attempt
 SELECT * FROM attempts WHERE id = :id
@@ -144,7 +149,7 @@ UPDATE attempts SET dispatched_at = COALESCE(dispatched_at, :now)
 WHERE id = :attempt_id AND state = 'INTENT'
   AND EXISTS (SELECT 1 FROM runs
               WHERE runs.id = attempts.run_id AND runs.lease_epoch = :epoch
-                AND runs.lease_expires_at >= :now + :margin {share_run})
+                AND runs.lease_expires_at >= {clock} + :margin {share_run})
 
 -- name: insert_outbox
 INSERT INTO outbox (attempt_id, run_id, step_id, method, url, released_at, channel)
@@ -235,7 +240,7 @@ SET state = :state, owner = NULL, lease_expires_at = NULL, lease_epoch = lease_e
     owner_stopped_at = CASE WHEN lease_expires_at < :now THEN lease_expires_at ELSE :now END, needs_reconcile = 1, lease_losses = lease_losses + 1,
     error = :error, finished_at = CASE WHEN :state = 'NEEDS_REVIEW' THEN :now ELSE finished_at END,
     updated_at = :now
-WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
+WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING') AND lease_expires_at < {clock} - :skew
 
 -- name: owned_on_host
 -- Live leases on a host, but the asking worker's own (it is alive: it is asking).
@@ -282,8 +287,8 @@ WHERE id = :attempt_id AND state IN ('UNKNOWN', 'INTENT')
   AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.state = 'NEEDS_REVIEW' {share_run})
 
 -- name: register_worker
-INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_heartbeat, health)
-VALUES (:id, :host, :pid, :queues, :concurrency, :now, :now, 'healthy')
+INSERT INTO workers (id, host, pid, pid_start, queues, concurrency, started_at, last_heartbeat, health)
+VALUES (:id, :host, :pid, :pid_start, :queues, :concurrency, :now, :now, 'healthy')
 
 -- name: worker_heartbeat
 UPDATE workers SET last_heartbeat = :now, health = CASE WHEN health = 'stopped' THEN health ELSE 'healthy' END

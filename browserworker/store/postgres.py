@@ -1,0 +1,404 @@
+"""The PostgreSQL dialect: :class:`PostgresConnector` and :class:`PostgresStore`.
+
+Many hosts, one database. psycopg 3 and its connection pool; every object in a schema of
+the store's own (``browserworker`` unless ``--db-schema`` says otherwise); numbered
+migrations under ``sql/postgres/`` applied on first use (or by ``browserworker migrate``),
+under an advisory lock so two hosts starting together migrate once.
+
+**Concurrency.** Writers are not serialised here, so the fences (see
+:mod:`~browserworker.store.manager`) take row locks: ``{share_run}`` is ``FOR SHARE``,
+``{lock_row}`` ``FOR UPDATE``, and a claim reads the next run ``FOR UPDATE SKIP LOCKED``
+(two claimers never wait on each other nor read "empty" because the other won).
+
+**One clock.** Every lease decision (is a lease expired, has it the dispatch margin left:
+claims, heartbeats, intents, dispatch commits, reclaims) is judged in its statement by the
+database's ``clock_timestamp()`` (the ``{clock}`` fragment), never by a host's clock, and
+not at the moment the call began (a worker paused between the two changes nothing).
+:meth:`PostgresConnector.now`, the time a call stores (a claim's expiry is ``now + ttl``)
+and the windows of reads, is the database's clock as this process sees it: read from the
+database, then carried on this process's monotonic clock, read again every minute. A host
+whose clock is minutes off therefore stores and judges the same times as any other.
+
+**A network between.** Every failure of the database (a refused or lost connection, a
+timeout) is a :class:`~browserworker.errors.StoreError`; a broken connection goes back to
+the pool, which opens new ones with backoff. Connections carry TCP keep-alives and a TCP
+user timeout, so a partition ends a blocked call in seconds instead of hanging it, and the
+server ends a session that sits idle inside a transaction (a frozen worker) so its row locks
+do not outlive it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import StoreError, UsageError
+from .base import GroupSpoiled
+from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
+from .postgres_schema import SCHEMA_VERSION, migrate, schema_version
+from .shared import SQLStore
+
+__all__ = ["DEFAULT_POOL", "DEFAULT_SCHEMA", "ENV_POOL", "ENV_SCHEMA", "PostgresConnector", "PostgresStore",
+           "SCHEMA_VERSION"]
+
+ENV_SCHEMA = "BROWSERWORKER_DB_SCHEMA"
+DEFAULT_SCHEMA = "browserworker"
+ENV_POOL = "BROWSERWORKER_DB_POOL"
+DEFAULT_POOL = 4
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: the database's clock, in seconds since the epoch (``extract`` gives numeric: cast it)
+DB_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
+_CLOCK_EVERY = 60.0  # seconds between readings of the database's clock
+# libpq settings a URL may override: a partition or a dead server ends a call in seconds
+_NETWORK = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
+            "keepalives_count": "3", "tcp_user_timeout": "10000"}
+# the server's side: a session idle inside a transaction (its client frozen or cut off) is
+# ended, releasing its locks; no statement runs forever
+_SESSION = ("SET idle_in_transaction_session_timeout = '5s'", "SET statement_timeout = '30s'")
+
+
+FRAGMENTS = {"share_run": "FOR SHARE OF runs", "lock_row": "FOR UPDATE", "skip_locked": "FOR UPDATE SKIP LOCKED",
+             "clock": DB_NOW}
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|:(\w+)|%")
+
+
+def to_pyformat(sql: str) -> str:
+    """``sql`` with each ``:name`` as ``%(name)s`` (a literal ``%`` doubled, string literals left alone)."""
+
+    def convert(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if match.group(0) == "%":
+            return "%%"
+        if name is None:
+            return match.group(0)
+        return f"%({name})s"
+
+    return _TOKEN.sub(convert, sql)
+
+
+def _compile() -> dict[str, str]:
+    raw = compile_queries(shared_queries(), load_queries(SQL_PACKAGE, "postgres.sql"), FRAGMENTS)
+    return {name: to_pyformat(sql) for name, sql in raw.items()}
+
+
+QUERIES = _compile()
+
+
+def _positional(sql: str) -> tuple[str, list[int]]:
+    """A pyformat query as ``%s`` placeholders, and for each the index of its name in the
+    order names first appear (a value given by position may be used twice)."""
+    order: dict[str, int] = {}
+    picks: list[int] = []
+
+    def number(match: re.Match[str]) -> str:
+        picks.append(order.setdefault(match.group(1), len(order)))
+        return "%s"
+
+    return re.sub(r"%\((\w+)\)s", number, sql), picks
+
+
+_POSITIONAL: dict[str, tuple[str, list[int]]] = {}
+
+
+def schema_name(schema: str | None) -> str:
+    """The store's schema: ``schema``, else ``$BROWSERWORKER_DB_SCHEMA``, else ``browserworker``;
+    :class:`UsageError` unless it is a plain lower-case identifier."""
+    name = schema or os.environ.get(ENV_SCHEMA) or DEFAULT_SCHEMA
+    if not _SCHEMA_NAME.match(name):
+        raise UsageError(f"--db-schema {name!r}: a schema name is lower-case letters, digits and _ "
+                         "(not starting with a digit, at most 63)")
+    return name
+
+
+def pool_size() -> int:
+    raw = os.environ.get(ENV_POOL, "").strip()
+    if not raw:
+        return DEFAULT_POOL
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise UsageError(f"{ENV_POOL}={raw!r}: expected a number of connections between 1 and 100")
+    return int(raw)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (for messages and ``location``)."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+class PostgresConnector:
+    """A :class:`~browserworker.store.connector.Connector` for one schema of one PostgreSQL database.
+
+    ``create=False`` refuses a database where the store's schema does not exist yet
+    (read-only commands); otherwise the schema is created and migrated on open.
+    """
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None,
+                 create: bool = True) -> None:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        self.schema = schema_name(schema)
+        self._psycopg = psycopg
+        self._local = threading.local()
+        self._clock: tuple[float, float] | None = None  # (database time, monotonic time) of a reading
+        self._clock_lock = threading.Lock()
+        self._conninfo = self._with_network_defaults(url)
+        self._prepare(create)
+        self.pool = ConnectionPool(self._conninfo, min_size=1, max_size=pool or pool_size(), open=False,
+                                   kwargs={"autocommit": True}, configure=self._configure, timeout=10.0,
+                                   name=f"browserworker:{self.schema}")
+        self.pool.open(wait=False)
+
+    # -- connections --------------------------------------------------------------
+
+    def _with_network_defaults(self, url: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        try:
+            given = conninfo_to_dict(url)
+        except self._psycopg.ProgrammingError as exc:
+            raise UsageError(f"--db {redact_url(url)!r}: not a PostgreSQL URL: {exc}") from exc
+        extra = {k: v for k, v in _NETWORK.items() if k not in given}
+        return make_conninfo(url, **extra)
+
+    def _configure(self, conn: Any) -> None:
+        from psycopg.rows import dict_row
+
+        conn.row_factory = dict_row
+        conn.execute(f"SET search_path TO {self.schema}")
+        for statement in _SESSION:
+            conn.execute(statement)
+
+    def _connect(self) -> Any:
+        """A connection of its own (migrations, the listener), configured as the pool's are."""
+        try:
+            conn = self._psycopg.connect(self._conninfo, autocommit=True)
+        except self._psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {self.location}: {str(exc).strip()}") from exc
+        self._configure(conn)
+        return conn
+
+    @contextmanager
+    def _borrowed(self) -> Iterator[Any]:
+        """The calling thread's group connection, or one from the pool for this call."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        try:
+            with self.pool.connection() as conn:
+                self._tick(conn)
+                yield conn
+        except self._psycopg.Error as exc:
+            raise StoreError(f"{self.location}: {str(exc).strip()}") from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("psycopg_pool"):  # PoolTimeout, PoolClosed
+                raise StoreError(f"{self.location}: no connection: {exc}") from exc
+            raise
+
+    @property
+    def location(self) -> str:
+        return f"{redact_url(self.url)} (schema {self.schema})"
+
+    # -- the clock ----------------------------------------------------------------
+
+    def _read_clock(self, conn: Any) -> None:
+        before = time.monotonic()
+        row = conn.execute(f"SELECT {DB_NOW} AS now").fetchone()
+        after = time.monotonic()
+        with self._clock_lock:
+            self._clock = (float(row["now"]), (before + after) / 2)
+
+    def _tick(self, conn: Any) -> None:
+        clock = self._clock
+        if clock is None or time.monotonic() - clock[1] > _CLOCK_EVERY:
+            self._read_clock(conn)
+
+    def now(self) -> float:
+        clock = self._clock
+        if clock is None:
+            with self._borrowed():
+                clock = self._clock
+        assert clock is not None
+        return clock[0] + (time.monotonic() - clock[1])
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- transactions -------------------------------------------------------------
+
+    @contextmanager
+    def group(self, *, isolate: bool = True) -> Iterator[None]:
+        """One transaction, one commit, around many store calls (see ``Store.group``): each
+        call a savepoint with ``isolate``; without, the first failing call spoils the group."""
+        with self._borrowed() as conn:
+            self._execute(conn, "BEGIN")
+            self._local.conn, self._local.isolated, self._local.lost = conn, isolate, None
+            try:
+                yield
+            except BaseException:
+                self._local.conn = None
+                self._rollback(conn)
+                raise
+            self._local.conn = None
+            lost = self._local.lost
+            if lost is not None:
+                self._rollback(conn)
+                if isinstance(lost, GroupSpoiled):
+                    raise lost
+                raise StoreError(f"{self.location}: the batch's transaction was rolled back: {lost}")
+            self._execute(conn, "COMMIT", what="commit failed")
+
+    def _execute(self, conn: Any, sql: str, *, what: str = "write failed") -> None:
+        try:
+            conn.execute(sql)
+        except self._psycopg.Error as exc:
+            raise StoreError(f"{self.location}: {what}: {str(exc).strip()}") from exc
+
+    def _rollback(self, conn: Any) -> None:
+        if conn.broken or conn.closed:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except self._psycopg.Error:  # the connection is gone: the server rolled it back
+            pass
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        """One store call's writes, atomically (a savepoint inside an isolated group)."""
+        grouped = getattr(self._local, "conn", None)
+        if grouped is None:
+            with self._borrowed() as conn:
+                self._execute(conn, "BEGIN")
+                try:
+                    yield _Tx(conn)
+                except BaseException as exc:
+                    self._rollback(conn)
+                    self._reraise(exc)
+                    raise
+                self._execute(conn, "COMMIT", what="commit failed")
+            return
+        if self._local.lost is not None:
+            raise StoreError(f"{self.location}: the batch's transaction was rolled back: {self._local.lost}")
+        if not self._local.isolated:
+            try:
+                yield _Tx(grouped)
+            except BaseException as exc:
+                self._local.lost = GroupSpoiled(f"{self.location}: a call of the batch failed: {exc!r}")
+                self._reraise(exc)
+                raise
+            return
+        self._execute(grouped, "SAVEPOINT bw_call")
+        try:
+            yield _Tx(grouped)
+        except BaseException as exc:
+            try:
+                grouped.execute("ROLLBACK TO SAVEPOINT bw_call")
+            except self._psycopg.Error as failure:  # the connection is gone: so is the group
+                self._local.lost = failure
+            self._reraise(exc)
+            raise
+        self._execute(grouped, "RELEASE SAVEPOINT bw_call")
+
+    def _reraise(self, exc: BaseException) -> None:
+        if isinstance(exc, self._psycopg.Error):
+            raise StoreError(f"{self.location}: write failed: {str(exc).strip()}") from exc
+
+    # -- reads --------------------------------------------------------------------
+
+    def read(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        with self._borrowed() as conn:
+            try:
+                return list(conn.execute(QUERIES[query], params).fetchall())
+            except self._psycopg.Error as exc:
+                raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
+
+    def read_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        with self._borrowed() as conn:
+            try:
+                row: Row | None = conn.execute(QUERIES[query], params).fetchone()
+                return row
+            except self._psycopg.Error as exc:
+                raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
+
+    # -- schema, integrity, backup ------------------------------------------------
+
+    def _prepare(self, create: bool) -> None:
+        conn = self._connect()
+        try:
+            migrate(conn, self.schema, create=create, location=self.location)
+            self._read_clock(conn)
+        except self._psycopg.Error as exc:
+            raise StoreError(f"cannot open the store in {self.location}: {str(exc).strip()}") from exc
+        finally:
+            conn.close()
+
+    @property
+    def schema_version(self) -> int:
+        with self._borrowed() as conn:
+            return schema_version(conn)
+
+    def integrity_check(self) -> str:
+        from .postgres_check import integrity_problems
+
+        with self._borrowed() as conn:
+            problems = integrity_problems(conn, self.schema, SCHEMA_VERSION)
+        return "; ".join(problems) if problems else "ok"
+
+    def backup(self, dest: str) -> None:
+        from .postgres_check import dump
+
+        dump(self._conninfo, self.schema, dest)
+
+    def wakeups(self, queues: Sequence[str]) -> Any:
+        from .postgres_listen import Listener
+
+        return Listener(self._connect, self.schema, queues)
+
+
+class _Tx:
+    """The write side of a transaction: named queries on one connection."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int:
+        return int(self._conn.execute(QUERIES[query], params).rowcount)
+
+    def insert(self, query: str, params: Mapping[str, Any]) -> int | None:
+        row = self._conn.execute(QUERIES[query] + " RETURNING id", params).fetchone()
+        return None if row is None else int(row["id"])
+
+    def insert_values(self, query: str, values: Sequence[Any]) -> None:
+        compiled = _POSITIONAL.get(query)
+        if compiled is None:
+            compiled = _POSITIONAL[query] = _positional(QUERIES[query])
+        sql, picks = compiled
+        self._conn.execute(sql, [values[i] for i in picks])
+
+    def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        row: Row | None = self._conn.execute(QUERIES[query], params).fetchone()
+        return row
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        return list(self._conn.execute(QUERIES[query], params).fetchall())
+
+
+class PostgresStore(SQLStore):
+    """The shared store over a :class:`PostgresConnector`: ``PostgresStore(url, schema=...)``."""
+
+    connector: PostgresConnector
+
+    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None, create: bool = True) -> None:
+        super().__init__(PostgresConnector(url, schema=schema, pool=pool, create=create))

@@ -1,0 +1,60 @@
+"""PostgreSQL's schema: the numbered migrations of ``sql/postgres/`` and applying them.
+
+A store's schema (``browserworker`` unless named otherwise) holds its own
+``schema_migrations`` table. Migrations run on a connection of their own, in one
+transaction under an advisory lock of the schema's name, so hosts that start together
+migrate it once and none sees it half made.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from ..errors import StoreError
+from .connector import SQL_PACKAGE
+
+__all__ = ["SCHEMA_VERSION", "migrate", "migrations", "schema_version"]
+
+_FOLDER = "postgres"
+_CLOCK = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
+
+
+def migrations() -> list[tuple[int, str]]:
+    """``[(version, sql)]`` from the numbered ``NNNN_*.sql`` files, in order."""
+    found = []
+    for entry in resources.files(SQL_PACKAGE).joinpath(_FOLDER).iterdir():
+        if entry.name.endswith(".sql") and entry.name[:4].isdigit():
+            found.append((int(entry.name[:4]), entry.read_text()))
+    return sorted(found)
+
+
+SCHEMA_VERSION = max(v for v, _ in migrations())
+
+
+def schema_version(conn: Any) -> int:
+    """The version the schema of ``conn``'s search path is at (0: none applied)."""
+    row = conn.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations").fetchone()
+    return int(row["v"])
+
+
+def migrate(conn: Any, schema: str, *, create: bool, location: str) -> None:
+    """Create ``schema`` (unless ``create`` is False: then it must exist) and apply the
+    migrations it lacks; :class:`StoreError` for a schema newer than this browserworker."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"browserworker:{schema}",))
+        exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+        if not exists and not create:
+            raise StoreError(f"no browserworker store in {location} (nothing has run here yet; use --db / "
+                             "--db-schema to point at one, or `browserworker migrate` to create it)")
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                     "applied_at DOUBLE PRECISION NOT NULL)")
+        current = schema_version(conn)
+        if current > SCHEMA_VERSION:
+            raise StoreError(f"{location} has schema version {current}, newer than this browserworker "
+                             f"({SCHEMA_VERSION}); upgrade browserworker")
+        for version, sql in migrations():
+            if version > current:
+                conn.execute(sql)
+                conn.execute(f"INSERT INTO schema_migrations VALUES (%s, {_CLOCK})", (version,))

@@ -1,0 +1,3 @@
+-- PostgreSQL's overrides of shared queries (queries.sql), by name: only where PostgreSQL must
+-- differ. (None yet: the shared queries are portable, and this dialect's differences are its
+-- fragments, FOR SHARE / FOR UPDATE / FOR UPDATE SKIP LOCKED, and its clock: store/postgres.py.)
