@@ -43,7 +43,11 @@ sys.path.insert(0, str(HERE))
 
 import pg_peers  # noqa: E402
 
+from browserworker.store.postgres import DEFAULT_SCHEMA, ENV_SCHEMA  # noqa: E402
+
 HOLD_FLOW = HERE / "flows" / "hold.py"
+# the schema open_store(url) puts the store in
+SCHEMA = os.environ.get(ENV_SCHEMA) or DEFAULT_SCHEMA
 SKEW = 0.5  # LeaseSettings' default clock-skew tolerance (the worker CLI does not change it)
 
 
@@ -114,14 +118,14 @@ def bulk_backlog(dsn: str, n: int) -> None:
     now = time.time()
     with psycopg.connect(dsn) as conn:
         with conn.cursor() as cur:
-            with cur.copy("COPY runs (id, flow_name, inputs_json, queue, priority, state, created_at, "
+            with cur.copy(f"COPY {SCHEMA}.runs (id, flow_name, inputs_json, queue, priority, state, created_at, "
                           "updated_at) FROM STDIN") as copy:
                 for i in range(n):
                     copy.write_row((f"c-{i:07d}", "noop", canonical_json({"i": i}), "default", i % 3, "QUEUED",
                                     now + i * 1e-6, now))
         conn.commit()
         conn.autocommit = True
-        conn.execute("VACUUM ANALYZE runs")
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.runs")
 
 
 def _env() -> dict[str, str]:
@@ -226,7 +230,7 @@ def _set_owner_host(dsn: str, ids: list[str], host: str) -> None:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE runs SET owner_host = %s WHERE id = ANY(%s)", (host, ids))
+        conn.execute(f"UPDATE {SCHEMA}.runs SET owner_host = %s WHERE id = ANY(%s)", (host, ids))
 
 
 def all_ours() -> dict[str, Any]:

@@ -41,6 +41,15 @@ ONE_EFFECT = textwrap.dedent('''
 ''')
 
 
+def _bench_module(name: str) -> Any:
+    """Load ``benchmarks/<name>.py`` (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the name of every store method called through any AsyncStore."""
     names: list[str] = []
@@ -58,10 +67,7 @@ def test_the_control_plane_benchmark_makes_the_store_calls_of_a_real_run(
         tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Benchmark (b) times, without a browser, the store calls that a run of one effect sending
     one request makes in the executor and its gate: the same methods, as many times each."""
-    spec = importlib.util.spec_from_file_location("control_plane", BENCHMARKS / "control_plane.py")
-    assert spec is not None and spec.loader is not None
-    control_plane = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(control_plane)
+    control_plane = _bench_module("control_plane")
 
     calls = _calls(monkeypatch)
     control_plane.seed(tmp_path / "bench.db", 1)
@@ -84,3 +90,45 @@ def test_the_control_plane_benchmark_makes_the_store_calls_of_a_real_run(
 
     assert made(real) == made(bench), ",".join(real)
     assert "claim_next" in bench and "record_response" in bench
+
+
+def test_the_postgres_control_plane_benchmark_keeps_the_full_journal(pg_url: str) -> None:
+    """On PostgreSQL, the drain that benchmark pg-b times leaves each run SUCCEEDED with its whole
+    journal: the effect's attempt SUCCEEDED, its released request with the response, the events."""
+    from browserworker.store import open_store
+
+    control_plane = _bench_module("control_plane")
+    control_plane.seed(pg_url, 3)
+    assert asyncio.run(control_plane.drain_store(open_store(pg_url), 2))["runs"] == 3
+    store = open_store(pg_url)
+    try:
+        for run in store.list_runs():
+            assert run.state == RunState.SUCCEEDED
+            [attempt] = store.attempts(run.id)
+            assert (attempt.kind, attempt.state) == ("effect", "SUCCEEDED")
+            [sent] = store.outbox(attempt.id)
+            assert sent.status == 200
+            kinds = {e.kind for e in store.events(run.id)}
+            assert "lease_claimed" in kinds and len(kinds) >= 3, kinds
+    finally:
+        store.close()
+
+
+def test_the_postgres_claim_benchmark_seeds_runs_the_store_claims_in_order(pg_url: str) -> None:
+    """Benchmark pg-c's bulk COPY writes rows the PostgreSQL store claims as ordinary QUEUED runs,
+    by priority then age (so the timed claims walk the real claim index)."""
+    from browserworker.leases import this_owner
+    from browserworker.store import open_store
+
+    pg_control_plane = _bench_module("pg_control_plane")
+    pg_control_plane.bulk_backlog(pg_url, 6)
+    store = open_store(pg_url)
+    try:
+        claimed = [store.claim_next(this_owner("t"), ["default"], 30.0) for _ in range(7)]
+    finally:
+        store.close()
+    assert claimed[-1] is None
+    runs = [r for r in claimed if r is not None]
+    assert [(r.priority, r.id) for r in runs] == sorted(((r.priority, r.id) for r in runs),
+                                                        key=lambda p: (-p[0], p[1]))
+    assert {r.state for r in runs} == {RunState.LEASED} and {r.inputs["i"] for r in runs} == set(range(6))
