@@ -199,7 +199,7 @@ def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
         lines.append(
             f"| pg-b | control plane on PostgreSQL, {label} ({ours['concurrency']} runs in flight each, full journal, "
             f"{ours['commits_per_run']:.2f} commits/run), {pg['jobs']:,} runs | {ours['runs_per_s']:,.0f} runs/s | "
-            f"{peers} | {ratio:.1f}x procrastinate{vs_pgq} | >= procrastinate, full journal | "
+            f"{peers} | {ratio:.2f}x procrastinate (its best){vs_pgq} | >= procrastinate, full journal | "
             f"{'yes' if ratio >= 1 else 'no'} |")
     return lines
 
