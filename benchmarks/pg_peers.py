@@ -3,12 +3,14 @@
 Each measurement gets a fresh database on the same server (created, then dropped), its own
 schema installed by the peer's own installer, and a fresh interpreter (a child process):
 
-- **drain**: defer N no-op jobs with the peer's batch API (timed apart: ``defer_s``), then time
-  one worker process draining them to an empty queue; ``jobs_per_s`` = N / drain time.
-  procrastinate: ``run_worker_async(wait=False, concurrency=C)`` (C in flight; it fetches one
-  job per query, by design), its default psycopg pool raised to C + 2 connections so that the
-  pool does not cap C. PgQueuer: ``QueueManager.run(mode=drain)`` with its default batch of 10
-  jobs per dequeue and no cap on jobs in flight (its defaults), over one asyncpg connection.
+- **drain**: defer N no-op jobs with the peer's batch API (one process, not timed), then W
+  worker processes (1 or 2) drain them to an empty queue; the drain is timed from the first
+  worker's start (its library already imported) to the last one's end, its last completions
+  flushed; ``jobs_per_s`` = N / that. procrastinate: ``run_worker_async(wait=False,
+  concurrency=C)`` (C jobs in flight; it fetches one job per query, by design), its psycopg pool
+  raised to C + 2 connections so that the pool does not cap C. PgQueuer:
+  ``QueueManager.run(mode=drain)`` with its default batch of 10 jobs per dequeue and no cap on
+  jobs in flight (its defaults), over one asyncpg connection.
 - **idle claim latency**: one worker idle on its LISTEN/NOTIFY wake-up; the parent defers one
   job at a time (30 ms apart, so the worker is idle at each) carrying ``time.time()`` taken just
   before the defer call; the job's body takes ``time.time()`` again when it starts. p50/p99
@@ -20,6 +22,7 @@ schema installed by the peer's own installer, and a fresh interpreter (a child p
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import json
 import os
@@ -29,7 +32,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,28 +138,21 @@ async def _procrastinate_defer(app: Any, n: int) -> None:
         await app.noop.batch_defer_async(*({"i": i} for i in range(start, min(n, start + _CHUNK))))
 
 
-async def procrastinate_drain(dsn: str, n: int, concurrency: int) -> dict[str, Any]:
+async def procrastinate_prepare(dsn: str, n: int) -> None:
+    app = _procrastinate_app(dsn, 2, _never)
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        await _procrastinate_defer(app, n)
+
+
+async def procrastinate_drain(dsn: str, concurrency: int) -> None:
     async def nothing(payload: dict[str, Any]) -> None:
         return None
 
     app = _procrastinate_app(dsn, concurrency + 2, nothing)
     async with app.open_async():
-        await app.schema_manager.apply_schema_async()
-        t0 = time.perf_counter()
-        await _procrastinate_defer(app, n)
-        t1 = time.perf_counter()
         await app.run_worker_async(concurrency=concurrency, wait=False, listen_notify=False,
                                    install_signal_handlers=False)
-        t2 = time.perf_counter()
-        done = await _count(app.connector, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
-    return _drained("procrastinate", n, done, t1 - t0, t2 - t1, concurrency=concurrency,
-                    how=f"run_worker_async(concurrency={concurrency}, wait=False), psycopg pool of "
-                        f"{concurrency + 2}; one fetch query per job")
-
-
-async def _count(connector: Any, sql: str) -> int:
-    row = await connector.execute_query_one_async(sql.replace("count(*)", "count(*) AS n"))
-    return int(row["n"])
 
 
 async def procrastinate_serve(dsn: str, samples: int) -> list[float]:
@@ -216,30 +211,24 @@ async def _pgqueuer(dsn: str, body: Callable[[Any], Awaitable[None]]) -> tuple[A
     return conn, queries, qm
 
 
-async def pgqueuer_drain(dsn: str, n: int, concurrency: int) -> dict[str, Any]:
+async def pgqueuer_prepare(dsn: str, n: int) -> None:
+    conn, queries, _ = await _pgqueuer(dsn, _never)
+    for start in range(0, n, _CHUNK):
+        k = min(n, start + _CHUNK) - start
+        await queries.enqueue(["noop"] * k, [None] * k, [0] * k)
+    await conn.close()
+
+
+async def pgqueuer_drain(dsn: str, concurrency: int) -> None:
     from pgqueuer.domain.types import QueueExecutionMode
 
     async def nothing(job: Any) -> None:
         return None
 
-    conn, queries, qm = await _pgqueuer(dsn, nothing)
-    t0 = time.perf_counter()
-    for start in range(0, n, _CHUNK):
-        k = min(n, start + _CHUNK) - start
-        await queries.enqueue(["noop"] * k, [None] * k, [0] * k)
-    t1 = time.perf_counter()
-    await qm.run(mode=QueueExecutionMode.drain)  # batch_size=10, no cap on jobs in flight (defaults)
-    t2 = time.perf_counter()
-    check = await __import__("asyncpg").connect(dsn)
-    done = await check.fetchval("SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
-    left = await check.fetchval("SELECT count(*) FROM pgqueuer")
-    await check.close()
+    conn, _, qm = await _pgqueuer(dsn, nothing)
+    await qm.run(batch_size=concurrency, mode=QueueExecutionMode.drain)  # no cap on jobs in flight (its default)
     if not conn.is_closed():
         await conn.close()
-    assert left == 0, f"{left} jobs left in the queue"
-    return _drained("pgqueuer", n, int(done), t1 - t0, t2 - t1, concurrency=concurrency,
-                    how="QueueManager.run(mode=drain): batch_size=10 per dequeue, no cap on jobs in flight "
-                        "(defaults), one asyncpg connection")
 
 
 async def pgqueuer_serve(dsn: str, samples: int) -> list[float]:
@@ -275,13 +264,16 @@ async def pgqueuer_feed(dsn: str, samples: int) -> None:
     await conn.close()
 
 
-def _drained(peer: str, n: int, done: int, defer_s: float, drain_s: float, **extra: Any) -> dict[str, Any]:
-    assert done == n, f"{peer}: only {done}/{n} jobs succeeded"
-    return {"peer": peer, "jobs": n, "defer_s": defer_s, "drain_s": drain_s, "jobs_per_s": n / drain_s,
-            "defer_jobs_per_s": n / defer_s, **extra}
-
-
+_PREPARE = {"procrastinate": procrastinate_prepare, "pgqueuer": pgqueuer_prepare}
 _DRAIN = {"procrastinate": procrastinate_drain, "pgqueuer": pgqueuer_drain}
+_IMPORTS = {"procrastinate": ("procrastinate",), "pgqueuer": ("asyncpg", "pgqueuer", "pgqueuer.domain.types")}
+#: how many jobs a drain finished: (query, its expected result)
+_DONE = {"procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
+         "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"}
+_HOW = {"procrastinate": "run_worker_async(concurrency={c}, wait=False), a psycopg pool of {c} + 2; one fetch query "
+                         "per job",
+        "pgqueuer": "QueueManager.run(mode=drain, batch_size={c}), no cap on jobs in flight (its default), one "
+                    "asyncpg connection"}
 _SERVE = {"procrastinate": procrastinate_serve, "pgqueuer": pgqueuer_serve}
 _FEED = {"procrastinate": procrastinate_feed, "pgqueuer": pgqueuer_feed}
 
@@ -292,14 +284,32 @@ def _child(*args: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), *args]
 
 
-def drain(peer: str, jobs: int, concurrency: int) -> dict[str, Any]:
-    """One drain of ``jobs`` no-op jobs by one worker process of ``peer``, in a fresh database."""
+def drain(peer: str, jobs: int, concurrency: int, workers: int = 1) -> dict[str, Any]:
+    """``jobs`` no-op jobs of ``peer`` deferred, then drained by ``workers`` worker processes
+    (``concurrency``: procrastinate's jobs in flight, PgQueuer's batch size), in a fresh database.
+    The drain is timed from the first worker's start to the last one's end (each reports both)."""
+    import psycopg
+
     with fresh_database(peer) as dsn:
-        out = subprocess.run(_child("drain", peer, dsn, str(jobs), str(concurrency)), capture_output=True,
-                             text=True, timeout=900)
-    if out.returncode != 0:
-        return {"peer": peer, "concurrency": concurrency, "error": _last_line(out.stderr)}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        t0 = time.perf_counter()
+        prepared = subprocess.run(_child("prepare", peer, dsn, str(jobs)), capture_output=True, text=True, timeout=900)
+        defer_s = time.perf_counter() - t0
+        if prepared.returncode != 0:
+            return {"peer": peer, "concurrency": concurrency, "error": _last_line(prepared.stderr)}
+        procs = [subprocess.Popen(_child("drain", peer, dsn, str(concurrency)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(workers)]
+        outs = [p.communicate(timeout=900) for p in procs]
+        if any(p.returncode for p in procs):
+            return {"peer": peer, "concurrency": concurrency,
+                    "error": _last_line(next(err for p, (_, err) in zip(procs, outs) if p.returncode))}
+        spans = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(_DONE[peer]).fetchone()
+        done = int(row[0]) if row else 0
+    assert done == jobs, f"{peer}: only {done}/{jobs} jobs succeeded"
+    seconds = max(s["end"] for s in spans) - min(s["start"] for s in spans)
+    return {"peer": peer, "jobs": jobs, "workers": workers, "concurrency": concurrency, "drain_s": seconds,
+            "jobs_per_s": jobs / seconds, "defer_incl_startup_s": defer_s, "how": _HOW[peer].format(c=concurrency)}
 
 
 def idle_latency(peer: str, samples: int = 200) -> dict[str, Any]:
@@ -338,16 +348,22 @@ def _last_line(text: str | None) -> str:
 
 def _main(argv: list[str]) -> None:
     mode = argv[0]
-    if mode == "drain":
-        peer, dsn, n, concurrency = argv[1], argv[2], int(argv[3]), int(argv[4])
-        print(json.dumps(asyncio.run(_DRAIN[peer](dsn, n, concurrency))))
+    if mode == "prepare":
+        asyncio.run(_PREPARE[argv[1]](argv[2], int(argv[3])))
+    elif mode == "drain":
+        for module in _IMPORTS[argv[1]]:  # not timed
+            importlib.import_module(module)
+        start = time.time()
+        asyncio.run(_DRAIN[argv[1]](argv[2], int(argv[3])))
+        print(json.dumps({"start": start, "end": time.time()}))
     elif mode == "serve":
         peer, dsn, samples = argv[1], argv[2], int(argv[3])
         print(json.dumps(asyncio.run(_SERVE[peer](dsn, samples))), flush=True)
     else:
         jobs = int(argv[1]) if len(argv) > 1 else 5000
         out = {"server": server_version(),
-               "drain": [drain(p, jobs, c) for p in PEERS for c in ((8, 64) if p == "procrastinate" else (10,))],
+               "drain": [drain(p, jobs, c, w) for p in PEERS for c in ((8, 64) if p == "procrastinate" else (10,))
+                         for w in (1, 2)],
                "idle": [idle_latency(p) for p in PEERS]}
         print(json.dumps(out, indent=2))
 

@@ -153,13 +153,16 @@ def postgres(jobs: int = 3000, reps: int = 3) -> dict[str, Any]:
 
     out: dict[str, Any] = {"server": pg_peers.server_version(), "promises": pg_peers.PROMISES, "jobs": jobs,
                            "raw_commits_per_s": pg_peers.raw_commit_rate()}
-    say("(pg-b) control plane on PostgreSQL: ours x1, x2; procrastinate c=8, c=64; PgQueuer (alternating)")
+    say("(pg-b) control plane on PostgreSQL: ours x1, x2; procrastinate c=8 x1, x2, c=64; PgQueuer x1, x2 "
+        "(alternating)")
     sides: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("ours_1", lambda: _guarded(lambda: pg_control_plane.ours_pg(1, jobs))),
         ("procrastinate_8", lambda: pg_peers.drain("procrastinate", jobs, 8)),
+        ("pgqueuer", lambda: pg_peers.drain("pgqueuer", jobs, 10)),
         ("ours_2", lambda: _guarded(lambda: pg_control_plane.ours_pg(2, jobs))),
-        ("procrastinate_64", lambda: pg_peers.drain("procrastinate", jobs, 64)),
-        ("pgqueuer", lambda: pg_peers.drain("pgqueuer", jobs, 10))]
+        ("procrastinate_8_x2", lambda: pg_peers.drain("procrastinate", jobs, 8, workers=2)),
+        ("pgqueuer_x2", lambda: pg_peers.drain("pgqueuer", jobs, 10, workers=2)),
+        ("procrastinate_64", lambda: pg_peers.drain("procrastinate", jobs, 64))]
     detail: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in sides}
     for rep in range(reps):
         for key, measure in browser_bench._abba(sides, rep):
@@ -181,25 +184,31 @@ def _rate(row: dict[str, Any], key: str) -> str:
     return f"{row[key]:,.0f}/s" if key in row else f"failed ({row.get('error', '?')})"
 
 
+#: the peers' drains each of our rows is compared with: ours with 1 process, ours with 2
+_PG_PEERS = {"ours_1": (("procrastinate_8", "procrastinate c=8"), ("procrastinate_64", "procrastinate c=64"),
+                        ("pgqueuer", "PgQueuer (batch 10)")),
+             "ours_2": (("procrastinate_8_x2", "procrastinate c=8 x2"), ("pgqueuer_x2", "PgQueuer (batch 10) x2"))}
+
+
 def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
     cp = pg["control_plane"]
-    peers = (f"procrastinate c=8 {_rate(cp['procrastinate_8'], 'jobs_per_s')}, c=64 "
-             f"{_rate(cp['procrastinate_64'], 'jobs_per_s')}; PgQueuer (batch 10) {_rate(cp['pgqueuer'], 'jobs_per_s')}")
-    best = max((cp[k].get("jobs_per_s", 0.0) for k in ("procrastinate_8", "procrastinate_64")), default=0.0)
     lines = []
     for key, label in (("ours_1", "1 process"), ("ours_2", "2 processes")):
-        ours = cp[key]
-        if "runs_per_s" not in ours:
-            lines.append(f"| pg-b | control plane on PostgreSQL, {label} | {_rate(ours, 'runs_per_s')} | {peers} | - "
+        ours, peers = cp[key], _PG_PEERS[key]
+        against = ", ".join(f"{name} {_rate(cp[k], 'jobs_per_s')}" for k, name in peers)
+        best = max(cp[k].get("jobs_per_s", 0.0) for k, name in peers if k.startswith("procrastinate"))
+        pgq = cp[peers[-1][0]].get("jobs_per_s")
+        if "runs_per_s" not in ours or not best:
+            lines.append(f"| pg-b | control plane on PostgreSQL, {label} | {_rate(ours, 'runs_per_s')} | {against} | - "
                          f"| >= procrastinate, full journal | no |")
             continue
-        ratio = ours["runs_per_s"] / best if best else float("nan")
-        pgq = cp["pgqueuer"].get("jobs_per_s")
+        ratio = ours["runs_per_s"] / best
         vs_pgq = f", {ours['runs_per_s'] / pgq:.2f}x PgQueuer" if pgq else ""
         lines.append(
             f"| pg-b | control plane on PostgreSQL, {label} ({ours['concurrency']} runs in flight each, full journal, "
-            f"{ours['commits_per_run']:.2f} commits/run), {pg['jobs']:,} runs | {ours['runs_per_s']:,.0f} runs/s | "
-            f"{peers} | {ratio:.2f}x procrastinate (its best){vs_pgq} | >= procrastinate, full journal | "
+            f"{ours['commits_per_run']:.2f} commits/run), {pg['jobs']:,} runs, median of "
+            f"{len(pg['control_plane_detail'][key])} | {ours['runs_per_s']:,.0f} runs/s | {against}, as many worker "
+            f"processes | {ratio:.2f}x procrastinate{vs_pgq} | >= procrastinate, full journal | "
             f"{'yes' if ratio >= 1 else 'no'} |")
     return lines
 
