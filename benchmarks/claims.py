@@ -10,7 +10,7 @@ from typing import Any
 
 from browserworker.canonical import canonical_json
 from browserworker.leases import this_owner
-from browserworker.store import SQLiteStore
+from browserworker.store import SQLiteStore, Store
 
 
 def _backlog(store: SQLiteStore, n: int) -> None:
@@ -25,17 +25,23 @@ def _backlog(store: SQLiteStore, n: int) -> None:
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
+def timed_claims(store: Store, samples: int) -> list[float]:
+    """Seconds each of ``samples`` successive ``claim_next`` calls took (each must claim a run)."""
+    owner = this_owner("bench")
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        run = store.claim_next(owner, ["default"], 60.0)
+        times.append(time.perf_counter() - start)
+        assert run is not None
+    return times
+
+
 def claim_latency(backlog: int, samples: int = 300) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "claims.db")
         _backlog(store, backlog + samples)
-        owner = this_owner("bench")
-        times = []
-        for _ in range(samples):
-            start = time.perf_counter()
-            run = store.claim_next(owner, ["default"], 60.0)
-            times.append(time.perf_counter() - start)
-            assert run is not None
+        times = timed_claims(store, samples)
         store.close()
     times.sort()
     return {"backlog": backlog, "p50_ms": statistics.median(times) * 1000,

@@ -17,7 +17,8 @@ created, then dropped) opened with ``open_store("postgresql://...")``.
   With a backlog of 100/10k/100k queued runs (bulk-loaded with COPY into ``runs``, then
   ANALYZE), the time of a ``claim_next`` call, as benchmark (c) does on SQLite.
 - :func:`recovery_pg`: a worker holding leases on ``held`` runs (each inside a step) is
-  SIGKILLed; a second, idle worker reclaims and finishes them. Seconds from the kill to the last
+  SIGKILLed; a second worker, started before and idle (it has run a probe), reclaims and
+  finishes them; the journal gives the phases (lease expired, requeued, claimed, finished). Seconds from the kill to the last
   run's ``finished_at``, against the lease TTL + the clock-skew tolerance + 1 s. ``remote=True``
   makes the dead owner look like another host's (its pid cannot be checked), so only lease
   expiry frees the runs; otherwise the survivor sees the owner's pid gone at once.
@@ -91,19 +92,13 @@ def claim_latency_pg(backlog: int, samples: int = 300) -> dict[str, Any]:
     """Claim latency with ``backlog`` queued runs; 0 is the idle worker's enqueue -> claimed."""
     if backlog == 0:
         return idle_claim_pg(min(samples, 200))
-    from browserworker.leases import this_owner
+    import claims
     from browserworker.store import open_store
 
     with pg_peers.fresh_database("claims") as dsn:
         store = open_store(dsn)
         bulk_backlog(dsn, backlog + samples)
-        owner = this_owner("bench")
-        times = []
-        for _ in range(samples):
-            start = time.perf_counter()
-            run = store.claim_next(owner, ["default"], 60.0)
-            times.append(time.perf_counter() - start)
-            assert run is not None
+        times = claims.timed_claims(store, samples)
         store.close()
     return {"backlog": backlog, "how": "claim_next call", **pg_peers.percentiles(times)}
 
@@ -183,15 +178,17 @@ def idle_claim_pg(samples: int = 200) -> dict[str, Any]:
 
 def recovery_pg(ttl: float = 6.0, held: int = 4, reps: int = 3, remote: bool = True) -> dict[str, Any]:
     """SIGKILL a worker holding ``held`` leases; seconds until another worker finished them all."""
-    times = [_one_recovery(ttl, held, remote) for _ in range(reps)]
+    phases = [_one_recovery(ttl, held, remote) for _ in range(reps)]
+    times = [p["finished_s"] for p in phases]
     target = ttl + SKEW + 1.0
     med = statistics.median(times)
     return {"ttl_s": ttl, "skew_s": SKEW, "held": held, "recovery_s": med, "all_s": times, "target_s": target,
-            "met": med <= target,
+            "met": med <= target, "phases_median_s": {k: statistics.median(p[k] for p in phases) for k in phases[0]},
             "path": "lease expiry (remote owner)" if remote else "same host (owner pid gone)"}
 
 
-def _one_recovery(ttl: float, held: int, remote: bool) -> float:
+def _one_recovery(ttl: float, held: int, remote: bool) -> dict[str, float]:
+    """One kill: the phases after it, in seconds, each the latest over the held runs."""
     from browserworker.jobs import enqueue
     from browserworker.loader import load_flow
     from browserworker.states import RunState
@@ -206,24 +203,44 @@ def _one_recovery(ttl: float, held: int, remote: bool) -> float:
         victim = _worker(dsn, concurrency=held, ttl=ttl)
         survivor = None
         try:
-            _wait("the victim to start every run",
-                  lambda: all(store.get_run(i).state == RunState.RUNNING for i in ids), every=0.02)
+            _wait("the victim to start every run", lambda: _all_in(store, ids, RunState.RUNNING), every=0.02)
             survivor = _worker(dsn, concurrency=held, ttl=ttl)
+            # the survivor up and idle: it ran a probe (the victim's slots are all taken)
+            probe = enqueue(store, loaded, {}).id
+            _wait("the survivor to run a probe", lambda: _all_in(store, [probe], RunState.SUCCEEDED), every=0.02)
             if remote:  # before the kill, so the survivor never sees a dead local pid
                 _set_owner_host(dsn, ids, "elsewhere")
             victim.send_signal(signal.SIGKILL)
             killed_at = time.time()
             victim.wait()
             hold.unlink()
-            _wait("the runs to be recovered",
-                  lambda: all(store.get_run(i).state == RunState.SUCCEEDED for i in ids), every=0.02)
-            return max(store.get_run(i).finished_at for i in ids) - killed_at
+            _wait("the runs to be recovered", lambda: _all_in(store, ids, RunState.SUCCEEDED), every=0.02)
+            return _phases(store, ids, killed_at)
         finally:
             for proc in (victim, survivor):
                 if proc is not None and proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
                     proc.wait(timeout=60)
             store.close()
+
+
+def _all_in(store: Any, ids: list[str], state: Any) -> bool:
+    return all(store.get_run(i).state == state for i in ids)
+
+
+def _phases(store: Any, ids: list[str], killed_at: float) -> dict[str, float]:
+    """From the journal: when (after the kill) the last held lease expired, the last was found lost
+    and requeued, the last was claimed again, and the last run finished."""
+    expired, found, claimed = [], [], []
+    for run_id in ids:
+        events = store.events(run_id)
+        lost = next(e for e in events if e.kind == "lease_expired")
+        expired.append(lost.detail["expired_at"])
+        found.append(lost.detail["detected_at"])
+        claimed.append(max(e.at for e in events if e.kind == "lease_claimed"))
+    finished = [store.get_run(i).finished_at for i in ids]
+    return {"lease_expired_s": max(expired) - killed_at, "requeued_s": max(found) - killed_at,
+            "claimed_again_s": max(claimed) - killed_at, "finished_s": max(finished) - killed_at}
 
 
 def _set_owner_host(dsn: str, ids: list[str], host: str) -> None:

@@ -155,28 +155,40 @@ async def procrastinate_drain(dsn: str, concurrency: int) -> None:
                                    install_signal_handlers=False)
 
 
-async def procrastinate_serve(dsn: str, samples: int) -> list[float]:
-    got: list[float] = []
-    enough = asyncio.Event()
+class Lags:
+    """What a serving worker's job bodies collect: the warm-up job (``i < 0``) prints "ready" (the
+    worker is up and listening); every other job its lag from the ``t`` it carries to its start."""
 
-    async def record(payload: dict[str, Any]) -> None:
+    def __init__(self, samples: int) -> None:
+        self.samples = samples
+        self.got: list[float] = []
+        self.enough = asyncio.Event()
+
+    def record(self, payload: dict[str, Any]) -> None:
         lag = time.time() - payload["t"]
         if payload["i"] < 0:
             print("ready", flush=True)
             return
-        got.append(lag)
-        if len(got) >= samples:
-            enough.set()
+        self.got.append(lag)
+        if len(self.got) >= self.samples:
+            self.enough.set()
+
+
+async def procrastinate_serve(dsn: str, samples: int) -> list[float]:
+    lags = Lags(samples)
+
+    async def record(payload: dict[str, Any]) -> None:
+        lags.record(payload)
 
     app = _procrastinate_app(dsn, 4, record)
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
         worker = asyncio.create_task(app.run_worker_async(concurrency=1, install_signal_handlers=False))
         await app.noop.defer_async(i=-1, t=time.time())
-        await enough.wait()
+        await lags.enough.wait()
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)
-    return got
+    return lags.got
 
 
 async def procrastinate_feed(dsn: str, samples: int) -> None:
@@ -232,24 +244,19 @@ async def pgqueuer_drain(dsn: str, concurrency: int) -> None:
 
 
 async def pgqueuer_serve(dsn: str, samples: int) -> list[float]:
-    got: list[float] = []
+    lags = Lags(samples)
 
     async def record(job: Any) -> None:
-        payload = json.loads(job.payload)
-        lag = time.time() - payload["t"]
-        if payload["i"] < 0:
-            print("ready", flush=True)
-            return
-        got.append(lag)
-        if len(got) >= samples:
-            qm.shutdown.set()
+        lags.record(json.loads(job.payload))
 
     conn, queries, qm = await _pgqueuer(dsn, record)
     worker = asyncio.create_task(qm.run())
     await asyncio.sleep(0)
     await queries.enqueue("noop", json.dumps({"i": -1, "t": time.time()}).encode())
+    await lags.enough.wait()
+    qm.shutdown.set()
     await worker
-    return got
+    return lags.got
 
 
 async def pgqueuer_feed(dsn: str, samples: int) -> None:

@@ -244,9 +244,11 @@ def render_postgres(pg: dict[str, Any]) -> str:
             lines.append(f"| pg-d | recovery after SIGKILL of a worker holding leases | failed ({r.get('error', '?')}) "
                          "| - | - | <= TTL + skew + 1 s | no |")
             continue
+        ph = r["phases_median_s"]
         lines.append(f"| pg-d | recovery after SIGKILL of a worker holding {r['held']} leases, {r['path']}, median "
-                     f"of {len(r['all_s'])} | {r['recovery_s']:.1f} s | lease TTL {r['ttl_s']:.0f} s, skew "
-                     f"{r['skew_s']:.1f} s | - | <= {r['target_s']:.1f} s | {'yes' if r['met'] else 'no'} |")
+                     f"of {len(r['all_s'])} (after the kill: requeued {ph['requeued_s']:.2f} s, claimed again "
+                     f"{ph['claimed_again_s']:.2f} s, finished) | {r['recovery_s']:.1f} s | lease TTL {r['ttl_s']:.0f} s, "
+                     f"skew {r['skew_s']:.1f} s | - | <= {r['target_s']:.1f} s | {'yes' if r['met'] else 'no'} |")
     lines += ["", f"Raw commit rate of this server (one-row INSERT transactions, one connection): "
               f"{pg['raw_commits_per_s']:,.0f} commits/s.", "",
               "What the peers promise (from their documentation and code):", ""]
