@@ -15,7 +15,8 @@ import pytest
 
 from browserworker.store import open_store
 from fleet import duplicate_references, enqueue_many, states
-from hosts import Host, PgCluster, TcpRelay, make_host, own_database, own_postgres, pg_relay, wait_for  # noqa: F401
+from hosts import (  # noqa: F401  (fixtures)
+    Host, PgCluster, TcpRelay, make_host, own_database, own_postgres, pg_relay, survivors, wait_for)
 
 pytestmark = pytest.mark.hosts
 
@@ -132,12 +133,12 @@ def _sleepers(make_host: HostFactory, name: str) -> Host:
 def test_kill_leaves_no_process_of_the_host(make_host: HostFactory) -> None:
     """kill() ends every process of the host, orphans and other sessions included, and reaps the wrapper."""
     host = _sleepers(make_host, "doomed")
-    pids = host.pids()
-    assert pids[0] == host.init_pid and host.inner_pid(host.init_pid) == 1
+    procs = host.processes()
+    assert procs[0].pid == host.init_pid and host.inner_pid(host.init_pid) == 1
     bystander = _sleepers(make_host, "bystander")
-    assert host.kill() is not None
+    host.kill()
     assert not host.alive and host.pids() == []
-    assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
+    assert survivors(procs) == []
     assert bystander.alive and len(bystander.pids()) >= 5  # only that host died
 
 
@@ -149,11 +150,11 @@ def _counter(path: Path) -> int:
 
 
 def test_stop_freezes_the_whole_host_and_cont_resumes_it(make_host: HostFactory, tmp_path: Path) -> None:
-    """A host counting into a file (forking a sleep per tick) stops counting while stopped, every
-    process of it stopped, and counts on after cont()."""
+    """A host whose counting loop is a child of its pid 1 (forking a sleep and an mv per tick) stops
+    counting while stopped, every process of it stopped, and counts on after cont()."""
     counter = tmp_path / "counter"
-    host = make_host("ticker", "sh", "-c", f"i=0; while :; do i=$((i+1)); echo $i > {counter}.tmp; "
-                     f"mv {counter}.tmp {counter}; sleep 0.01; done")
+    loop = f"i=0; while :; do i=$((i+1)); echo $i > {counter}.tmp; mv {counter}.tmp {counter}; sleep 0.01; done"
+    host = make_host("ticker", "sh", "-c", f"({loop}) & wait")
     wait_for(lambda: _counter(counter) >= 3, 10, "the host counts")
     host.stop()
     assert host.stopped
@@ -204,10 +205,25 @@ def test_kill_takes_chromium_with_the_host_and_terminate_stops_a_worker_graceful
     worker = [sys.executable, "-m", "browserworker", "worker", "--db", str(db), "-n", "1", "--lease-ttl", "120"]
     doomed, graceful = make_host("doomed", *worker), make_host("graceful", *worker)
     wait_for(lambda: states(db)["RUNNING"] == 2, 120, "both runs running")
-    tree = doomed.pids()
-    assert any("chrom" in _comm(pid) for pid in tree), [_comm(pid) for pid in tree]
+    tree = doomed.processes()
+    assert any("chrom" in _comm(p.pid) for p in tree), [_comm(p.pid) for p in tree]
     doomed.kill()
-    assert [pid for pid in tree if Path(f"/proc/{pid}").exists()] == []
+    assert survivors(tree) == []
     graceful.terminate()
     assert graceful.wait(60) == 0, graceful.output()
     assert graceful.pids() == []
+
+
+def test_killing_a_host_that_ended_spares_the_host_that_reuses_its_namespace_number(
+        make_host: HostFactory) -> None:
+    """The kernel reuses a freed pid namespace's number (pid:[INODE]) for a later namespace: kill(),
+    stop() and pids() of a host that already ended touch nothing, in particular not a newer host
+    whose namespace got the same number (forced here, as it happens when the kernel recycles it)."""
+    ended = make_host("ended", "true")
+    assert ended.wait(10) == 0
+    newer = _sleepers(make_host, "newer")
+    ended.ns = newer.ns  # the reuse, made certain
+    assert ended.pids() == [] and not ended.alive
+    ended.kill()
+    ended.stop()
+    assert newer.alive and not newer.stopped and len(newer.pids()) >= 5
