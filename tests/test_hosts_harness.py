@@ -227,3 +227,26 @@ def test_killing_a_host_that_ended_spares_the_host_that_reuses_its_namespace_num
     ended.kill()
     ended.stop()
     assert newer.alive and not newer.stopped and len(newer.pids()) >= 5
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_two_hosts_drain_a_postgres_store_through_the_relay_both_as_pid_1(
+        make_host: HostFactory, own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay, shop: Any,
+        tmp_path: Path) -> None:
+    """The chaos test's set-up end to end: two hosts' workers, both pid 1 of their host, drain runs from
+    the PostgreSQL store of the test's own cluster through the relay, each order placed once, and the
+    registry tells the two workers apart by host name."""
+    direct, relayed = own_postgres.url(own_database), own_postgres.url(own_database, port=pg_relay.port)
+    ids = enqueue_many(direct, "short_order.py", shop, 6, prefix=f"pg-hosts-{tmp_path.name[-6:]}")  # type: ignore
+    worker = [sys.executable, "-m", "browserworker", "worker", "--db", relayed, "-n", "2", "--once"]
+    hosts = [make_host(name, *worker) for name in ("pg-a", "pg-b")]
+    assert [h.wait(180) for h in hosts] == [0, 0], [h.output() for h in hosts]
+    assert states(direct)["SUCCEEDED"] == len(ids)  # type: ignore[arg-type]
+    assert duplicate_references(shop) == {}
+    assert pg_relay.connections >= 2
+    store = open_store(direct)
+    try:
+        assert sorted((w.host, w.pid) for w in store.workers()) == [("pg-a", 1), ("pg-b", 1)]
+    finally:
+        store.close()
