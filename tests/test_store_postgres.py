@@ -243,3 +243,42 @@ def test_wakeups_come_at_the_commit_of_a_queued_run_of_ones_queues(pg_url: str) 
     finally:
         wakeups.close()
         store.close()
+
+
+def test_a_listener_whose_connection_is_killed_wakes_its_worker_and_listens_again(pg_url: str) -> None:
+    """When the server ends the wake-up connection (a restart, an admin's pg_terminate_backend),
+    the listener wakes its worker at once (a notification may have been missed: claim now),
+    reconnects with backoff, and hears the next enqueue."""
+    store = open_store(pg_url)
+    wakeups = store.wakeups(["default"])
+
+    async def main() -> None:
+        assert await asyncio.to_thread(wakeups.connected.wait, 10)  # type: ignore[attr-defined]
+        await asyncio.wait_for(wakeups.next(), 5)  # the first LISTEN's own wake-up
+        waiting = wakeups.next()
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            killed = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                                   "current_database() AND query LIKE 'LISTEN%%'").fetchall()
+        assert killed == [(True,)]
+        await asyncio.wait_for(waiting, 10)  # woken by the loss itself
+        assert await asyncio.to_thread(listening_again, wakeups)
+        await asyncio.wait_for(wakeups.next(), 5)  # (its new LISTEN wakes once more)
+        heard = wakeups.heard  # type: ignore[attr-defined]
+        waiting = wakeups.next()
+        store.enqueue(NewRun(id="after", flow_name="f", inputs={}))
+        await asyncio.wait_for(waiting, 5)
+        assert wakeups.heard == heard + 1  # type: ignore[attr-defined]
+
+    try:
+        asyncio.run(main())
+    finally:
+        wakeups.close()
+        store.close()
+
+
+def listening_again(wakeups: Any, timeout: float = 10.0) -> bool:
+    """Wait (bounded) until the listener listens on a second connection."""
+    deadline = time.monotonic() + timeout
+    while wakeups.listens < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(wakeups.listens == 2)
