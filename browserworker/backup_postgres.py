@@ -25,7 +25,7 @@ from .backup import BackupReport, DatabaseInUse, DbCheck, RestoreReport, in_use_
 from .errors import StoreError, UsageError
 from .store.ops import RestoreFence
 from .store.postgres import PostgresStore, conninfo, redact_url, schema_name
-from .store.postgres_check import (MAINTENANCE, SchemaFacts, connect, dump, facts, has_amcheck, rule_problems,
+from .store.postgres_check import (MAINTENANCE, SchemaFacts, connect, dump, facts, index_problems, rule_problems,
                                    snapshot)
 from .store.postgres_restore import NotADump, drop, holding, load, read_dump, rename, set_aside, store_sessions
 from .store.postgres_schema import SCHEMA_VERSION, exists, migrate
@@ -80,10 +80,11 @@ def check_db(db: str, schema: str | None = None) -> DbCheck:
     with closing(connect(url, name)) as conn:
         found = _present(facts(conn, name), location)
         problems = _version_problems(found, notes)
-        broken = _rules(conn, name) if _JOURNAL <= found.tables else []
-        if not has_amcheck(conn):
-            notes.append("indexes not checked: the amcheck extension is not installed in this database "
-                         "(CREATE EXTENSION amcheck)")
+        broken = _rules(conn) if _JOURNAL <= found.tables else []
+        corrupt, unchecked = index_problems(conn, name)
+        if unchecked:
+            notes.append(f"indexes not checked: {unchecked}")
+    broken += corrupt
     return DbCheck(location, "; ".join(broken) or "ok", found.schema_version, SCHEMA_VERSION, "n/a", 0, found.runs,
                    broken + problems, notes, dialect=DIALECT)
 
@@ -101,11 +102,11 @@ def _version_problems(found: SchemaFacts, notes: list[str]) -> list[str]:
     return []
 
 
-def _rules(conn: Any, schema: str) -> list[str]:
+def _rules(conn: Any) -> list[str]:
     import psycopg
 
     try:
-        return rule_problems(conn, schema)
+        return rule_problems(conn)
     except psycopg.Error as exc:
         return [f"the consistency check failed: {str(exc).strip()}"]
 

@@ -15,7 +15,7 @@ import click
 
 from ..errors import UsageError
 from ..store.base import Store
-from ..store.url import DEFAULT_DB, is_postgres, open_store, sqlite_path, store_exists
+from ..store.url import DEFAULT_DB, is_postgres, open_store, store_exists
 from .failures import stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,10 +75,10 @@ class Session:
     @property
     def evidence_dir(self) -> Path:
         """Where screenshots kept as review evidence go: ``DB.evidence`` beside a database
-        file, ``./browserworker.evidence`` for a PostgreSQL store."""
-        if self.is_postgres:
+        file, ``./browserworker.evidence`` for a URL."""
+        if "://" in self.db:
             return URL_EVIDENCE_DIR
-        path = sqlite_path(self.db)
+        path = Path(self.db)
         return path.parent / f"{path.name}.evidence"
 
     def engine(self, *, browser: BrowserSettings, lease: LeaseSettings | None = None,

@@ -18,8 +18,8 @@ from ..errors import StoreError
 from .postgres import conninfo, redact_url, schema_name
 from .postgres_schema import exists
 
-__all__ = ["SchemaFacts", "connect", "dump", "facts", "has_amcheck", "integrity_problems", "rule_problems",
-           "schema_exists", "snapshot", "tool"]
+__all__ = ["SchemaFacts", "amcheck_schema", "connect", "dump", "facts", "index_problems", "integrity_problems",
+           "rule_problems", "schema_exists", "snapshot", "tool"]
 
 MAINTENANCE = "browserworker-maintenance"  # the application_name of these sessions (not the store's)
 
@@ -86,35 +86,52 @@ def facts(conn: Any, schema: str) -> SchemaFacts:
     return SchemaFacts(True, version, frozenset(tables), runs)
 
 
-def rule_problems(conn: Any, schema: str) -> list[str]:
-    """What breaks the consistency rules above, and (where the ``amcheck`` extension is
-    installed) the B-tree indexes of ``schema``."""
+def rule_problems(conn: Any) -> list[str]:
+    """What breaks the consistency rules above (in the store's schema: the search path)."""
     problems = []
     for what, sql in _RULES.items():
         rows = conn.execute(sql + " LIMIT 5").fetchall()
         if rows:
             problems.append(f"{what}: {', '.join(str(r['id']) for r in rows)}")
-    if has_amcheck(conn):
-        for row in conn.execute(_BTREES, (schema,)).fetchall():
-            try:
-                conn.execute("SELECT bt_index_check(%s::regclass)", (row["name"],))
-            except Exception as exc:  # noqa: BLE001 - amcheck reports corruption as an error
-                problems.append(f"index {row['name']}: {str(exc).strip()}")
     return problems
 
 
-def has_amcheck(conn: Any) -> bool:
-    return conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'amcheck'").fetchone() is not None
+def index_problems(conn: Any, schema: str) -> tuple[list[str], str | None]:
+    """The B-tree indexes of ``schema`` that ``amcheck`` finds corrupt, and why they were not
+    (all) checked (None: they were)."""
+    import psycopg
+
+    where = amcheck_schema(conn)
+    if where is None:
+        return [], "the amcheck extension is not installed in this database (CREATE EXTENSION amcheck)"
+    problems = []
+    for row in conn.execute(_BTREES, (schema,)).fetchall():
+        try:
+            conn.execute(f"SELECT {where}.bt_index_check(%s::regclass)", (row["name"],))
+        except psycopg.Error as exc:
+            message = str(exc).strip().splitlines()[0]
+            if not (exc.sqlstate or "").startswith("XX"):  # not corruption (XX001, XX002): e.g. no permission
+                return problems, f"amcheck could not check them: {message}"
+            problems.append(f"index {row['name']}: {message}")
+    return problems, None
+
+
+def amcheck_schema(conn: Any) -> str | None:
+    """The schema the ``amcheck`` extension is installed in (its functions are called by that
+    name: the search path is the store's), or None."""
+    row = conn.execute("SELECT quote_ident(n.nspname) AS nsp FROM pg_extension e JOIN pg_namespace n ON n.oid = "
+                       "e.extnamespace WHERE e.extname = 'amcheck'").fetchone()
+    return None if row is None else str(row["nsp"])
 
 
 def integrity_problems(conn: Any, schema: str, expected_version: int) -> list[str]:
-    """What is wrong with the store's schema in ``conn``'s database: its version and
-    :func:`rule_problems`."""
+    """What is wrong with the store's schema in ``conn``'s database: its version,
+    :func:`rule_problems` and :func:`index_problems`."""
     problems = []
     version = conn.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations").fetchone()["v"]
     if version != expected_version:
         problems.append(f"schema version {version}, expected {expected_version}")
-    return problems + rule_problems(conn, schema)
+    return problems + rule_problems(conn) + index_problems(conn, schema)[0]
 
 
 @contextmanager
