@@ -27,7 +27,7 @@ from browserworker.store import postgres_restore
 from browserworker.store.postgres_schema import SCHEMA_VERSION
 from browserworker.store.url import store_exists
 from conftest import ROOT
-from opsdata import queued, running, shift, succeed
+from opsdata import WRITER, queued, running, shift, succeed
 from pg import PgServer, database_url
 
 FLOW = str(ROOT / "tests" / "flows" / "short_order.py")
@@ -279,20 +279,6 @@ def test_restore_refuses_what_is_not_a_backup_of_this_store(pg_url: str, tmp_pat
         restore(dest, pg_url, schema="other")
     with pytest.raises(UsageError, match="backup of a PostgreSQL store: restore it with --db postgresql://"):
         restore(dest, tmp_path / "target.db")
-
-
-WRITER = """
-import sys, pathlib
-from browserworker.store import NewRun, open_store
-store = open_store(sys.argv[1])
-stop = pathlib.Path(sys.argv[2])
-i = 0
-print("ready", flush=True)
-while not stop.exists():
-    store.enqueue(NewRun(id=f"w{i:06d}", flow_name="f", inputs={"i": i}))
-    i += 1
-store.close()
-"""
 
 
 def count(url: str, query: str) -> int:
