@@ -22,8 +22,7 @@ from browserworker.backup import DatabaseInUse, backup, restore
 from browserworker.cli import main
 from browserworker.errors import LeaseLost, StoreError, UsageError
 from browserworker.states import RunState
-from browserworker.store import Owner, open_store
-from browserworker.store import postgres_restore
+from browserworker.store import Owner, open_store, postgres_restore
 from browserworker.store.postgres_schema import SCHEMA_VERSION
 from browserworker.store.url import store_exists
 from conftest import ROOT
@@ -121,6 +120,14 @@ def test_a_store_exists_once_its_schema_does(pg_url: str) -> None:
     assert "other" not in all_schemas(pg_url)
     open_store(pg_url, schema="other").close()
     assert store_exists(pg_url, schema="other")
+
+
+def test_run_with_a_run_id_checks_its_inputs_when_the_schema_is_missing(cli: Any, pg_url: str) -> None:
+    """``run --run-id`` against a PostgreSQL database without the store's schema is a new run:
+    its inputs are checked first, so bad inputs are refused (exit 2) and nothing is created."""
+    done = cli("run", FLOW, "--run-id", "r1", "--db", pg_url, "--db-schema", "fresh", "--input", "item=x")
+    assert done.exit_code == 2 and "base_url" in done.output, done.output
+    assert "fresh" not in all_schemas(pg_url)
 
 
 def test_db_schema_is_refused_with_a_sqlite_path_unless_it_comes_from_the_environment(tmp_path: Path) -> None:

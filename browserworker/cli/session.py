@@ -48,6 +48,10 @@ class Session:
         return self._store
 
     @property
+    def is_url(self) -> bool:
+        return "://" in self.db
+
+    @property
     def is_postgres(self) -> bool:
         return is_postgres(self.db)
 
@@ -76,7 +80,7 @@ class Session:
     def evidence_dir(self) -> Path:
         """Where screenshots kept as review evidence go: ``DB.evidence`` beside a database
         file, ``./browserworker.evidence`` for a URL."""
-        if "://" in self.db:
+        if self.is_url:
             return URL_EVIDENCE_DIR
         path = Path(self.db)
         return path.parent / f"{path.name}.evidence"
