@@ -40,14 +40,13 @@ from typing import Any
 from ..errors import StoreError, UsageError
 from .base import GroupSpoiled
 from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
-from .postgres_schema import SCHEMA_VERSION, migrate, schema_version
+from .postgres_schema import SCHEMA_VERSION, migrate, require_schema, schema_version
 from .shared import SQLStore
+from .url import DEFAULT_SCHEMA, ENV_SCHEMA
 
 __all__ = ["DEFAULT_POOL", "DEFAULT_SCHEMA", "ENV_POOL", "ENV_SCHEMA", "PostgresConnector", "PostgresStore",
            "SCHEMA_VERSION"]
 
-ENV_SCHEMA = "BROWSERWORKER_DB_SCHEMA"
-DEFAULT_SCHEMA = "browserworker"
 ENV_POOL = "BROWSERWORKER_DB_POOL"
 DEFAULT_POOL = 4
 
@@ -131,17 +130,39 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
+def application_name(schema: str) -> str:
+    """The ``application_name`` of the store's sessions: how a restore sees who is connected."""
+    return f"browserworker:{schema}"
+
+
+def conninfo(url: str, schema: str, *, application: str | None = None) -> str:
+    """libpq's connection string for ``url``: the network settings above, and the sessions
+    named ``application`` (default :func:`application_name`), unless the URL says otherwise."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(f"--db {redact_url(url)!r}: not a PostgreSQL URL: {exc}") from exc
+    extra = {k: v for k, v in _NETWORK.items() if k not in given}
+    if "application_name" not in given:
+        extra["application_name"] = application or application_name(schema)
+    return make_conninfo(url, **extra)
+
+
 class PostgresConnector:
     """A :class:`~browserworker.store.connector.Connector` for one schema of one PostgreSQL database.
 
     ``create=False`` refuses a database where the store's schema does not exist yet
     (read-only commands); otherwise the schema is created and migrated on open.
+    ``migrating=False`` opens the schema as it is (see :meth:`_prepare`).
     """
 
     dialect = "postgresql"
 
     def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None,
-                 create: bool = True) -> None:
+                 create: bool = True, migrating: bool = True) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -151,24 +172,14 @@ class PostgresConnector:
         self._local = threading.local()
         self._clock: tuple[float, float] | None = None  # (database time, monotonic time) of a reading
         self._clock_lock = threading.Lock()
-        self._conninfo = self._with_network_defaults(url)
-        self._prepare(create)
+        self._conninfo = conninfo(url, self.schema)
+        self._prepare(create, migrating)
         self.pool = ConnectionPool(self._conninfo, min_size=1, max_size=pool or pool_size(), open=False,
                                    kwargs={"autocommit": True}, configure=self._configure, timeout=10.0,
                                    name=f"browserworker:{self.schema}")
         self.pool.open(wait=False)
 
     # -- connections --------------------------------------------------------------
-
-    def _with_network_defaults(self, url: str) -> str:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        try:
-            given = conninfo_to_dict(url)
-        except self._psycopg.ProgrammingError as exc:
-            raise UsageError(f"--db {redact_url(url)!r}: not a PostgreSQL URL: {exc}") from exc
-        extra = {k: v for k, v in _NETWORK.items() if k not in given}
-        return make_conninfo(url, **extra)
 
     def _configure(self, conn: Any) -> None:
         from psycopg.rows import dict_row
@@ -332,10 +343,15 @@ class PostgresConnector:
 
     # -- schema, integrity, backup ------------------------------------------------
 
-    def _prepare(self, create: bool) -> None:
+    def _prepare(self, create: bool, migrating: bool) -> None:
+        """Create and migrate the schema (``migrating=False``: take it as it is; it must
+        exist: the restore, which migrates it under the schema's lock first)."""
         conn = self._connect()
         try:
-            migrate(conn, self.schema, create=create, location=self.location)
+            if migrating:
+                migrate(conn, self.schema, create=create, location=self.location)
+            else:
+                require_schema(conn, self.schema, self.location)
             self._read_clock(conn)
         except self._psycopg.Error as exc:
             raise StoreError(f"cannot open the store in {self.location}: {str(exc).strip()}") from exc
@@ -400,5 +416,6 @@ class PostgresStore(SQLStore):
 
     connector: PostgresConnector
 
-    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None, create: bool = True) -> None:
-        super().__init__(PostgresConnector(url, schema=schema, pool=pool, create=create))
+    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None, create: bool = True,
+                 migrating: bool = True) -> None:
+        super().__init__(PostgresConnector(url, schema=schema, pool=pool, create=create, migrating=migrating))
