@@ -282,3 +282,25 @@ def listening_again(wakeups: Any, timeout: float = 10.0) -> bool:
     while wakeups.listens < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     return bool(wakeups.listens == 2)
+
+
+def test_a_bare_groups_event_rows_are_written_at_its_commit_yet_read_inside_it(pg_url: str) -> None:
+    """In a bare group (a worker's usual batch) the event rows wait for the commit, one round
+    trip for all; a call of the same group that reads events still sees the earlier calls'
+    rows, in order, and a group that fails leaves none behind."""
+    store = open_store(pg_url)
+    try:
+        with store.group(isolate=False):
+            store.create_run(NewRun(id="r1", flow_name="f", inputs={}))
+            run = store.claim_next(A, ["default"], ttl=30)
+            assert run is not None
+            assert [e.kind for e in store.events("r1")] == ["run_created", "lease_claimed"]
+            store.release_run("r1", run.lease_epoch)
+        assert [e.kind for e in store.events("r1")] == ["run_created", "lease_claimed", "lease_released"]
+        with pytest.raises(LeaseLost):
+            with store.group(isolate=False):
+                store.create_run(NewRun(id="r2", flow_name="f", inputs={}))
+                store.heartbeat("r1", 99, ttl=30)  # fails: spoils the group
+        assert store.get_run("r2") is None and store.events("r2") == []
+    finally:
+        store.close()
