@@ -10,6 +10,7 @@ demo: setup
 	.venv/bin/python scripts/demo.py
 
 test: setup
+	@scripts/postgres.sh
 	.venv/bin/python -m pytest
 
 # The site in docs/ (mkdocs.yml): `docs` builds it strictly and serves it; `docs-build` only builds.

@@ -1,22 +1,25 @@
-"""Backup, restore and integrity checks of the SQLite journal.
+"""Backup, restore, integrity checks and migrations of a store, on either dialect.
 
-- :func:`backup` takes a consistent online copy with SQLite's backup API while workers
-  keep writing: the copy is one read transaction's snapshot (WAL lets writers go on), so
-  runs, journal, outbox and events agree with each other. It is written beside the
-  destination, checked, and renamed into place; it is a single self-contained file.
-- :func:`restore` replaces a database with a backup, and refuses while the database is in
-  use: it takes an exclusive lock (any process with the database open — a worker, a
-  ``run``, a metrics server — holds a shared lock in WAL mode, so the lock is refused), and
-  under that lock it checks the worker registry (a worker that heartbeated recently and is
-  not provably dead, e.g. on another host) and the leases (an unexpired lease whose owner
-  is not provably dead). It keeps the replaced database as ``DB.pre-restore-<time>``.
-- A restored database is older than the world: work done after the backup was taken is
-  not in its journal. So the restore hands every leased run back to the queue (its owner
-  is gone; the lease epoch is bumped to fence it off), flags every unfinished run for
-  reconciliation and records a ``restored`` event on it. The executor then treats each
-  effect of such a run that has no post-restore decision as possibly dispatched: verifier
-  (after the settle time), idempotent replay, or a person — never a blind replay.
-- :func:`check_db` reports integrity and the schema version.
+- :func:`backup` takes a consistent online copy while workers keep writing: one snapshot,
+  so runs, journal, outbox and events agree with each other. SQLite: the backup API into a
+  single file; PostgreSQL: ``pg_dump --format=custom`` of the store's schema.
+- :func:`restore` replaces the store with a backup, and refuses while the store is in use:
+  something has it open (SQLite: its lock; PostgreSQL: a session of the store), the worker
+  registry shows a worker that heartbeated recently and is not provably dead (e.g. on
+  another host), or a lease is unexpired and its owner not provably dead
+  (:func:`in_use_reasons`). The replaced store is kept (SQLite: ``DB.pre-restore-<time>``;
+  PostgreSQL: the schema renamed ``<schema>_before_restore_<time>``).
+- A restored store is older than the world: work done after the backup was taken is not in
+  its journal. So the restore hands every leased run back to the queue (its owner is gone;
+  the lease epoch is bumped to fence it off), flags every unfinished run for reconciliation
+  and records a ``restored`` event on it. The executor then treats each effect of such a
+  run that has no post-restore decision as possibly dispatched: verifier (after the settle
+  time), idempotent replay, or a person — never a blind replay.
+- :func:`check_db` reports integrity and the schema version, read-only.
+- :func:`migrate` creates the store if needed and applies the migrations it lacks.
+
+The work of each dialect is in :mod:`.backup_sqlite` and :mod:`.backup_postgres`;
+:func:`_dialect` is the one place that picks it.
 """
 
 from __future__ import annotations
@@ -24,24 +27,22 @@ from __future__ import annotations
 import os
 import socket
 import time
-from contextlib import closing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from .errors import StoreError, UsageError
+from .errors import UsageError
 from .leases import gone_here
 from .metrics import DEFAULT_STALE_AFTER
-from .store import sqlite_files
 from .store.base import Store
-from .store.shared import SQLStore
-from .store.sqlite import SCHEMA_VERSION, SQLiteConnector, SQLiteStore
+from .store.url import is_postgres, open_store
 
-__all__ = ["BackupReport", "DatabaseInUse", "DbCheck", "RestoreReport", "backup", "check_db", "in_use_reasons",
-           "restore"]
+__all__ = ["BackupReport", "DatabaseInUse", "DbCheck", "MigrateReport", "RestoreReport", "backup", "check_db",
+           "in_use_reasons", "migrate", "restore"]
 
-# the schema versions that brought the runs and the workers tables
-_RUNS_SINCE, _WORKERS_SINCE = 1, 2
+Target = str | os.PathLike[str]
 
 
 class DatabaseInUse(UsageError):
@@ -66,12 +67,13 @@ class BackupReport:
 class RestoreReport:
     source: str
     db: str
-    previous: str | None          # where the replaced database was kept
+    previous: str | None          # where the replaced store was kept (a file; a schema)
     schema_version: int
     runs: dict[str, int]
     requeued: list[str]           # leased runs handed back to the queue
     flagged: int                  # unfinished runs that will be reconciled before any dispatch
     backup_last_event_at: float | None
+    dialect: str = "sqlite"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +90,7 @@ class DbCheck:
     runs: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    dialect: str = "sqlite"
 
     @property
     def ok(self) -> bool:
@@ -95,6 +98,100 @@ class DbCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class MigrateReport:
+    store: str
+    dialect: str
+    before: int                   # the schema version found (0: there was no store)
+    after: int
+    supported: int                # this browserworker's version for the dialect
+    created: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _dialect(db: str) -> ModuleType:
+    """The maintenance module of the dialect that serves ``db`` (the one dispatch)."""
+    if is_postgres(db):
+        from . import backup_postgres as module
+    else:
+        from . import backup_sqlite as module
+    return module
+
+
+def backup(db: Target, dest: Target, *, schema: str | None = None) -> BackupReport:
+    """Copy the store at ``db`` (in ``schema``: PostgreSQL) to ``dest``, which must not exist,
+    online and consistently."""
+    report: BackupReport = _dialect(os.fspath(db)).backup(os.fspath(db), Path(dest), schema)
+    return report
+
+
+def restore(src: Target, db: Target, *, schema: str | None = None,
+            stale_after: float = DEFAULT_STALE_AFTER) -> RestoreReport:
+    """Replace the store at ``db`` (in ``schema``: PostgreSQL) with the backup ``src``; refuse
+    while the store is in use."""
+    report: RestoreReport = _dialect(os.fspath(db)).restore(Path(src), os.fspath(db), schema, stale_after)
+    return report
+
+
+def check_db(db: Target, *, schema: str | None = None) -> DbCheck:
+    """Integrity and schema version of the store at ``db`` (read-only: nothing is migrated)."""
+    report: DbCheck = _dialect(os.fspath(db)).check_db(os.fspath(db), schema)
+    return report
+
+
+def migrate(db: Target, *, schema: str | None = None) -> MigrateReport:
+    """Create the store at ``db`` (in ``schema``: PostgreSQL) if it is not there, and apply the
+    migrations it lacks; safe to run again (and from many hosts at once)."""
+    dialect = _dialect(os.fspath(db))
+    before: int | None = dialect.version_before(os.fspath(db), schema)
+    store = open_store(db, schema=schema)
+    try:
+        after, location = store.schema_version, store.location
+    finally:
+        store.close()
+    return MigrateReport(store=location, dialect=dialect.DIALECT, before=before or 0, after=after,
+                         supported=dialect.SCHEMA_VERSION, created=before is None)
+
+
+def in_use_reasons(store: Store, *, now: float | None = None, stale_after: float = DEFAULT_STALE_AFTER,
+                   host: str | None = None, workers: bool = True, leases: bool = True) -> list[str]:
+    """Why the database behind ``store`` may be in use, per its worker registry (``workers``)
+    and its leases (``leases``: False for a store too old to have the table)."""
+    now = time.time() if now is None else now
+    host = host or socket.gethostname()
+    reasons = []
+    for w in store.live_workers(now - stale_after) if workers else []:
+        if w.host == host and gone_here(w.host, w.pid, w.pid_start):
+            continue
+        reasons.append(f"worker {w.id} (pid {w.pid} on {w.host}) heartbeated {now - w.last_heartbeat:.0f}s ago")
+    for r in store.live_leases(now) if leases else []:
+        if r.owner_host == host and gone_here(r.owner_host, r.owner_pid, r.owner_pid_start):
+            continue
+        reasons.append(f"run {r.id} is leased by {r.owner} (pid {r.owner_pid} on {r.owner_host}) "
+                       f"for {r.lease_expires_at - now:.0f}s more")
+    return reasons
+
+
+def write_new(dest: Path, write: Callable[[Path], None]) -> None:
+    """Write a new file ``dest`` (refused if it exists) by ``write(partial)`` into a partial
+    file beside it, fsynced and renamed into place: ``dest`` is whole or absent."""
+    if dest.exists():
+        raise UsageError(f"{dest} exists; choose a new file (a backup never overwrites)")
+    if not dest.parent.is_dir():
+        raise UsageError(f"{dest.parent} is not a directory")
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+        _fsync_dir(dest.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -106,133 +203,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def backup(db: str | os.PathLike[str], dest: str | os.PathLike[str]) -> BackupReport:
-    """Copy the database at ``db`` to ``dest`` (which must not exist), online and consistently."""
-    src_path, dest_path = Path(db), Path(dest)
-    if not src_path.is_file():
-        raise UsageError(f"no database at {src_path}")
-    if dest_path.exists():
-        raise UsageError(f"{dest_path} exists; choose a new file (a backup never overwrites)")
-    if not dest_path.parent.is_dir():
-        raise UsageError(f"{dest_path.parent} is not a directory")
-    tmp = dest_path.with_name(f".{dest_path.name}.{os.getpid()}.partial")
-    started = time.monotonic()
-    try:
-        with closing(sqlite_files.open_file(src_path)) as source:
-            source.backup(str(tmp))  # all pages in one step: one read transaction, one snapshot
-        copy = sqlite_files.inspect(tmp)
-        if copy.integrity != "ok":
-            raise StoreError(f"the copy of {src_path} failed its integrity check: {copy.integrity}")
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest_path)
-        _fsync_dir(dest_path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return BackupReport(source=str(src_path), dest=str(dest_path), bytes=dest_path.stat().st_size,
-                        seconds=round(time.monotonic() - started, 3), schema_version=copy.schema_version,
-                        runs=copy.runs, integrity=copy.integrity)
-
-
-def in_use_reasons(store: Store, *, now: float | None = None, stale_after: float = DEFAULT_STALE_AFTER,
-                   host: str | None = None) -> list[str]:
-    """Why the database behind ``store`` may be in use, per its worker registry and leases."""
-    now = time.time() if now is None else now
-    host = host or socket.gethostname()
-    version = store.schema_version
-    reasons = []
-    for w in store.live_workers(now - stale_after) if version >= _WORKERS_SINCE else []:
-        if w.host == host and gone_here(w.host, w.pid, w.pid_start):
-            continue
-        reasons.append(f"worker {w.id} (pid {w.pid} on {w.host}) heartbeated {now - w.last_heartbeat:.0f}s ago")
-    for r in store.live_leases(now) if version >= _RUNS_SINCE else []:
-        if r.owner_host == host and gone_here(r.owner_host, r.owner_pid, r.owner_pid_start):
-            continue
-        reasons.append(f"run {r.id} is leased by {r.owner} (pid {r.owner_pid} on {r.owner_host}) "
-                       f"for {r.lease_expires_at - now:.0f}s more")
-    return reasons
-
-
-def restore(src: str | os.PathLike[str], db: str | os.PathLike[str], *,
-            stale_after: float = DEFAULT_STALE_AFTER) -> RestoreReport:
-    """Replace the database at ``db`` with the backup ``src``; refuse while ``db`` is in use."""
-    src_path, db_path = Path(src), Path(db)
-    if not src_path.is_file():
-        raise UsageError(f"no backup at {src_path}")
-    if db_path.exists() and src_path.resolve() == db_path.resolve():
-        raise UsageError("the backup and the database are the same file")
-    try:
-        source = sqlite_files.inspect(src_path)
-    except sqlite_files.Unreadable as exc:
-        raise UsageError(f"{src_path} is not a browserworker database: {exc}") from None
-    if not {"runs", "attempts", "events"} <= source.tables or source.schema_version < 1:
-        raise UsageError(f"{src_path} is not a browserworker database (no journal tables)")
-    if source.integrity != "ok":
-        raise UsageError(f"{src_path} failed its integrity check: {source.integrity}")
-    if source.schema_version > SCHEMA_VERSION:
-        raise UsageError(f"{src_path} has schema version {source.schema_version}, newer than this browserworker "
-                         f"({SCHEMA_VERSION}); upgrade browserworker")
-    existed = db_path.exists() and db_path.stat().st_size > 0
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with sqlite_files.exclusive(db_path) as target:
-            previous = _keep_previous(target, db_path, stale_after) if existed else None
-            sqlite_files.replace(target, src_path)
-            # the reconciliation rules (module docstring), on the restored journal as it is
-            fence = SQLStore(target).fence_restored(stop_workers=source.schema_version >= _WORKERS_SINCE)
-            sqlite_files.checkpoint(target)
-            runs = sqlite_files.facts_of(target).runs
-    except sqlite_files.Locked as exc:
-        raise DatabaseInUse(f"{db_path} is in use: another process has it open ({exc}); stop the workers, "
-                            "runs and metrics servers using it first") from None
-    store = SQLiteStore(db_path)  # migrates a backup from an older browserworker
-    try:
-        schema = store.schema_version
-    finally:
-        store.close()
-    return RestoreReport(source=str(src_path), db=str(db_path), previous=None if previous is None else str(previous),
-                         schema_version=schema, runs=runs, requeued=fence.requeued, flagged=fence.flagged,
-                         backup_last_event_at=fence.last_event_at)
-
-
-def _keep_previous(target: SQLiteConnector, db_path: Path, stale_after: float) -> Path:
-    """Refuse (:class:`DatabaseInUse`) if the held database is in use; else copy it to
-    ``DB.pre-restore-<time>`` and say where."""
-    reasons = in_use_reasons(SQLStore(target), stale_after=stale_after)
-    if reasons:
-        raise DatabaseInUse(f"{db_path} is in use: " + "; ".join(reasons))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    previous = db_path.with_name(f"{db_path.name}.pre-restore-{stamp}")
-    n = 1
-    while previous.exists():
-        n += 1
-        previous = db_path.with_name(f"{db_path.name}.pre-restore-{stamp}-{n}")
-    target.backup(str(previous))
-    return previous
-
-
-def check_db(db: str | os.PathLike[str]) -> DbCheck:
-    """Integrity, schema version and journal mode of the database at ``db`` (read-only)."""
-    path = Path(db)
-    if not path.is_file():
-        raise UsageError(f"no database at {path}")
-    try:
-        facts = sqlite_files.inspect(path)
-    except sqlite_files.Unreadable as exc:
-        return DbCheck(str(path), f"unreadable: {exc}", 0, SCHEMA_VERSION, "?", 0, {}, [f"unreadable: {exc}"])
-    integrity, version, fk, tables = facts.integrity, facts.schema_version, facts.foreign_key_errors, facts.tables
-    problems, notes = [], []
-    if integrity != "ok":
-        problems.append(f"integrity check failed: {integrity}")
-    if not {"runs", "attempts", "events"} <= tables:
-        problems.append("not a browserworker database (no journal tables)")
-    if version > SCHEMA_VERSION:
-        problems.append(f"schema version {version} is newer than this browserworker ({SCHEMA_VERSION})")
-    elif version < SCHEMA_VERSION:
-        notes.append(f"schema version {version} is older than this browserworker ({SCHEMA_VERSION}); "
-                        "opening it with any command migrates it")
-    if fk:
-        problems.append(f"{fk} rows violate foreign keys")
-    return DbCheck(str(path), integrity, version, SCHEMA_VERSION, facts.journal_mode, fk, facts.runs, problems, notes)

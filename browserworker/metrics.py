@@ -437,16 +437,16 @@ class MetricsServer:
     """``/metrics`` over HTTP, from its own connection to the database (never the worker's).
 
     ``MetricsServer(db, port)`` starts serving at once (port 0 picks a free one: see
-    :attr:`port`); :meth:`close` stops it. Binds 127.0.0.1 unless told otherwise. With
-    ``counters`` (a :class:`ProcessCounters` subscribed to the worker's engine) it also serves
-    what this process did.
+    :attr:`port`); :meth:`close` stops it. Binds 127.0.0.1 unless told otherwise. ``schema``:
+    the schema of a PostgreSQL ``db``. With ``counters`` (a :class:`ProcessCounters`
+    subscribed to the worker's engine) it also serves what this process did.
     """
 
-    def __init__(self, db: str | Path, port: int, host: str = "127.0.0.1", *,
+    def __init__(self, db: str | Path, port: int, host: str = "127.0.0.1", *, schema: str | None = None,
                  counters: ProcessCounters | None = None) -> None:
         from .store.url import open_store
 
-        self.store = open_store(db)
+        self.store = open_store(db, schema=schema)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StoreCollector(self.store))
         if counters is not None:

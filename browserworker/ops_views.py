@@ -1,4 +1,4 @@
-"""What the operations commands print: ``status`` tables, ``backup``/``restore``/``check-db`` lines."""
+"""What the operations commands print: ``status`` tables, ``backup``/``restore``/``check-db``/``migrate`` lines."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .backup import BackupReport, DbCheck, RestoreReport
+from .backup import BackupReport, DbCheck, MigrateReport, RestoreReport
 from .health import format_age
 from .metrics import OpsSnapshot
 
-__all__ = ["backup_line", "check_lines", "print_status", "restore_lines"]
+__all__ = ["backup_line", "check_lines", "migrate_line", "print_status", "restore_lines"]
 
 _STATE_ORDER = ("QUEUED", "LEASED", "RUNNING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -85,8 +85,11 @@ def backup_line(report: BackupReport) -> str:
 def restore_lines(report: RestoreReport) -> list[str]:
     lines = [f"restored {report.source} into {report.db} (schema {report.schema_version}); runs: "
              f"{_counts(report.runs)}"]
-    if report.previous:
+    if report.previous and report.dialect == "sqlite":
         lines.append(f"the replaced database is kept as {report.previous}")
+    elif report.previous:
+        lines.append(f"the replaced store is kept as the schema {report.previous} (DROP SCHEMA {report.previous} "
+                     "CASCADE once it is no longer needed)")
     if report.backup_last_event_at is not None:
         lines.append(f"the backup's last journaled event: {_when(report.backup_last_event_at)}")
     lines.append(f"{report.flagged} unfinished runs will reconcile their effects before any dispatch "
@@ -95,9 +98,15 @@ def restore_lines(report: RestoreReport) -> list[str]:
 
 
 def check_lines(report: DbCheck) -> list[str]:
+    mode = f"journal mode {report.journal_mode}; " if report.dialect == "sqlite" else ""
     lines = [f"{report.path}: integrity {report.integrity}; schema version {report.schema_version} "
-             f"(this browserworker: {report.supported_version}); journal mode {report.journal_mode}; "
-             f"runs: {_counts(report.runs)}"]
+             f"(this browserworker: {report.supported_version}); {mode}runs: {_counts(report.runs)}"]
     lines += [f"problem: {p}" for p in report.problems]
     lines += [f"note: {n}" for n in report.notes]
     return lines
+
+
+def migrate_line(report: MigrateReport) -> str:
+    done = "created" if report.created else "migrated" if report.before != report.after else "up to date:"
+    return (f"{done} {report.store} ({report.dialect}): schema version {report.before} -> {report.after} "
+            f"(this browserworker: {report.supported})")

@@ -10,6 +10,21 @@ from browserworker.store.records import AttemptRecord, RunRecord
 
 ELSEWHERE = Owner("worker-elsewhere", "some-other-host", 4242)
 
+#: A process (``python -c WRITER DB STOP``) that opens the store DB (a path or a URL), says
+#: "ready" and enqueues runs w000000, w000001... until the file STOP exists.
+WRITER = """
+import sys, pathlib
+from browserworker.store import NewRun, open_store
+store = open_store(sys.argv[1])
+stop = pathlib.Path(sys.argv[2])
+i = 0
+print("ready", flush=True)
+while not stop.exists():
+    store.enqueue(NewRun(id=f"w{i:06d}", flow_name="f", inputs={"i": i}))
+    i += 1
+store.close()
+"""
+
 
 def queued(store: SQLStore, run_id: str, *, queue: str = "default", age: float = 0.0, flow: str = "f",
            delay: float | None = None) -> RunRecord:

@@ -20,21 +20,9 @@ from browserworker.errors import LeaseLost, UsageError
 from browserworker.states import RunState
 from browserworker.store import SCHEMA_VERSION, Owner, SQLiteStore
 from browserworker.store.sqlite_files import checkpoint
-from opsdata import queued, running, shift, succeed
+from opsdata import WRITER, queued, running, shift, succeed
 
 pytestmark = pytest.mark.sqlite_dialect  # backups are copies of a SQLite file
-
-WRITER = """
-import sys, time, pathlib
-from browserworker.store import SQLiteStore, NewRun
-store = SQLiteStore(sys.argv[1])
-stop = pathlib.Path(sys.argv[2])
-i = 0
-print("ready", flush=True)
-while not stop.exists():
-    store.enqueue(NewRun(id=f"w{i:06d}", flow_name="f", inputs={"i": i}))
-    i += 1
-"""
 
 HOLDER = """
 import sys, time

@@ -11,6 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from browserworker.leases import pid_space
 from browserworker.cli import main
 from browserworker.errors import UsageError
 from browserworker.health import HealthRules, check_store, parse_duration, parse_growth
@@ -153,7 +154,8 @@ def test_a_crashed_worker_on_this_host_counts_at_once(db: Path) -> None:
     exited = subprocess.Popen([sys.executable, "-c", "pass"])
     exited.wait()
     store = with_store(db)
-    store.register_worker(Owner("w-crashed", socket.gethostname(), exited.pid), ["default"], 1)
+    # registered from this pid space (its start time unknown now: any process at that pid is another)
+    store.register_worker(Owner("w-crashed", socket.gethostname(), exited.pid, f"@{pid_space()}"), ["default"], 1)
     store.close()
     result = health(db)
     assert result.exit_code == 1 and f"w-crashed ({socket.gethostname()} pid {exited.pid}, gone" in result.output

@@ -9,7 +9,7 @@ modules are one concern each:
 - :mod:`.session`: the store of one invocation, opened once and closed on exit;
 - :mod:`.execute`: ``run``, ``enqueue``, ``worker``;
 - :mod:`.runs`: ``show``, ``runs``, ``review``, ``resolve``, ``cancel``, ``queue``;
-- :mod:`.ops`: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``;
+- :mod:`.ops`: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``, ``migrate``;
 - :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``.
 
 Exit codes of ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing

@@ -80,7 +80,7 @@ def _prepare(engine: Engine, request: RunRequest, *, announce: bool) -> RunRecor
         record, created = engine.prepare(request.loaded, request.inputs, run_id=request.run_id,
                                          inputs_given=request.inputs_given)
     click.echo(f"run {record.id} {'created' if created else 'resumed'} ({request.loaded.flow.name}, "
-               f"db {session().db})", err=True)
+               f"db {session().location})", err=True)
     if announce:
         click.echo(record.id)
     return record
@@ -188,7 +188,7 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
     counters = _counters(metrics_port)
     fleet = session().engine(browser=browser, lease=lease, extensions=counters).worker(settings)
     click.echo(f"worker {fleet.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, "
-               f"db {session().db})", err=True)
+               f"db {session().location})", err=True)
     with _metrics(metrics_port, metrics_host, *counters):
         stats = asyncio.run(on_signals(fleet.request_stop, fleet.run()))
     click.echo(worker_line(fleet.id, stats), err=True)
@@ -213,7 +213,7 @@ def _metrics(port: int | None, host: str, counters: Any = None) -> Iterator[None
     from ..metrics import MetricsServer
 
     try:
-        exporter = MetricsServer(session().db, port, host, counters=counters)
+        exporter = MetricsServer(session().db, port, host, schema=session().schema, counters=counters)
     except OSError as exc:
         raise UsageError(f"--metrics-port {port}: cannot listen on {host}: {exc}") from exc
     click.echo(f"metrics on {exporter.url}", err=True)

@@ -1,4 +1,5 @@
-"""The operations commands: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``."""
+"""The operations commands: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``,
+``migrate``."""
 
 from __future__ import annotations
 
@@ -67,12 +68,16 @@ def health_command(ctx: click.Context, max_queue_age: str, max_unknown: str, max
 @db_option
 @json_option("the backup's report")
 def backup_command(dest: Path, as_json: bool) -> None:
-    """Copy the database to DEST, consistently, while workers run (SQLite's backup API)."""
+    """Copy the database to DEST, consistently, while workers run.
+
+    SQLite: one file (SQLite's backup API). PostgreSQL: pg_dump --format=custom of the
+    store's schema (pg_dump on PATH).
+    """
     from ..backup import backup
     from ..ops_views import backup_line
 
     with stage(refusing=True):  # a backup that fails is refused (exit 2)
-        report = backup(session().db, dest)
+        report = backup(session().db, dest, schema=session().schema)
     emit(report.to_dict(), as_json, lambda: click.echo(backup_line(report)))
 
 
@@ -83,14 +88,15 @@ def backup_command(dest: Path, as_json: bool) -> None:
 def restore_command(src: Path, as_json: bool) -> None:
     """Replace the database with the backup SRC; refused while the database is in use.
 
-    The replaced database is kept beside it. Unfinished runs reconcile every effect that
-    the backup does not show as done (verifier or review) before anything is dispatched.
+    The replaced database is kept (SQLite: beside it; PostgreSQL: its schema renamed
+    SCHEMA_before_restore_TIME). Unfinished runs reconcile every effect that the backup
+    does not show as done (verifier or review) before anything is dispatched.
     """
     from ..backup import restore
     from ..ops_views import restore_lines
 
     with stage(refusing=True):  # a restore that fails is refused (exit 2)
-        report = restore(src, session().db)
+        report = restore(src, session().db, schema=session().schema)
     emit(report.to_dict(), as_json, lambda: click.echo("\n".join(restore_lines(report))))
 
 
@@ -99,10 +105,31 @@ def restore_command(src: Path, as_json: bool) -> None:
 @json_option("the report")
 @click.pass_context
 def check_db_command(ctx: click.Context, as_json: bool) -> None:
-    """Report the database's integrity and schema version; exit 1 if it has problems."""
+    """Report the database's integrity and schema version, read-only; exit 1 if it has problems.
+
+    PostgreSQL: the consistency rules of the journal, and the indexes where the amcheck
+    extension is installed.
+    """
     from ..backup import check_db
     from ..ops_views import check_lines
 
-    report = check_db(session().db)
+    report = check_db(session().db, schema=session().schema)
     emit(report.to_dict(), as_json, lambda: click.echo("\n".join(check_lines(report))))
     ctx.exit(0 if report.ok else 1)
+
+
+@main.command("migrate")
+@db_option
+@json_option("the store and its schema versions")
+def migrate_command(as_json: bool) -> None:
+    """Create the store if it is not there and apply the migrations it lacks (idempotent).
+
+    Every command migrates the store it opens; run this to do it ahead of a deployment, or
+    to create a PostgreSQL store's schema before any worker starts.
+    """
+    from ..backup import migrate
+    from ..ops_views import migrate_line
+
+    with stage(refusing=True):  # nothing migrated: refused (exit 2)
+        report = migrate(session().db, schema=session().schema)
+    emit(report.to_dict(), as_json, lambda: click.echo(migrate_line(report)))

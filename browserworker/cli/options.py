@@ -2,7 +2,8 @@
 
 - :func:`flow_options`: ``FLOW_FILE``, ``--flow``, ``--input``, ``--inputs-json``, passed
   to the command as one ``flow:`` :class:`FlowArgs`.
-- :data:`db_option`: ``--db`` / ``$BROWSERWORKER_DB``, kept by the :class:`~.session.Session`.
+- :func:`db_option`: ``--db`` / ``$BROWSERWORKER_DB`` and ``--db-schema`` / ``$BROWSERWORKER_DB_SCHEMA``,
+  kept by the :class:`~.session.Session`.
 - :func:`json_option`: ``--json``, passed as ``as_json``; :func:`emit` prints accordingly.
 - :data:`headed_option`: ``--headed``, passed as ``headed``.
 - :data:`lease_option`: ``--lease-ttl``, passed as ``lease:`` :class:`~browserworker.leases.LeaseSettings`.
@@ -18,11 +19,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click import ParameterSource
 
 from ..leases import LeaseSettings
 from ..loader import load_flow, parse_inputs
 from ..runner import RunRequest, validate_run_id
-from ..store.url import DEFAULT_DB, ENV_DB
+from ..store.url import DEFAULT_DB, DEFAULT_SCHEMA, ENV_DB, ENV_SCHEMA
 from .session import Session
 
 __all__ = ["FlowArgs", "db_option", "emit", "flow_options", "headed_option", "json_option", "lease_option"]
@@ -80,9 +82,26 @@ def _keep_db(ctx: click.Context, param: click.Parameter, value: str) -> None:
         found.db = value
 
 
-db_option = click.option("--db", type=str, envvar=ENV_DB, default=DEFAULT_DB, show_default=True, show_envvar=True,
-                         expose_value=False, callback=_keep_db, metavar="PATH|URL",
-                         help="The journal database: a file path (SQLite) or a URL.")
+def _keep_schema(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    found = ctx.find_object(Session)
+    if found is not None:
+        found.db_schema = value
+        found.schema_given = ctx.get_parameter_source("db_schema") is ParameterSource.COMMANDLINE
+
+
+_DB = click.option("--db", type=str, envvar=ENV_DB, default=DEFAULT_DB, show_default=True, show_envvar=True,
+                   expose_value=False, callback=_keep_db, metavar="PATH|URL",
+                   help="The journal database: a file path (SQLite) or a URL (sqlite:///PATH, postgresql://...).")
+_DB_SCHEMA = click.option("--db-schema", "db_schema", envvar=ENV_SCHEMA, default=DEFAULT_SCHEMA, show_default=True,
+                          show_envvar=True, expose_value=False, callback=_keep_schema, metavar="NAME",
+                          help="With a postgresql:// --db: the schema the store lives in (stores side by side "
+                               "in one database).")
+
+
+def db_option(command: F) -> F:
+    """``--db`` and ``--db-schema`` (with their environment variables), kept by the
+    :class:`~.session.Session` rather than passed to ``command``."""
+    return _DB(_DB_SCHEMA(command))
 
 
 def json_option(what: str = "the result") -> Callable[[F], F]:

@@ -26,7 +26,7 @@ def show(run_id: str, as_json: bool) -> None:
     store = session().store(create=False)
     record = store.get_run(run_id)
     if record is None:
-        raise RunNotFound(f"no run {run_id!r} in {session().db}")
+        raise RunNotFound(f"no run {run_id!r} in {session().location}")
     view = journal_view(store, record)
     emit(view, as_json, lambda: print_journal(view, console()))
 

@@ -1,7 +1,8 @@
 """One invocation's database: the store, opened at most once and closed when the command ends.
 
-``--db`` (or ``$BROWSERWORKER_DB``) is a file path or a URL; :func:`browserworker.store.open_store`
-decides which store serves it. No command opens a store any other way.
+``--db`` (or ``$BROWSERWORKER_DB``) is a file path or a URL, and ``--db-schema`` (or
+``$BROWSERWORKER_DB_SCHEMA``) the schema of a PostgreSQL store; :func:`browserworker.store.open_store`
+decides which store serves them. No command opens a store any other way.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..errors import UsageError
 from ..store.base import Store
-from ..store.url import DEFAULT_DB, open_store
+from ..store.url import DEFAULT_DB, is_postgres, open_store, store_exists
 from .failures import stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,11 +29,13 @@ URL_EVIDENCE_DIR = Path("browserworker.evidence")  # review screenshots when --d
 
 
 class Session:
-    """The ``--db`` of this invocation and the store it names."""
+    """The ``--db`` and ``--db-schema`` of this invocation and the store they name."""
 
     def __init__(self, ctx: click.Context) -> None:
         self.ctx = ctx
         self.db: str = DEFAULT_DB
+        self.db_schema: str | None = None
+        self.schema_given = False  # --db-schema on the command line (not from the environment)
         self._store: Store | None = None
 
     def store(self, *, create: bool = True) -> Store:
@@ -39,7 +43,7 @@ class Session:
         closed when the command ends. ``create=False``: a missing database is refused."""
         if self._store is None:
             with stage(refusing=True):
-                self._store = open_store(self.db, create=create)
+                self._store = open_store(self.db, create=create, schema=self.schema)
             self.ctx.call_on_close(self._store.close)
         return self._store
 
@@ -47,9 +51,30 @@ class Session:
     def is_url(self) -> bool:
         return "://" in self.db
 
+    @property
+    def is_postgres(self) -> bool:
+        return is_postgres(self.db)
+
+    @property
+    def schema(self) -> str | None:
+        """The PostgreSQL schema named (None: the default); a ``--db-schema`` given with a SQLite
+        ``--db`` is refused (``$BROWSERWORKER_DB_SCHEMA`` is ignored there)."""
+        if self.is_postgres:
+            return self.db_schema
+        if self.schema_given:
+            raise UsageError(f"--db-schema is for a PostgreSQL --db (postgresql://...); {self.db} is a SQLite "
+                             "database, which has no schemas")
+        return None
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages (a URL without its password, and the schema)."""
+        return self._store.location if self._store is not None else self.db
+
     def exists(self) -> bool:
-        """Whether the database is there already (a URL's database is taken to be)."""
-        return self.is_url or Path(self.db).exists()
+        """Whether the store is there already (the file; the PostgreSQL schema). Only looks."""
+        with stage(refusing=True):
+            return store_exists(self.db, schema=self.schema)
 
     @property
     def evidence_dir(self) -> Path:

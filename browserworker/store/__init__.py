@@ -3,13 +3,14 @@
 Open one with :func:`open_store` (a path or a URL). The layout: :mod:`.base` (the
 :class:`Store` protocol), :mod:`.connector` (what a dialect provides), :mod:`.shared` (the
 store: the managers :mod:`.runs`, :mod:`.journal`, :mod:`.fleet`, :mod:`.review`, :mod:`.ops`
-over a connector), :mod:`.sqlite` (the SQLite dialect), :mod:`.aio` (asyncio and group
-commit), :mod:`.testing` (helpers for tests of any store).
+over a connector), :mod:`.sqlite` and :mod:`.postgres` (the dialects), :mod:`.aio` (asyncio
+and group commit), :mod:`.wakeups` (waking idle workers), :mod:`.testing` (helpers for tests of any store).
 """
 
 from .base import Store
 from .connector import Connector
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
+from .postgres import PostgresStore
 from .shared import SQLStore
 from .sqlite import SCHEMA_VERSION, SQLiteConnector, SQLiteStore
 from .url import DEFAULT_DB, ENV_DB, open_store
@@ -24,6 +25,7 @@ __all__ = [
     "NewRun",
     "OutboxRecord",
     "Owner",
+    "PostgresStore",
     "RunRecord",
     "SQLStore",
     "SQLiteConnector",

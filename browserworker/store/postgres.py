@@ -40,14 +40,13 @@ from typing import Any
 from ..errors import StoreError, UsageError
 from .base import GroupSpoiled
 from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
-from .postgres_schema import SCHEMA_VERSION, migrate, schema_version
+from .postgres_schema import SCHEMA_VERSION, migrate, require_schema, schema_version
 from .shared import SQLStore
+from .url import DEFAULT_SCHEMA, ENV_SCHEMA
 
 __all__ = ["DEFAULT_POOL", "DEFAULT_SCHEMA", "ENV_POOL", "ENV_SCHEMA", "PostgresConnector", "PostgresStore",
            "SCHEMA_VERSION"]
 
-ENV_SCHEMA = "BROWSERWORKER_DB_SCHEMA"
-DEFAULT_SCHEMA = "browserworker"
 ENV_POOL = "BROWSERWORKER_DB_POOL"
 DEFAULT_POOL = 4
 
@@ -131,17 +130,39 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
+def application_name(schema: str) -> str:
+    """The ``application_name`` of the store's sessions: how a restore sees who is connected."""
+    return f"browserworker:{schema}"
+
+
+def conninfo(url: str, schema: str, *, application: str | None = None) -> str:
+    """libpq's connection string for ``url``: the network settings above, and the sessions
+    named ``application`` (default :func:`application_name`), unless the URL says otherwise."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(f"--db {redact_url(url)!r}: not a PostgreSQL URL: {exc}") from exc
+    extra = {k: v for k, v in _NETWORK.items() if k not in given}
+    if "application_name" not in given:
+        extra["application_name"] = application or application_name(schema)
+    return make_conninfo(url, **extra)
+
+
 class PostgresConnector:
     """A :class:`~browserworker.store.connector.Connector` for one schema of one PostgreSQL database.
 
     ``create=False`` refuses a database where the store's schema does not exist yet
     (read-only commands); otherwise the schema is created and migrated on open.
+    ``migrating=False`` opens the schema as it is (see :meth:`_prepare`).
     """
 
     dialect = "postgresql"
 
     def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None,
-                 create: bool = True) -> None:
+                 create: bool = True, migrating: bool = True) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -151,24 +172,14 @@ class PostgresConnector:
         self._local = threading.local()
         self._clock: tuple[float, float] | None = None  # (database time, monotonic time) of a reading
         self._clock_lock = threading.Lock()
-        self._conninfo = self._with_network_defaults(url)
-        self._prepare(create)
+        self._conninfo = conninfo(url, self.schema)
+        self._prepare(create, migrating)
         self.pool = ConnectionPool(self._conninfo, min_size=1, max_size=pool or pool_size(), open=False,
                                    kwargs={"autocommit": True}, configure=self._configure, timeout=10.0,
                                    name=f"browserworker:{self.schema}")
         self.pool.open(wait=False)
 
     # -- connections --------------------------------------------------------------
-
-    def _with_network_defaults(self, url: str) -> str:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        try:
-            given = conninfo_to_dict(url)
-        except self._psycopg.ProgrammingError as exc:
-            raise UsageError(f"--db {redact_url(url)!r}: not a PostgreSQL URL: {exc}") from exc
-        extra = {k: v for k, v in _NETWORK.items() if k not in given}
-        return make_conninfo(url, **extra)
 
     def _configure(self, conn: Any) -> None:
         from psycopg.rows import dict_row
@@ -242,15 +253,22 @@ class PostgresConnector:
         call a savepoint with ``isolate``; without, the first failing call spoils the group."""
         with self._borrowed() as conn:
             self._execute(conn, "BEGIN")
-            self._local.conn, self._local.isolated, self._local.lost = conn, isolate, None
+            local = self._local
+            local.conn, local.isolated, local.lost = conn, isolate, None
+            local.deferred = None if isolate else _Deferred(conn)
             try:
                 yield
             except BaseException:
-                self._local.conn = None
+                local.conn = local.deferred = None
                 self._rollback(conn)
                 raise
-            self._local.conn = None
-            lost = self._local.lost
+            deferred, local.conn, local.deferred = local.deferred, None, None
+            lost = local.lost
+            if lost is None and deferred is not None:
+                try:
+                    deferred.flush()
+                except self._psycopg.Error as exc:
+                    lost = exc
             if lost is not None:
                 self._rollback(conn)
                 if isinstance(lost, GroupSpoiled):
@@ -291,7 +309,7 @@ class PostgresConnector:
             raise StoreError(f"{self.location}: the batch's transaction was rolled back: {self._local.lost}")
         if not self._local.isolated:
             try:
-                yield _Tx(grouped)
+                yield _Tx(grouped, self._local.deferred)
             except BaseException as exc:
                 self._local.lost = GroupSpoiled(f"{self.location}: a call of the batch failed: {exc!r}")
                 self._reraise(exc)
@@ -318,6 +336,7 @@ class PostgresConnector:
     def read(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         with self._borrowed() as conn:
             try:
+                _flush_before(getattr(self._local, "deferred", None), query)
                 return list(conn.execute(QUERIES[query], params).fetchall())
             except self._psycopg.Error as exc:
                 raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
@@ -325,6 +344,7 @@ class PostgresConnector:
     def read_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
         with self._borrowed() as conn:
             try:
+                _flush_before(getattr(self._local, "deferred", None), query)
                 row: Row | None = conn.execute(QUERIES[query], params).fetchone()
                 return row
             except self._psycopg.Error as exc:
@@ -332,10 +352,15 @@ class PostgresConnector:
 
     # -- schema, integrity, backup ------------------------------------------------
 
-    def _prepare(self, create: bool) -> None:
+    def _prepare(self, create: bool, migrating: bool) -> None:
+        """Create and migrate the schema (``migrating=False``: take it as it is; it must
+        exist: the restore, which migrates it under the schema's lock first)."""
         conn = self._connect()
         try:
-            migrate(conn, self.schema, create=create, location=self.location)
+            if migrating:
+                migrate(conn, self.schema, create=create, location=self.location)
+            else:
+                require_schema(conn, self.schema, self.location)
             self._read_clock(conn)
         except self._psycopg.Error as exc:
             raise StoreError(f"cannot open the store in {self.location}: {str(exc).strip()}") from exc
@@ -365,33 +390,79 @@ class PostgresConnector:
         return Listener(self._connect, self.schema, queues)
 
 
-class _Tx:
-    """The write side of a transaction: named queries on one connection."""
+class _Deferred:
+    """The event rows of a bare group, written in one round trip just before its commit.
 
-    __slots__ = ("_conn",)
+    Nothing in a group reads an event row another call of it wrote, but a query that reads
+    ``events`` flushes them first (:data:`_READS_EVENTS`); a group that fails is rolled back
+    whole, its deferred rows with it. (A bare group is the common case of a worker's batch:
+    this saves one round trip per event, several per run.)
+    """
+
+    __slots__ = ("_conn", "rows")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
+        self.rows: list[list[Any]] = []
+
+    def flush(self) -> None:
+        if self.rows:
+            rows, self.rows = self.rows, []
+            sql, _ = _positional_query("insert_event")
+            self._conn.cursor().executemany(sql, rows)
+
+
+#: the queries that read the events table (a group's deferred event rows are written first)
+_READS_EVENTS = frozenset(name for name, sql in QUERIES.items()
+                          if re.search(r"\bevents\b", sql) and not sql.lstrip().upper().startswith("INSERT INTO EVENTS"))
+
+
+def _flush_before(deferred: _Deferred | None, query: str) -> None:
+    if deferred is not None and deferred.rows and query in _READS_EVENTS:
+        deferred.flush()
+
+
+def _positional_query(query: str) -> tuple[str, list[int]]:
+    compiled = _POSITIONAL.get(query)
+    if compiled is None:
+        compiled = _POSITIONAL[query] = _positional(QUERIES[query])
+    return compiled
+
+
+class _Tx:
+    """The write side of a transaction: named queries on one connection (in a bare group,
+    event rows are deferred to its commit: :class:`_Deferred`)."""
+
+    __slots__ = ("_conn", "_deferred")
+
+    def __init__(self, conn: Any, deferred: _Deferred | None = None) -> None:
+        self._conn = conn
+        self._deferred = deferred
 
     def execute(self, query: str, params: Mapping[str, Any]) -> int:
+        _flush_before(self._deferred, query)
         return int(self._conn.execute(QUERIES[query], params).rowcount)
 
     def insert(self, query: str, params: Mapping[str, Any]) -> int | None:
+        _flush_before(self._deferred, query)
         row = self._conn.execute(QUERIES[query] + " RETURNING id", params).fetchone()
         return None if row is None else int(row["id"])
 
     def insert_values(self, query: str, values: Sequence[Any]) -> None:
-        compiled = _POSITIONAL.get(query)
-        if compiled is None:
-            compiled = _POSITIONAL[query] = _positional(QUERIES[query])
-        sql, picks = compiled
-        self._conn.execute(sql, [values[i] for i in picks])
+        sql, picks = _positional_query(query)
+        ordered = [values[i] for i in picks]
+        if self._deferred is not None and query == "insert_event":
+            self._deferred.rows.append(ordered)
+        else:
+            self._conn.execute(sql, ordered)
 
     def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        _flush_before(self._deferred, query)
         row: Row | None = self._conn.execute(QUERIES[query], params).fetchone()
         return row
 
     def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        _flush_before(self._deferred, query)
         return list(self._conn.execute(QUERIES[query], params).fetchall())
 
 
@@ -400,5 +471,6 @@ class PostgresStore(SQLStore):
 
     connector: PostgresConnector
 
-    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None, create: bool = True) -> None:
-        super().__init__(PostgresConnector(url, schema=schema, pool=pool, create=create))
+    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None, create: bool = True,
+                 migrating: bool = True) -> None:
+        super().__init__(PostgresConnector(url, schema=schema, pool=pool, create=create, migrating=migrating))

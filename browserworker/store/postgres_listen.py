@@ -36,6 +36,7 @@ class Listener:
         self._closing = threading.Event()
         self.connected = threading.Event()
         self.heard = 0  # notifications of our queues (for tests and benchmarks)
+        self.listens = 0  # connections that started listening (1, plus one per reconnect)
         self._thread = threading.Thread(target=self._serve, name="browserworker-listen", daemon=True)
         self._thread.start()
 
@@ -92,6 +93,7 @@ class Listener:
 
     def _listen(self, conn: Any) -> None:
         conn.execute(f"LISTEN {CHANNEL}")
+        self.listens += 1
         self.connected.set()
         self._wake()  # runs may have been queued before this LISTEN took effect
         while not self._closing.is_set():

@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import StoreError
 from .connector import SQL_PACKAGE
 
-__all__ = ["SCHEMA_VERSION", "migrate", "migrations", "schema_version"]
+__all__ = ["SCHEMA_VERSION", "exists", "lock_name", "migrate", "migrations", "missing", "require_schema",
+           "schema_version"]
 
 _FOLDER = "postgres"
 _CLOCK = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
@@ -38,15 +39,36 @@ def schema_version(conn: Any) -> int:
     return int(row["v"])
 
 
+def lock_name(schema: str) -> str:
+    """The advisory lock (``hashtext`` of this) that migrations of ``schema`` run under; a
+    restore holds it for as long as the schema is being replaced."""
+    return f"browserworker:{schema}"
+
+
+def exists(conn: Any, schema: str) -> bool:
+    """Whether ``schema`` exists in ``conn``'s database."""
+    return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
+
+
+def missing(location: str) -> StoreError:
+    """The error of a store that is not there (read-only commands create nothing)."""
+    return StoreError(f"no browserworker store in {location} (nothing has run here yet; use --db / --db-schema to "
+                      "point at one, or `browserworker migrate` to create it)")
+
+
+def require_schema(conn: Any, schema: str, location: str) -> None:
+    """:func:`missing` unless ``schema`` exists."""
+    if not exists(conn, schema):
+        raise missing(location)
+
+
 def migrate(conn: Any, schema: str, *, create: bool, location: str) -> None:
     """Create ``schema`` (unless ``create`` is False: then it must exist) and apply the
     migrations it lacks; :class:`StoreError` for a schema newer than this browserworker."""
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"browserworker:{schema}",))
-        exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
-        if not exists and not create:
-            raise StoreError(f"no browserworker store in {location} (nothing has run here yet; use --db / "
-                             "--db-schema to point at one, or `browserworker migrate` to create it)")
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_name(schema),))
+        if not create:
+            require_schema(conn, schema, location)
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
                      "applied_at DOUBLE PRECISION NOT NULL)")

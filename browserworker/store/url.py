@@ -8,10 +8,13 @@ from pathlib import Path
 from ..errors import UsageError
 from .base import Store
 
-__all__ = ["DEFAULT_DB", "ENV_DB", "is_postgres", "open_store"]
+__all__ = ["DEFAULT_DB", "DEFAULT_SCHEMA", "ENV_DB", "ENV_SCHEMA", "is_postgres", "open_store", "postgres_url",
+           "sqlite_path", "store_exists"]
 
 ENV_DB = "BROWSERWORKER_DB"
 DEFAULT_DB = "browserworker.db"
+ENV_SCHEMA = "BROWSERWORKER_DB_SCHEMA"   # PostgreSQL: the store's schema
+DEFAULT_SCHEMA = "browserworker"
 
 _SQLITE = ("sqlite", "file")
 _POSTGRES = ("postgres", "postgresql", "postgresql+psycopg")
@@ -45,6 +48,12 @@ def is_postgres(target: str) -> bool:
     return "://" in target and target.split("://", 1)[0].lower() in _POSTGRES
 
 
+def postgres_url(target: str) -> str:
+    """The URL libpq reads for a PostgreSQL ``target`` (``postgresql+psycopg://`` as SQLAlchemy
+    writes it, read as ``postgresql://``)."""
+    return target.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
 def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = True,
                schema: str | None = None) -> Store:
     """Open the store at ``target``: a file path or ``sqlite:///path`` (SQLite), or a
@@ -62,9 +71,19 @@ def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = T
     if is_postgres(target):
         from .postgres import PostgresStore
 
-        return PostgresStore(target.replace("postgresql+psycopg://", "postgresql://", 1), schema=schema,
-                             create=create)
+        return PostgresStore(postgres_url(target), schema=schema, create=create)
     path = sqlite_path(target)
     from .sqlite import SQLiteStore
 
     return SQLiteStore(path, create=create)
+
+
+def store_exists(target: str | os.PathLike[str], *, schema: str | None = None) -> bool:
+    """Whether there is a store at ``target`` already (a SQLite file; a PostgreSQL schema, in
+    ``schema`` as :func:`open_store` names it); looks, creates nothing."""
+    target = os.fspath(target)
+    if is_postgres(target):
+        from .postgres_check import schema_exists
+
+        return schema_exists(postgres_url(target), schema)
+    return sqlite_path(target).exists()
