@@ -76,14 +76,18 @@ def ours_pg(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
     last = max(r.finished_at for r in rows if r.finished_at is not None)
     return {"runs": runs, "workers": workers, "concurrency": concurrency, "runs_per_s": runs / (last - first),
             "wall_incl_startup": wall, "commits_per_run": sum(o["commits"] for o in outs) / runs,
-            "calls_per_run": sum(o["calls"] for o in outs) / runs}
+            "calls_per_run": sum(o["calls"] for o in outs) / runs,
+            "worker_cpu_ms_per_run": sum(o["cpu_s"] for o in outs) / runs * 1000}
 
 
 def _worker_child(dsn: str, concurrency: int) -> None:
     import control_plane
     from browserworker.store import open_store
 
-    print(json.dumps(asyncio.run(control_plane.drain_store(open_store(dsn), concurrency))))
+    store = open_store(dsn)
+    cpu = time.process_time()
+    out = asyncio.run(control_plane.drain_store(store, concurrency))
+    print(json.dumps({**out, "cpu_s": time.process_time() - cpu}))
 
 
 # --- (c) on PostgreSQL -------------------------------------------------------------------------

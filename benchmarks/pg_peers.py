@@ -316,7 +316,8 @@ def drain(peer: str, jobs: int, concurrency: int, workers: int = 1) -> dict[str,
     assert done == jobs, f"{peer}: only {done}/{jobs} jobs succeeded"
     seconds = max(s["end"] for s in spans) - min(s["start"] for s in spans)
     return {"peer": peer, "jobs": jobs, "workers": workers, "concurrency": concurrency, "drain_s": seconds,
-            "jobs_per_s": jobs / seconds, "defer_incl_startup_s": defer_s, "how": _HOW[peer].format(c=concurrency)}
+            "jobs_per_s": jobs / seconds, "worker_cpu_ms_per_job": sum(s["cpu_s"] for s in spans) / jobs * 1000,
+            "defer_incl_startup_s": defer_s, "how": _HOW[peer].format(c=concurrency)}
 
 
 def idle_latency(peer: str, samples: int = 200) -> dict[str, Any]:
@@ -360,9 +361,9 @@ def _main(argv: list[str]) -> None:
     elif mode == "drain":
         for module in _IMPORTS[argv[1]]:  # not timed
             importlib.import_module(module)
-        start = time.time()
+        start, cpu = time.time(), time.process_time()
         asyncio.run(_DRAIN[argv[1]](argv[2], int(argv[3])))
-        print(json.dumps({"start": start, "end": time.time()}))
+        print(json.dumps({"start": start, "end": time.time(), "cpu_s": time.process_time() - cpu}))
     elif mode == "serve":
         peer, dsn, samples = argv[1], argv[2], int(argv[3])
         print(json.dumps(asyncio.run(_SERVE[peer](dsn, samples))), flush=True)

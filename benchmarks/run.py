@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.strip().splitlines()[0],
-                                     epilog="Takes 9-13 minutes on a 2-CPU machine; progress goes to stderr "
-                                            "with elapsed seconds.")
+                                     epilog="Takes 9-13 minutes on a 2-CPU machine (the PostgreSQL section "
+                                            "7-9 more); progress goes to stderr with elapsed seconds.")
     parser.add_argument("--postgres", action="store_true",
                         help="Also run the PostgreSQL section (ours on the PG store against procrastinate and "
                              "PgQueuer; needs the server of $BROWSERWORKER_BENCH_PG, default "
@@ -145,7 +146,7 @@ def _guarded(measure: Callable[[], Any]) -> Any:
         return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:160]}
 
 
-def postgres(jobs: int = 3000, reps: int = 3) -> dict[str, Any]:
+def postgres(jobs: int = 3000, reps: int = 5) -> dict[str, Any]:
     """The PostgreSQL section: (b) ours x1/x2 and the peers' drains (alternating, ABBA, medians),
     idle claim latency of each, (c) ours by backlog, (d) ours' recovery; each in a fresh database."""
     import pg_control_plane
@@ -190,12 +191,28 @@ _PG_PEERS = {"ours_1": (("procrastinate_8", "procrastinate c=8"), ("procrastinat
              "ours_2": (("procrastinate_8_x2", "procrastinate c=8 x2"), ("pgqueuer_x2", "PgQueuer (batch 10) x2"))}
 
 
+def _paired(detail: dict[str, list[dict[str, Any]]], ours: str, peers: list[str]) -> list[float]:
+    """Ours over the best of ``peers`` in each repetition (drains seconds apart share the machine's
+    load more than drains minutes apart): a ratio per repetition where every side measured."""
+    out = []
+    for i, row in enumerate(detail[ours]):
+        best = max((detail[k][i].get("jobs_per_s", 0.0) for k in peers if i < len(detail[k])), default=0.0)
+        if "runs_per_s" in row and best:
+            out.append(row["runs_per_s"] / best)
+    return out
+
+
+def _cpu(row: dict[str, Any], key: str) -> str:
+    return f" ({row[key]:.2f} ms CPU)" if key in row else ""
+
+
 def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
     cp = pg["control_plane"]
     lines = []
     for key, label in (("ours_1", "1 process"), ("ours_2", "2 processes")):
         ours, peers = cp[key], _PG_PEERS[key]
-        against = ", ".join(f"{name} {_rate(cp[k], 'jobs_per_s')}" for k, name in peers)
+        against = ", ".join(f"{name} {_rate(cp[k], 'jobs_per_s')}{_cpu(cp[k], 'worker_cpu_ms_per_job')}"
+                            for k, name in peers)
         best = max(cp[k].get("jobs_per_s", 0.0) for k, name in peers if k.startswith("procrastinate"))
         pgq = cp[peers[-1][0]].get("jobs_per_s")
         if "runs_per_s" not in ours or not best:
@@ -203,13 +220,15 @@ def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
                          f"| >= procrastinate, full journal | no |")
             continue
         ratio = ours["runs_per_s"] / best
+        paired = _paired(pg["control_plane_detail"], key, [k for k, _ in peers if k.startswith("procrastinate")])
         vs_pgq = f", {ours['runs_per_s'] / pgq:.2f}x PgQueuer" if pgq else ""
         lines.append(
             f"| pg-b | control plane on PostgreSQL, {label} ({ours['concurrency']} runs in flight each, full journal, "
             f"{ours['commits_per_run']:.2f} commits/run), {pg['jobs']:,} runs, median of "
-            f"{len(pg['control_plane_detail'][key])} | {ours['runs_per_s']:,.0f} runs/s | {against}, as many worker "
-            f"processes | {ratio:.2f}x procrastinate{vs_pgq} | >= procrastinate, full journal | "
-            f"{'yes' if ratio >= 1 else 'no'} |")
+            f"{len(pg['control_plane_detail'][key])} | {ours['runs_per_s']:,.0f} runs/s"
+            f"{_cpu(ours, 'worker_cpu_ms_per_run')} | {against}, as many worker processes (worker CPU per job) | "
+            f"{ratio:.2f}x procrastinate{vs_pgq}; paired by repetition {', '.join(f'{r:.2f}' for r in paired)}x | "
+            f">= procrastinate, full journal | {'yes' if paired and statistics.median(paired) >= 1 else 'no'} |")
     return lines
 
 
