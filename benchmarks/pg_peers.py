@@ -47,7 +47,7 @@ PROMISES: dict[str, dict[str, str]] = {
     "procrastinate": {
         "delivery": "at most once by default: a fetched job is marked 'doing' in the fetch's own "
                     "transaction; if its worker dies it stays 'doing' (workers heartbeat, and "
-                    "JobManager.get_stalled_jobs / retry_stalled_jobs find and requeue such jobs only "
+                    "JobManager.get_stalled_jobs finds such jobs and retry_job requeues them, only "
                     "when you call them, e.g. from a periodic task): at least once then",
         "retries": "opt-in per task (retry=N or a RetryStrategy on exceptions); none by default",
         "locks": "lock=...: jobs sharing a lock run one at a time, in order; queueing_lock=...: at most "
