@@ -6,6 +6,7 @@
 - it begins with ``run_created`` and its last ``run_state`` event is to SUCCEEDED;
 - each lease was claimed with a higher epoch than the last, and, after the first claim, only
   once the run was handed back or its lease reclaimed (``lease_released``/``lease_expired``);
+  every such hand-back or reclaim is followed by a claim;
 - each attempt of the effect has its ``intent`` event, and its ``attempt_state`` events walk from
   INTENT to its final state; none is left INTENT or UNKNOWN, none FAILED;
 - each ``dispatched`` event came from the holder of the lease at the time (its epoch is the
@@ -53,6 +54,8 @@ def _claims(events: Sequence[EventRecord]) -> list[str]:
             if not free:
                 problems.append(f"claim #{e.id} while the lease was held (no release or expiry before it)")
             last_epoch, free = epoch, False
+    if free:
+        problems.append("handed back or reclaimed, and never claimed again")
     return problems
 
 
