@@ -94,7 +94,12 @@ class Fleet:
         return wait_for(lambda: self.held(name), 60, f"{name} holds a run")  # type: ignore[return-value]
 
     def tails(self) -> str:
-        return "\n".join(f"--- {n} ---\n" + "\n".join(h.output().splitlines()[-15:]) for n, h in self.hosts.items())
+        """The runs not ended yet, and the last lines of each host's output (for a failure)."""
+        runs = self.read(lambda: self.store.list_runs(limit=100_000)) or []
+        open_runs = [f"{r.id} {r.state} owner {r.owner} epoch {r.lease_epoch} losses {r.lease_losses}"
+                     for r in runs if str(r.state) not in TERMINAL]
+        return "\n".join(["--- runs not ended ---", *open_runs[:20]] + [
+            f"--- {n} ---\n" + "\n".join(h.output().splitlines()[-15:]) for n, h in self.hosts.items()])
 
 
 @pytest.fixture
