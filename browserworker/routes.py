@@ -131,19 +131,22 @@ class ContextRoute:
             await handler(route, request)
 
     async def _api(self, method: str, url: str, send: ApiSend) -> APIResponse:
-        """Decide a ``page.request`` call. The call is tracked until Playwright's driver has
-        finished it, even if its caller stops waiting, and :meth:`shut` lets it finish before
-        the context may close: the driver follows a redirect by itself, and a context closed
-        meanwhile kills the driver (an unhandled rejection reading the closed context's
-        cookies), and with it every run of the process."""
+        """Decide a ``page.request`` call. Once it is sent, it is tracked until Playwright's
+        driver has finished it, even if its caller stops waiting, and :meth:`shut` lets it
+        finish before the context may close: the driver follows a redirect by itself, and a
+        context closed meanwhile kills the driver (an unhandled rejection reading the closed
+        context's cookies), and with it every run of the process."""
         if self.sealed:
             raise RuntimeError(f"{method} {url}: this browser context is closing; nothing more may leave it")
+
+        def tracked() -> asyncio.Future[APIResponse]:
+            call = _background(send())
+            self._api_calls.add(call)
+            call.add_done_callback(self._api_calls.discard)
+            return asyncio.shield(call)  # type: ignore[arg-type]
+
         handler = self.api
-        call = _background(send() if handler is None else handler(method, url, send))
-        self._api_calls.add(call)
-        call.add_done_callback(self._api_calls.discard)
-        response: APIResponse = await asyncio.shield(call)  # type: ignore[assignment]
-        return response
+        return await (tracked() if handler is None else handler(method, url, tracked))
 
     def _socket_route(self, ws: WebSocketRoute) -> None:
         server = ws.connect_to_server()
