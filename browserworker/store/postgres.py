@@ -22,15 +22,18 @@ whose clock is minutes off therefore stores and judges the same times as any oth
 **A network between.** Every failure of the database (a refused or lost connection, a
 timeout) is a :class:`~browserworker.errors.StoreError`; a broken connection goes back to
 the pool, which opens new ones with backoff. Connections carry TCP keep-alives and a TCP
-user timeout, so a partition ends a blocked call in seconds instead of hanging it, and the
+user timeout, so a partition ends a blocked call in seconds instead of hanging it; a call whose
+peer acknowledges but never answers is cut at a deadline (:mod:`.postgres_watchdog`); and the
 server ends a session that sits idle inside a transaction (a frozen worker) so its row locks
-do not outlive it.
+do not outlive it. A connection the server closed (a restart) is seen before it is handed out,
+and the pool is refilled at once.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,6 +44,7 @@ from ..errors import StoreError, UsageError
 from .base import GroupSpoiled
 from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
 from .postgres_schema import SCHEMA_VERSION, migrate, require_schema, schema_version
+from .postgres_watchdog import Watchdog
 from .shared import SQLStore
 from .url import DEFAULT_SCHEMA, ENV_SCHEMA
 
@@ -60,6 +64,14 @@ _NETWORK = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5", "
 # the server's side: a session idle inside a transaction (its client frozen or cut off) is
 # ended, releasing its locks; no statement runs forever
 _SESSION = ("SET idle_in_transaction_session_timeout = '5s'", "SET statement_timeout = '30s'")
+# how long the pool retries a lost connection (backing off 1, 2, 4 s...) before it starts over
+# (_try_again). Left to itself it would double its pauses for five minutes, so that a worker
+# whose database came back after an outage of N seconds would notice up to N seconds late.
+_RECONNECT_FOR = 10.0
+# seconds a call may go unanswered before its connection is cut (postgres_watchdog): longer
+# than statement_timeout, so only a call whose server never answers is (a stalled peer, a link
+# that acknowledges and forwards nothing, which the TCP user timeout does not see)
+_CALL_DEADLINE = 45.0
 
 
 FRAGMENTS = {"share_run": "FOR SHARE OF runs", "lock_row": "FOR UPDATE", "skip_locked": "FOR UPDATE SKIP LOCKED",
@@ -151,6 +163,30 @@ def conninfo(url: str, schema: str, *, application: str | None = None) -> str:
     return make_conninfo(url, **extra)
 
 
+def _try_again(pool: Any) -> None:
+    """The pool gave up reconnecting a connection (after ``_RECONNECT_FOR``): start over at once,
+    with a fresh backoff, rather than when the next call comes (a call already waiting would
+    wait out its whole timeout: the pool grows only for a new one)."""
+    if not pool.closed:
+        pool.check()  # a pool without connections grows here
+
+
+def _closed_by_server(conn: Any, errors: type[Exception]) -> bool:
+    """True if the server closed ``conn`` (a restart, a terminated backend, a cut link). An idle
+    connection has nothing to read (no round trip is needed to see that); if it has, it is the
+    server's goodbye, or a message a live connection answers past."""
+    if conn.closed or conn.broken:
+        return True
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if not readable:
+        return False
+    try:
+        conn.execute("")
+    except errors:
+        return True
+    return False
+
+
 class PostgresConnector:
     """A :class:`~browserworker.store.connector.Connector` for one schema of one PostgreSQL database.
 
@@ -173,9 +209,12 @@ class PostgresConnector:
         self._clock: tuple[float, float] | None = None  # (database time, monotonic time) of a reading
         self._clock_lock = threading.Lock()
         self._conninfo = conninfo(url, self.schema)
+        self.watchdog = Watchdog(_CALL_DEADLINE)
         self._prepare(create, migrating)
         self.pool = ConnectionPool(self._conninfo, min_size=1, max_size=pool or pool_size(), open=False,
                                    kwargs={"autocommit": True}, configure=self._configure, timeout=10.0,
+                                   reconnect_timeout=_RECONNECT_FOR, reconnect_failed=_try_again,
+                                   check=self._check,
                                    name=f"browserworker:{self.schema}")
         self.pool.open(wait=False)
 
@@ -188,6 +227,18 @@ class PostgresConnector:
         conn.execute(f"SET search_path TO {self.schema}")
         for statement in _SESSION:
             conn.execute(statement)
+
+    def _check(self, conn: Any) -> None:
+        """The pool's look at a connection before it hands it out: if the server closed it
+        (:func:`_closed_by_server`), its idle siblings most likely went with it, so the pool is
+        drained and refilled at once, instead of each failing a call in turn (or the pool
+        pausing, with its backoff, between one failed check and the next)."""
+        if not _closed_by_server(conn, self._psycopg.Error):
+            return
+        drain = getattr(self.pool, "drain", None)  # psycopg_pool >= 3.3
+        if drain is not None:
+            drain()
+        raise self._psycopg.OperationalError("the server closed this connection")
 
     def _connect(self) -> Any:
         """A connection of its own (migrations, the listener), configured as the pool's are."""
@@ -206,7 +257,7 @@ class PostgresConnector:
             yield conn
             return
         try:
-            with self.pool.connection() as conn:
+            with self.pool.connection() as conn, self.watchdog.watch(conn):
                 self._tick(conn)
                 yield conn
         except self._psycopg.Error as exc:
@@ -243,6 +294,7 @@ class PostgresConnector:
         return clock[0] + (time.monotonic() - clock[1])
 
     def close(self) -> None:
+        self.watchdog.close()
         self.pool.close()
 
     # -- transactions -------------------------------------------------------------
