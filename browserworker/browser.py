@@ -290,6 +290,9 @@ class BrowserSession:
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
         self.temp_dir: Path | None = None  # the driver's TMPDIR while open (see the module docstring)
+        self.gone = False
+        """Set when the driver or the browser was found dead (a new context could not be opened):
+        :meth:`restart` before using the session again."""
 
     async def __aenter__(self) -> BrowserSession:
         self.temp_dir = _session_dir()
@@ -328,6 +331,13 @@ class BrowserSession:
         finally:
             self._remove_temp_dir()
 
+    async def restart(self) -> None:
+        """A new driver and Chromium in place of ones that died; contexts of the old ones are gone."""
+        await self.__aexit__(None, None, None)
+        self._pw = self._browser = None
+        await self.__aenter__()
+        self.gone = False
+
     def _remove_temp_dir(self) -> None:
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -342,7 +352,12 @@ class BrowserSession:
     async def context(self, **overrides: Any) -> AsyncIterator[BrowserContext]:
         """A fresh, isolated context (service workers blocked so routing sees every request)."""
         options = {"service_workers": "block", **self.settings.context_options, **overrides}
-        ctx = await self.browser.new_context(**options)
+        try:
+            ctx = await self.browser.new_context(**options)
+        except Exception as exc:
+            if type(exc).__name__ == "TargetClosedError":  # the driver or the browser is gone
+                self.gone = True
+            raise
         try:
             yield ctx
         finally:

@@ -78,11 +78,13 @@ class RunJournal:
 
     async def end(self, state: RunState, error: str | None, decision: str) -> RunRecord:
         """Move the run to its end state (or NEEDS_REVIEW); returns it as it now is."""
+        self.lease.ending = True
         return await self._fenced(self.store.set_run_state, self.run_id, self.epoch, state, worker=self.worker,
                                   error=error, decision=decision)
 
     async def release(self) -> RunRecord:
         """Hand the run back (QUEUED) at a step boundary; returns it as it now is."""
+        self.lease.ending = True
         await self._fenced(self.store.release_run, self.run_id, self.epoch, worker=self.worker)
         run = await self.astore.call(self.store.get_run, self.run_id)
         assert run is not None

@@ -147,8 +147,10 @@ def owner_is_gone(run: RunRecord, host: str | None = None) -> bool:
 class Lease:
     """A held lease on one run; a background task heartbeats it every TTL/3.
 
-    The task does not depend on the page. When a heartbeat fails the lease is marked
-    lost and the extensions hear ``lease_lost`` (the executor shuts and closes the run's context).
+    The task does not depend on the page. When a heartbeat is refused (the epoch moved on),
+    or none got through before the lease ran out by the local clock (the database unreachable,
+    a call hanging on a partition, this process paused), the lease is marked lost and the
+    extensions hear ``lease_lost`` (the executor shuts and closes the run's context).
     """
 
     def __init__(self, store: AsyncStore, run_id: str, epoch: int, settings: LeaseSettings,
@@ -159,6 +161,9 @@ class Lease:
         self.settings = settings
         self.extensions = extensions
         self.lost: BaseException | None = None
+        self.ending = False
+        """Set as the run's end (or hand-back) is being committed: a heartbeat refused from then
+        on says the run has ended, not that the lease was lost."""
         self._task: asyncio.Task[None] | None = None
         # a local, conservative view of the expiry on this process's monotonic clock: the
         # lease was valid for ``ttl`` from the moment the last successful claim/heartbeat began
@@ -186,12 +191,22 @@ class Lease:
             await asyncio.sleep(self.settings.heartbeat_every)
             started = time.monotonic()
             try:
-                await self.store.call(self.store.store.heartbeat, self.run_id, self.epoch, self.settings.ttl)
+                # a heartbeat still unanswered when the lease runs out (by the local clock) is
+                # too late: the database unreachable (a partition holds a call for seconds), or
+                # this process paused past its lease
+                await asyncio.wait_for(
+                    self.store.call(self.store.store.heartbeat, self.run_id, self.epoch, self.settings.ttl),
+                    timeout=max(0.0, self.valid_until - started))
                 self.valid_until = started + self.settings.ttl - self.settings.skew
             except LeaseLost as exc:
-                self.mark_lost(exc)
+                if not self.ending:
+                    self.mark_lost(exc)
                 return
-            except StoreError as exc:  # keep trying until the lease would have expired
+            except (StoreError, asyncio.TimeoutError) as exc:  # keep trying until the lease runs out
+                if time.monotonic() >= self.valid_until:
+                    self.mark_lost(LeaseLost(f"run {self.run_id}: no heartbeat got through before the lease ran "
+                                             f"out (by this host's clock): {str(exc) or 'no answer'}"))
+                    return
                 log.warning("heartbeat failed", run_id=self.run_id, error=str(exc))
 
     def start(self) -> None:

@@ -65,6 +65,7 @@ class ContextRoute:
         self._installed: asyncio.Future[object] | None = None
         self._sockets: asyncio.Future[object] | None = None
         self.sealed = False  # set by shut(): every request that reaches the route is aborted
+        self._api_calls: set[asyncio.Future[object]] = set()  # page.request calls the driver is making
         _hook_api_requests(context, self)
 
     def hand_back(self, handler: object, api: object, socket: object) -> None:
@@ -110,6 +111,8 @@ class ContextRoute:
         was never put in intercepts nothing: only sealed.
         """
         self.sealed = True
+        if self._api_calls:  # see _api
+            await asyncio.wait(list(self._api_calls), timeout=SHUT_TIMEOUT)
         if not leave_pages or self._installed is None:
             return
         await asyncio.gather(*(stop_renderer(self.context, page) for page in list(self.context.pages)))
@@ -128,10 +131,22 @@ class ContextRoute:
             await handler(route, request)
 
     async def _api(self, method: str, url: str, send: ApiSend) -> APIResponse:
+        """Decide a ``page.request`` call. Once it is sent, it is tracked until Playwright's
+        driver has finished it, even if its caller stops waiting, and :meth:`shut` lets it
+        finish before the context may close: the driver follows a redirect by itself, and a
+        context closed meanwhile kills the driver (an unhandled rejection reading the closed
+        context's cookies), and with it every run of the process."""
         if self.sealed:
             raise RuntimeError(f"{method} {url}: this browser context is closing; nothing more may leave it")
+
+        def tracked() -> asyncio.Future[APIResponse]:
+            call = _background(send())
+            self._api_calls.add(call)
+            call.add_done_callback(self._api_calls.discard)
+            return asyncio.shield(call)  # type: ignore[arg-type]
+
         handler = self.api
-        return await (send() if handler is None else handler(method, url, send))
+        return await (tracked() if handler is None else handler(method, url, tracked))
 
     def _socket_route(self, ws: WebSocketRoute) -> None:
         server = ws.connect_to_server()

@@ -178,21 +178,8 @@ class Worker:
                 next_reclaim = now + every
                 reclaiming = asyncio.create_task(self._reclaim(astore), name="worker-reclaim")
             reclaimed = reclaiming is None  # every run it requeued is claimable from here on
-            claimed_any = False
             self._settled.clear()
-            while self._busy() < s.concurrency and not self._stop.is_set():
-                try:
-                    run = await astore.call(self.store.claim_next, self.owner, s.queues, self.engine.lease.ttl)
-                except StoreError as exc:
-                    self.log.warning("claim failed", error=str(exc))
-                    break
-                if run is None:
-                    break
-                claimed_any = True
-                self.stats.claimed += 1
-                task = asyncio.create_task(self._execute(astore, session, run), name=f"run-{run.id}")
-                self._active[task] = None
-                task.add_done_callback(self._active.pop)
+            claimed_any = await self._fill_slots(astore, session)
             if s.once and not self._active and not claimed_any and reclaimed:
                 return
             waiters: set[asyncio.Future[Any]] = set(self._active)
@@ -209,6 +196,39 @@ class Worker:
                 waker.cancel()
         if reclaiming is not None:
             await reclaiming
+
+    async def _fill_slots(self, astore: AsyncStore, session: BrowserSession) -> bool:
+        """Claim runs while a slot is free; whether any was claimed. A browser that died is
+        started again first: until it is back, runs would only crash (and lose their leases)."""
+        s = self.settings
+        if session.gone:
+            await self._relaunch(session)
+        claimed_any = False
+        while self._busy() < s.concurrency and not self._stop.is_set() and not session.gone:
+            try:
+                run = await astore.call(self.store.claim_next, self.owner, s.queues, self.engine.lease.ttl)
+            except StoreError as exc:
+                self.log.warning("claim failed", error=str(exc))
+                break
+            if run is None:
+                break
+            claimed_any = True
+            self.stats.claimed += 1
+            task = asyncio.create_task(self._execute(astore, session, run), name=f"run-{run.id}")
+            self._active[task] = None
+            task.add_done_callback(self._active.pop)
+        return claimed_any
+
+    async def _relaunch(self, session: BrowserSession) -> None:
+        """The browser died (its driver crashed, or it was killed): start a new one; if that
+        fails, stop (this worker would take runs only to crash them)."""
+        self.log.error("the browser is gone: starting a new one before claiming again")
+        try:
+            await session.restart()
+        except Exception as exc:  # noqa: BLE001 - any failure to start it: stop, others take the runs
+            self.stats.errors += 1
+            self.log.error("cannot start a new browser: stopping", error=str(exc))
+            self.request_stop()
 
     def _busy(self) -> int:
         """Runs holding one of the N slots. A run whose end is committed holds none: all it has

@@ -8,9 +8,9 @@ import pytest
 
 from browserworker.store.connector import FRAGMENTS, compile_queries, load_queries, shared_queries
 from browserworker.store.sqlite import FRAGMENTS as SQLITE_FRAGMENTS
-from browserworker.store.postgres import FRAGMENTS as PG_FRAGMENTS
-from browserworker.store.postgres import QUERIES as PG_QUERIES
-from browserworker.store.postgres import to_pyformat
+from browserworker.store.postgres_queries import FRAGMENTS as PG_FRAGMENTS
+from browserworker.store.postgres_queries import QUERIES as PG_QUERIES
+from browserworker.store.postgres_queries import to_pyformat
 from browserworker.store.sqlite import QUERIES, positional
 
 SHARED = shared_queries()

@@ -51,10 +51,12 @@ class FleetManager(Manager):
 
     def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
         """Atomically lease the next run of ``queues``: highest priority, then oldest."""
-        now = self.c.now()
-        who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
-               "now": now, "ttl": ttl}
         with self.c.transaction() as tx:
+            # the clock read inside the transaction: a claim that waited for a connection (the
+            # database unreachable for a while) must not store a lease that is already over
+            now = self.c.now()
+            who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
+                   "now": now, "ttl": ttl}
             if len(queues) == 1:
                 first = tx.one("next_queued_id", {"queue": queues[0], "now": now})
                 run_id = None if first is None else first["id"]

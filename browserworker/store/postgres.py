@@ -22,15 +22,18 @@ whose clock is minutes off therefore stores and judges the same times as any oth
 **A network between.** Every failure of the database (a refused or lost connection, a
 timeout) is a :class:`~browserworker.errors.StoreError`; a broken connection goes back to
 the pool, which opens new ones with backoff. Connections carry TCP keep-alives and a TCP
-user timeout, so a partition ends a blocked call in seconds instead of hanging it, and the
+user timeout, so a partition ends a blocked call in seconds instead of hanging it; a call whose
+peer acknowledges but never answers is cut at a deadline (:mod:`.postgres_watchdog`); and the
 server ends a session that sits idle inside a transaction (a frozen worker) so its row locks
-do not outlive it.
+do not outlive it. A connection the server closed (a restart) is seen before it is handed out,
+and the pool is refilled at once.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,8 +42,10 @@ from typing import Any
 
 from ..errors import StoreError, UsageError
 from .base import GroupSpoiled
-from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
+from .connector import Row
+from .postgres_queries import DB_NOW, FRAGMENTS, QUERIES, Deferred, Tx, flush_before, to_pyformat
 from .postgres_schema import SCHEMA_VERSION, migrate, require_schema, schema_version
+from .postgres_watchdog import Watchdog
 from .shared import SQLStore
 from .url import DEFAULT_SCHEMA, ENV_SCHEMA
 
@@ -51,8 +56,6 @@ ENV_POOL = "BROWSERWORKER_DB_POOL"
 DEFAULT_POOL = 4
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-#: the database's clock, in seconds since the epoch (``extract`` gives numeric: cast it)
-DB_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
 _CLOCK_EVERY = 60.0  # seconds between readings of the database's clock
 # libpq settings a URL may override: a partition or a dead server ends a call in seconds
 _NETWORK = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
@@ -60,50 +63,14 @@ _NETWORK = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5", "
 # the server's side: a session idle inside a transaction (its client frozen or cut off) is
 # ended, releasing its locks; no statement runs forever
 _SESSION = ("SET idle_in_transaction_session_timeout = '5s'", "SET statement_timeout = '30s'")
-
-
-FRAGMENTS = {"share_run": "FOR SHARE OF runs", "lock_row": "FOR UPDATE", "skip_locked": "FOR UPDATE SKIP LOCKED",
-             "clock": DB_NOW}
-
-_TOKEN = re.compile(r"'(?:[^']|'')*'|:(\w+)|%")
-
-
-def to_pyformat(sql: str) -> str:
-    """``sql`` with each ``:name`` as ``%(name)s`` (a literal ``%`` doubled, string literals left alone)."""
-
-    def convert(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if match.group(0) == "%":
-            return "%%"
-        if name is None:
-            return match.group(0)
-        return f"%({name})s"
-
-    return _TOKEN.sub(convert, sql)
-
-
-def _compile() -> dict[str, str]:
-    raw = compile_queries(shared_queries(), load_queries(SQL_PACKAGE, "postgres.sql"), FRAGMENTS)
-    return {name: to_pyformat(sql) for name, sql in raw.items()}
-
-
-QUERIES = _compile()
-
-
-def _positional(sql: str) -> tuple[str, list[int]]:
-    """A pyformat query as ``%s`` placeholders, and for each the index of its name in the
-    order names first appear (a value given by position may be used twice)."""
-    order: dict[str, int] = {}
-    picks: list[int] = []
-
-    def number(match: re.Match[str]) -> str:
-        picks.append(order.setdefault(match.group(1), len(order)))
-        return "%s"
-
-    return re.sub(r"%\((\w+)\)s", number, sql), picks
-
-
-_POSITIONAL: dict[str, tuple[str, list[int]]] = {}
+# how long the pool retries a lost connection (backing off 1, 2, 4 s...) before it starts over
+# (_try_again). Left to itself it would double its pauses for five minutes, so that a worker
+# whose database came back after an outage of N seconds would notice up to N seconds late.
+_RECONNECT_FOR = 10.0
+# seconds a call may go unanswered before its connection is cut (postgres_watchdog): longer
+# than statement_timeout, so only a call whose server never answers is (a stalled peer, a link
+# that acknowledges and forwards nothing, which the TCP user timeout does not see)
+_CALL_DEADLINE = 45.0
 
 
 def schema_name(schema: str | None) -> str:
@@ -151,6 +118,43 @@ def conninfo(url: str, schema: str, *, application: str | None = None) -> str:
     return make_conninfo(url, **extra)
 
 
+def _try_again(pool: Any) -> None:
+    """The pool gave up reconnecting a connection (after ``_RECONNECT_FOR``): start over at once,
+    with a fresh backoff, rather than when the next call comes (a call already waiting would
+    wait out its whole timeout: the pool grows only for a new one)."""
+    if not pool.closed:
+        pool.check()  # a pool without connections grows here
+
+
+def _closed_by_server(conn: Any, errors: type[Exception]) -> bool:
+    """True if the server closed ``conn`` (a restart, a terminated backend, a cut link). An idle
+    connection has nothing to read (no round trip is needed to see that); if it has, it is the
+    server's goodbye, or a message a live connection answers past."""
+    if conn.closed or conn.broken:
+        return True
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if not readable:
+        return False
+    try:
+        conn.execute("")
+    except errors:
+        return True
+    return False
+
+
+def _check_connection(pool: Any, conn: Any, psycopg: Any) -> None:
+    """The pool's look at a connection before it hands it out: if the server closed it
+    (:func:`_closed_by_server`), its idle siblings most likely went with it, so the pool is
+    drained and refilled at once, instead of each failing a call in turn (or the pool
+    pausing, with its backoff, between one failed check and the next)."""
+    if not _closed_by_server(conn, psycopg.Error):
+        return
+    drain = getattr(pool, "drain", None)  # psycopg_pool >= 3.3
+    if drain is not None:
+        drain()
+    raise psycopg.OperationalError("the server closed this connection")
+
+
 class PostgresConnector:
     """A :class:`~browserworker.store.connector.Connector` for one schema of one PostgreSQL database.
 
@@ -173,9 +177,12 @@ class PostgresConnector:
         self._clock: tuple[float, float] | None = None  # (database time, monotonic time) of a reading
         self._clock_lock = threading.Lock()
         self._conninfo = conninfo(url, self.schema)
+        self.watchdog = Watchdog(_CALL_DEADLINE)
         self._prepare(create, migrating)
         self.pool = ConnectionPool(self._conninfo, min_size=1, max_size=pool or pool_size(), open=False,
                                    kwargs={"autocommit": True}, configure=self._configure, timeout=10.0,
+                                   reconnect_timeout=_RECONNECT_FOR, reconnect_failed=_try_again,
+                                   check=self._check,
                                    name=f"browserworker:{self.schema}")
         self.pool.open(wait=False)
 
@@ -188,6 +195,9 @@ class PostgresConnector:
         conn.execute(f"SET search_path TO {self.schema}")
         for statement in _SESSION:
             conn.execute(statement)
+
+    def _check(self, conn: Any) -> None:
+        _check_connection(self.pool, conn, self._psycopg)
 
     def _connect(self) -> Any:
         """A connection of its own (migrations, the listener), configured as the pool's are."""
@@ -206,7 +216,7 @@ class PostgresConnector:
             yield conn
             return
         try:
-            with self.pool.connection() as conn:
+            with self.pool.connection() as conn, self.watchdog.watch(conn):
                 self._tick(conn)
                 yield conn
         except self._psycopg.Error as exc:
@@ -243,6 +253,7 @@ class PostgresConnector:
         return clock[0] + (time.monotonic() - clock[1])
 
     def close(self) -> None:
+        self.watchdog.close()
         self.pool.close()
 
     # -- transactions -------------------------------------------------------------
@@ -255,7 +266,7 @@ class PostgresConnector:
             self._execute(conn, "BEGIN")
             local = self._local
             local.conn, local.isolated, local.lost = conn, isolate, None
-            local.deferred = None if isolate else _Deferred(conn)
+            local.deferred = None if isolate else Deferred(conn)
             try:
                 yield
             except BaseException:
@@ -291,14 +302,14 @@ class PostgresConnector:
             pass
 
     @contextmanager
-    def transaction(self) -> Iterator[_Tx]:
+    def transaction(self) -> Iterator[Tx]:
         """One store call's writes, atomically (a savepoint inside an isolated group)."""
         grouped = getattr(self._local, "conn", None)
         if grouped is None:
             with self._borrowed() as conn:
                 self._execute(conn, "BEGIN")
                 try:
-                    yield _Tx(conn)
+                    yield Tx(conn)
                 except BaseException as exc:
                     self._rollback(conn)
                     self._reraise(exc)
@@ -309,7 +320,7 @@ class PostgresConnector:
             raise StoreError(f"{self.location}: the batch's transaction was rolled back: {self._local.lost}")
         if not self._local.isolated:
             try:
-                yield _Tx(grouped, self._local.deferred)
+                yield Tx(grouped, self._local.deferred)
             except BaseException as exc:
                 self._local.lost = GroupSpoiled(f"{self.location}: a call of the batch failed: {exc!r}")
                 self._reraise(exc)
@@ -317,7 +328,7 @@ class PostgresConnector:
             return
         self._execute(grouped, "SAVEPOINT bw_call")
         try:
-            yield _Tx(grouped)
+            yield Tx(grouped)
         except BaseException as exc:
             try:
                 grouped.execute("ROLLBACK TO SAVEPOINT bw_call")
@@ -336,7 +347,7 @@ class PostgresConnector:
     def read(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         with self._borrowed() as conn:
             try:
-                _flush_before(getattr(self._local, "deferred", None), query)
+                flush_before(getattr(self._local, "deferred", None), query)
                 return list(conn.execute(QUERIES[query], params).fetchall())
             except self._psycopg.Error as exc:
                 raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
@@ -344,7 +355,7 @@ class PostgresConnector:
     def read_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
         with self._borrowed() as conn:
             try:
-                _flush_before(getattr(self._local, "deferred", None), query)
+                flush_before(getattr(self._local, "deferred", None), query)
                 row: Row | None = conn.execute(QUERIES[query], params).fetchone()
                 return row
             except self._psycopg.Error as exc:
@@ -388,82 +399,6 @@ class PostgresConnector:
         from .postgres_listen import Listener
 
         return Listener(self._connect, self.schema, queues)
-
-
-class _Deferred:
-    """The event rows of a bare group, written in one round trip just before its commit.
-
-    Nothing in a group reads an event row another call of it wrote, but a query that reads
-    ``events`` flushes them first (:data:`_READS_EVENTS`); a group that fails is rolled back
-    whole, its deferred rows with it. (A bare group is the common case of a worker's batch:
-    this saves one round trip per event, several per run.)
-    """
-
-    __slots__ = ("_conn", "rows")
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self.rows: list[list[Any]] = []
-
-    def flush(self) -> None:
-        if self.rows:
-            rows, self.rows = self.rows, []
-            sql, _ = _positional_query("insert_event")
-            self._conn.cursor().executemany(sql, rows)
-
-
-#: the queries that read the events table (a group's deferred event rows are written first)
-_READS_EVENTS = frozenset(name for name, sql in QUERIES.items()
-                          if re.search(r"\bevents\b", sql) and not sql.lstrip().upper().startswith("INSERT INTO EVENTS"))
-
-
-def _flush_before(deferred: _Deferred | None, query: str) -> None:
-    if deferred is not None and deferred.rows and query in _READS_EVENTS:
-        deferred.flush()
-
-
-def _positional_query(query: str) -> tuple[str, list[int]]:
-    compiled = _POSITIONAL.get(query)
-    if compiled is None:
-        compiled = _POSITIONAL[query] = _positional(QUERIES[query])
-    return compiled
-
-
-class _Tx:
-    """The write side of a transaction: named queries on one connection (in a bare group,
-    event rows are deferred to its commit: :class:`_Deferred`)."""
-
-    __slots__ = ("_conn", "_deferred")
-
-    def __init__(self, conn: Any, deferred: _Deferred | None = None) -> None:
-        self._conn = conn
-        self._deferred = deferred
-
-    def execute(self, query: str, params: Mapping[str, Any]) -> int:
-        _flush_before(self._deferred, query)
-        return int(self._conn.execute(QUERIES[query], params).rowcount)
-
-    def insert(self, query: str, params: Mapping[str, Any]) -> int | None:
-        _flush_before(self._deferred, query)
-        row = self._conn.execute(QUERIES[query] + " RETURNING id", params).fetchone()
-        return None if row is None else int(row["id"])
-
-    def insert_values(self, query: str, values: Sequence[Any]) -> None:
-        sql, picks = _positional_query(query)
-        ordered = [values[i] for i in picks]
-        if self._deferred is not None and query == "insert_event":
-            self._deferred.rows.append(ordered)
-        else:
-            self._conn.execute(sql, ordered)
-
-    def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
-        _flush_before(self._deferred, query)
-        row: Row | None = self._conn.execute(QUERIES[query], params).fetchone()
-        return row
-
-    def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
-        _flush_before(self._deferred, query)
-        return list(self._conn.execute(QUERIES[query], params).fetchall())
 
 
 class PostgresStore(SQLStore):

@@ -55,11 +55,13 @@ class RunManager(Manager):
     def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
                   takeover_epoch: int | None = None) -> RunRecord | None:
         """Atomically lease a run; None if someone else holds it. Bumps the lease epoch."""
-        now = self.c.now()
         with self.c.transaction() as tx:
             before = tx.one("lock_run", {"id": run_id})
             if before is None:
                 return None
+            # the clock read once the row is ours: a call that waited for a connection or the
+            # lock must not store a lease that is already (nearly) over
+            now = self.c.now()
             n = tx.execute("claim_run", {"id": run_id, "owner": owner.worker, "host": owner.host, "pid": owner.pid,
                                          "pid_start": owner.pid_start, "now": now, "ttl": ttl, "skew": skew,
                                          "takeover_epoch": -1 if takeover_epoch is None else takeover_epoch})
