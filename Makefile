@@ -25,7 +25,8 @@ docs-build: .venv/bin/mkdocs
 
 bench: setup
 	.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,bench]"
-	.venv/bin/python benchmarks/run.py
+	@scripts/postgres.sh
+	.venv/bin/python benchmarks/run.py --postgres
 
 clean:
 	rm -rf .venv .demo .pytest_cache site
