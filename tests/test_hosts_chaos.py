@@ -115,10 +115,19 @@ def fleet(own_postgres: PgCluster, own_database: str, make_host: Callable[..., H
 
 
 def kill(fleet: Fleet, name: str) -> dict[str, int]:
-    """A power cut while ``name`` holds runs: its leases must expire and move to other hosts."""
-    fleet.busy(name)
-    fleet.hosts[name].kill()
-    return fleet.held(name)
+    """A power cut while ``name`` holds runs: its leases must expire and move to other hosts.
+    (Frozen first, so that it cannot finish the runs it holds between the look and the kill.)"""
+    host = fleet.hosts[name]
+    deadline = time.monotonic() + 60
+    while True:
+        fleet.busy(name)
+        host.stop()
+        held = fleet.held(name)
+        if held:
+            host.kill()
+            return held
+        host.cont()
+        assert time.monotonic() < deadline, f"{name} never held a run when frozen"
 
 
 def freeze(fleet: Fleet, name: str) -> tuple[dict[str, int], float]:
@@ -135,10 +144,16 @@ def freeze(fleet: Fleet, name: str) -> tuple[dict[str, int], float]:
 
 def cut(fleet: Fleet, name: str) -> tuple[dict[str, int], float]:
     """Cut ``name``'s link while it holds runs, for more than twice the lease; restore it."""
-    fleet.busy(name)
     relay = fleet.relays[name]
-    relay.cut("reset")
-    began, held = time.monotonic(), fleet.held(name)
+    deadline = time.monotonic() + 60
+    while True:
+        fleet.busy(name)
+        relay.cut("reset")
+        began, held = time.monotonic(), fleet.held(name)
+        if held:  # (it may have ended its runs between the look and the cut)
+            break
+        relay.restore()
+        assert time.monotonic() < deadline, f"{name} never held a run when cut off"
     wait_for(lambda: fleet.taken_from(held), 30, f"{name}'s runs reclaimed while it is cut off")
     wait_for(lambda: time.monotonic() - began > 2 * TTL, 3 * TTL, "the cut has lasted twice the lease")
     relay.restore()

@@ -48,7 +48,7 @@ def submit_successes(db: Path) -> dict[str, int]:
         store.close()
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("workers", [3])  # (on PostgreSQL, four hosts: tests/test_hosts_chaos.py)
 def test_workers_drain_200_runs_exactly_once(tmp_path: Path, shop: Any, workers: int) -> None:
     """N worker processes on one database drain 200 runs: every run SUCCEEDED, its effect
     succeeded exactly once, and no reference has two orders."""
