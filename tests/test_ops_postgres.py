@@ -324,3 +324,41 @@ def test_a_backup_taken_while_another_process_writes_is_one_snapshot(pg_url: str
         assert count(empty, "SELECT COUNT(*) FROM browserworker.events WHERE kind = 'run_created'") == taken
     finally:
         pg_server.drop(name)
+
+
+def test_review_resolve_and_cancel_work_on_postgres(cli: Any, pg_url: str) -> None:
+    """A run whose effect is in doubt (NEEDS_REVIEW on PostgreSQL) is listed by ``review``;
+    ``resolve --done`` journals the decision with who made it and requeues the run; ``cancel``
+    ends a queued run at once and asks a leased one to stop."""
+    from browserworker.states import AttemptState
+
+    store = open_store(pg_url)
+    try:
+        run = running(store, "doubt", owner=GONE)
+        attempt = store.begin_attempt(run.id, run.lease_epoch, "submit", "effect", "doubt/submit", "fp")
+        store.mark_dispatched(attempt, run.lease_epoch, "POST", "http://127.0.0.1:1/orders")
+        store.finish_attempt(attempt, run.lease_epoch, AttemptState.UNKNOWN, decided_by="recovery:dispatched")
+        store.set_run_state(run.id, run.lease_epoch, RunState.NEEDS_REVIEW, error="in doubt")
+        queued(store, "waiting")
+        leased = running(store, "busy", owner=GONE)
+    finally:
+        store.close()
+    review = cli("review", "--db", pg_url, "--json")
+    assert review.exit_code == 0, review.output
+    assert [(r["run_id"], r["step_id"]) for r in json.loads(review.output)] == [("doubt", "submit")]
+    done = cli("resolve", "doubt", "submit", "--done", "--result", '{"order_id": "7"}', "--db", pg_url, "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["state"] == "QUEUED"
+    shown = json.loads(cli("show", "doubt", "--db", pg_url, "--json").output)
+    [submit] = [a for a in shown["journal"] if a["step_id"] == "submit"]
+    assert submit["state"] == "SUCCEEDED" and submit["result"] == {"order_id": "7"}
+    assert submit["decided_by"].startswith("human:")  # who decided
+    assert cli("cancel", "waiting", "--db", pg_url).exit_code == 0
+    assert cli("cancel", "busy", "--db", pg_url).exit_code == 0
+    store = open_store(pg_url)
+    try:
+        assert store.get_run("waiting").state is RunState.CANCELLED  # type: ignore[union-attr]
+        busy = store.get_run("busy")
+        assert busy is not None and busy.cancel_requested and busy.lease_epoch == leased.lease_epoch
+    finally:
+        store.close()
