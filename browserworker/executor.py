@@ -13,6 +13,7 @@ lease closes the context and stops the run at once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from .flow import Action, Effect, Flow, Step
 from .journal import RunJournal
 from .passes import Again, Pass, PassOutcome, RunScope, Stop
 from .routes import ContextRoute
-from .states import RunState
+from .states import AttemptState, RunState
 from .store.records import AttemptRecord, RunRecord
 
 __all__ = ["Executor", "PassOutcome"]
@@ -85,7 +86,10 @@ class Executor:
             self._starting = asyncio.ensure_future(self.journal.start())
         await self.extensions.emit("run_started", self.run)
         try:
-            final = await self._passes()
+            if attempts and nothing_left(self.flow.steps, attempts):  # e.g. resolved done: no browser needed
+                final = await self._finish(RunState.SUCCEEDED, None, "nothing left to do")
+            else:
+                final = await self._passes()
         finally:
             # never left behind; a failure of either is a lost lease, raised already
             left = [f for f in (self._starting, self._ending) if f is not None]
@@ -218,6 +222,19 @@ class _CloseOnLeaseLost(Extension):
     def lease_lost(self, run_id: str, error: BaseException) -> None:  # type: ignore[override]
         if run_id == self.executor.run.id:
             self.executor.shut_now()
+
+
+def nothing_left(steps: Sequence[Step], attempts: Sequence[AttemptRecord]) -> bool:
+    """Whether a resumed run has nothing left to do: every effect's latest attempt SUCCEEDED,
+    and so did every action after the last effect. (The actions before an effect only prepare
+    its page: with every effect done there is nothing for them to prepare.)"""
+    latest: dict[str, AttemptRecord] = {}
+    for a in attempts:
+        if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
+            latest[a.step_id] = a
+    last_effect = max((i for i, s in enumerate(steps) if isinstance(s, Effect)), default=-1)
+    needed = [s for i, s in enumerate(steps) if isinstance(s, Effect) or i > last_effect]
+    return all(s.id in latest and latest[s.id].state == AttemptState.SUCCEEDED for s in needed)
 
 
 async def _shut_and_close(context: BrowserContext, route: ContextRoute) -> None:

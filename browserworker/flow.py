@@ -399,9 +399,20 @@ class Flow(Generic[InputsT]):
     # -- inputs and fingerprints ------------------------------------------------
 
     def validate_inputs(self, data: Mapping[str, Any]) -> BaseModel:
-        """Validate raw inputs into the flow's model; :class:`InputError` names each problem."""
+        """Validate raw inputs into the flow's model; :class:`InputError` names each problem.
+
+        An input the model has no field for is an error too (a typo must not be dropped in
+        silence), unless the model allows extras (``model_config = ConfigDict(extra="allow")``)."""
+        model = self.inputs_model
+        if model.model_config.get("extra") != "allow":
+            known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+            unknown = sorted(set(data) - known)
+            if unknown:
+                names = ", ".join(sorted(model.model_fields)) or "none"
+                raise InputError(f"invalid inputs for flow {self.name!r}: unknown input{'s' if len(unknown) > 1 else ''} "
+                                 f"{', '.join(map(repr, unknown))} (its inputs: {names})")
         try:
-            return self.inputs_model.model_validate(dict(data))
+            return model.model_validate(dict(data))
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or '(inputs)'}: {err['msg']}" for err in exc.errors()

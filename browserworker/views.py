@@ -65,13 +65,14 @@ class Progress(Extension):
         self._say(f"  > {attempt.step_id}: intent committed (attempt {attempt.attempt_no}, key {attempt.request_key})")
 
     def outcome(self, attempt: AttemptRecord) -> None:
-        took = time.monotonic() - self._started.pop(attempt.step_id, time.monotonic())
+        began = self._started.pop(attempt.step_id, None)  # None: decided by recovery, not run here
+        took = "" if began is None else f" ({max(0.0, time.monotonic() - began):.1f}s)"
         mark = _MARK.get(attempt.state, str(attempt.state))
         detail = f" by {attempt.decided_by}" if attempt.kind == "effect" and attempt.decided_by else ""
         extra = f": {attempt.error}" if attempt.error and attempt.state != AttemptState.SUCCEEDED else ""
         result = f" -> {attempt.result}" if attempt.kind == "effect" and attempt.result is not None else ""
         self._say(f"  {'+' if attempt.state == AttemptState.SUCCEEDED else '!'} {attempt.step_id} "
-                  f"[{attempt.kind} #{attempt.attempt_no}] {mark}{detail}{result}{extra} ({took:.1f}s)")
+                  f"[{attempt.kind} #{attempt.attempt_no}] {mark}{detail}{result}{extra}{took}")
 
     def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> None:
         where = f"{step_id}: " if step_id else ""
@@ -125,23 +126,27 @@ def _detail(a: dict[str, Any]) -> str:
 
 
 def print_journal(view: dict[str, Any], console: Console) -> None:
+    """``show``'s text: what came from the run (ids, inputs, results, errors) is escaped, so a
+    ``[redacted]`` or a ``[1, 2]`` prints as it is instead of being read as Rich markup."""
+    from rich.markup import escape
+
     run = view["run"]
-    console.print(f"[bold]run {run['id']}[/bold]  flow {run['flow_name']}  [bold]{run['state']}[/bold]  "
-                  f"lease epoch {run['lease_epoch']}  owner {run['owner'] or '-'}")
-    console.print(f"inputs {run['inputs']}")
-    console.print(f"request keys {run['id']}/<step>")
+    console.print(f"[bold]run {escape(run['id'])}[/bold]  flow {escape(run['flow_name'])}  "
+                  f"[bold]{run['state']}[/bold]  lease epoch {run['lease_epoch']}  owner {escape(run['owner'] or '-')}")
+    console.print(f"inputs {escape(str(run['inputs']))}", highlight=False)
+    console.print(f"request keys {escape(run['id'])}/<step>")
     if run["error"]:
-        console.print(f"error {run['error']}")
+        console.print(f"error {escape(str(run['error']))}")
     console.print("[bold]journal[/bold] (step #attempt kind state, decided by, dispatched, fingerprint)")
     width = max((len(a["step_id"]) for a in view["journal"]), default=4)
     for a in view["journal"]:
         sent = "sent" if a["dispatched_at"] else "    "
-        console.print(f"  {a['step_id']:<{width}} #{a['attempt_no']:<2} {a['kind']:<6} {a['state']:<18} "
-                      f"by {a['decided_by'] or '-':<22} {sent} fp {a['request_fingerprint'][:12]}",
+        console.print(escape(f"  {a['step_id']:<{width}} #{a['attempt_no']:<2} {a['kind']:<6} {a['state']:<18} "
+                             f"by {a['decided_by'] or '-':<22} {sent} fp {a['request_fingerprint'][:12]}"),
                       soft_wrap=True, highlight=False)
         detail = _detail(a)
         if detail:
-            console.print(f"  {'':<{width}}   {detail}", soft_wrap=True, highlight=False)
+            console.print(escape(f"  {'':<{width}}   {detail}"), soft_wrap=True, highlight=False)
     decisions = [e for e in view["events"] if e["decision"] and e["kind"] in ("attempt_state", "decision",
                                                                               "lease_claimed", "run_state")]
     if decisions:
@@ -149,8 +154,9 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
         for e in decisions:
             step = f" {e['step_id']}#{e['attempt_no']}" if e["step_id"] else ""
             move = f" {e['from_state']}->{e['to_state']}" if e["to_state"] else ""
-            console.print(f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}"
-                          f"{' (epoch ' + str(e['lease_epoch']) + ')' if e['lease_epoch'] else ''}", soft_wrap=True)
+            console.print(escape(f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}"
+                                 f"{' (epoch ' + str(e['lease_epoch']) + ')' if e['lease_epoch'] else ''}"),
+                          soft_wrap=True)
 
 
 def print_runs(runs: list[RunRecord], console: Console) -> None:

@@ -161,3 +161,52 @@ def test_db_may_be_a_url_and_evidence_goes_to_the_working_directory(tmp_path: Pa
     assert session.evidence_dir == Path("browserworker.evidence")
     session.db = str(db)
     assert session.evidence_dir == tmp_path / "bw.db.evidence"
+
+
+def test_an_unknown_input_is_a_usage_error_and_nothing_is_written(tmp_path: Path) -> None:
+    """``--input colour=red`` for a field the flow's model does not have is refused (exit 2,
+    naming the input and the flow's inputs), for ``run`` and ``enqueue``, and nothing is
+    written; a model that allows extras takes them."""
+    db = tmp_path / "bw.db"
+    for command in ("run", "enqueue"):
+        done = bw(db, command, str(FLOW), *INPUTS, "--input", "colour=red")
+        assert done.exit_code == 2, done.output
+        assert "unknown input 'colour'" in done.output and "base_url, item" in done.output
+    assert not db.exists() or SQLiteStore(db).list_runs() == []
+    loose = tmp_path / "loose.py"
+    loose.write_text("from pydantic import BaseModel, ConfigDict\nfrom browserworker import Flow\n\n"
+                     "class Inputs(BaseModel):\n    model_config = ConfigDict(extra='allow')\n    item: str\n\n"
+                     "flow = Flow('loose', inputs=Inputs)\n\n@flow.step\nasync def look(ctx):\n    pass\n")
+    queued = as_json(bw(db, "enqueue", str(loose), "--input", "item=tea", "--input", "colour=red", "--json"))
+    assert as_json(bw(db, "show", queued["id"], "--json"))["run"]["inputs"] == {"item": "tea", "colour": "red"}
+
+
+def test_show_prints_a_secret_input_as_redacted_not_as_empty(tmp_path: Path) -> None:
+    """``show``'s text view prints a secret input as ``[redacted]`` (as --json does): the
+    marker must not be eaten as console markup and read as an empty password; a result with
+    brackets prints whole too."""
+    db = tmp_path / "bw.db"
+    flow = Path(__file__).parent / "flows" / "secret_order.py"
+    queued = bw(db, "enqueue", str(flow), "--input", "base_url=http://127.0.0.1:9", "--input", "username=u",
+                "--input", "password=hunter2", "--input", "api_token=t0k", "--input", "note=n", "--run-id", "s1")
+    assert queued.exit_code == 0, queued.output
+    shown = bw(db, "show", "s1")
+    assert shown.exit_code == 0, shown.output
+    assert "'password': '[redacted]'" in shown.output and "'api_token': '[redacted]'" in shown.output
+    assert "hunter2" not in shown.output and "''" not in shown.output
+
+
+def test_progress_gives_no_duration_for_an_outcome_it_did_not_see_start() -> None:
+    """A recovery decides an attempt without running it here: its line has no duration, never
+    a negative one (``(-0.0s)``)."""
+    import io
+    from types import SimpleNamespace
+
+    from browserworker.views import Progress
+
+    out = io.StringIO()
+    progress = Progress(out)
+    attempt = SimpleNamespace(step_id="submit", kind="effect", attempt_no=1, state=AttemptState.SUCCEEDED,
+                              decided_by="verifier", error=None, result={"order_id": "1"})
+    progress.outcome(attempt)  # type: ignore[arg-type]
+    assert "submit [effect #1]" in out.getvalue() and "s)" not in out.getvalue()
