@@ -138,7 +138,7 @@ class Executor:
 
     async def _pass(self) -> PassOutcome:
         completed = False
-        async with self.browser.context() as context:
+        async with self.browser.context(**self.flow.context_options(self.scope.inputs)) as context:
             p = self._pass_now = Pass(context=context, route=ContextRoute(context))
             try:
                 await self.extensions.emit("context_created", context)  # before the gate's route

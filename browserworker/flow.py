@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationError
 
 from .canonical import canonical_json, fingerprint_of
+from . import context_options
+from .context_options import ContextOptions
 from .errors import FlowDefinitionError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -264,7 +266,9 @@ class Flow(Generic[InputsT]):
     ``redact`` names input fields (or query/form parameters) that must never be written
     to logs or recordings; ``SecretStr`` inputs are redacted without being named.
     ``undeclared_effects`` says what happens when an action sends a non-GET request:
-    ``"warn"`` (default) or ``"fail"``.
+    ``"warn"`` (default) or ``"fail"``. ``context`` gives each run's browser context options
+    (``Browser.new_context``'s: ``locale``, ``http_credentials``, ``viewport``, ``proxy``...),
+    as a mapping or a function of the validated inputs (:mod:`browserworker.context_options`).
     """
 
     def __init__(
@@ -274,6 +278,7 @@ class Flow(Generic[InputsT]):
         *,
         redact: list[str] | tuple[str, ...] = (),
         undeclared_effects: Literal["warn", "fail"] = "warn",
+        context: ContextOptions = None,
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
             raise FlowDefinitionError(f"flow name {name!r} must be 1-64 letters, digits, '-', '_' or '.'")
@@ -285,6 +290,8 @@ class Flow(Generic[InputsT]):
         self.inputs_model: type[BaseModel] = inputs or NoInputs
         self.redact = tuple(redact)
         self.undeclared_effects = undeclared_effects
+        self.context = context if context is None or callable(context) else \
+            context_options.check(context, f"flow {name!r}")
         self._steps: list[Step] = []
 
     def __repr__(self) -> str:
@@ -418,6 +425,10 @@ class Flow(Generic[InputsT]):
                 f"{'.'.join(str(p) for p in err['loc']) or '(inputs)'}: {err['msg']}" for err in exc.errors()
             )
             raise InputError(f"invalid inputs for flow {self.name!r}: {problems}") from None
+
+    def context_options(self, inputs: BaseModel) -> dict[str, Any]:
+        """The browser context options of a run with these inputs (``Flow(context=...)``)."""
+        return context_options.resolve(self.context, inputs, f"flow {self.name!r}")
 
     def dump_inputs(self, model: BaseModel) -> dict[str, Any]:
         """Validated inputs as JSON data to store, with secret values revealed (the store needs them)."""

@@ -30,6 +30,7 @@ import structlog
 from playwright.async_api import BrowserContext
 from pydantic import BaseModel
 
+from ..context_options import secret_values
 from ..errors import InputError, UsageError
 from ..flow import Effect, Flow, Step, StepContext
 from ..extensions import Extension, Extensions
@@ -404,6 +405,10 @@ async def record(engine: Engine, loaded: LoadedFlow, run: RunRecord, *, name: st
         raise UsageError(f"run {run.id} has already started; --record needs a new run (no --run-id of an "
                          "existing run)")
     redactor = Redactor.for_run(loaded.flow.secret_fields(), run.inputs)
+    # the passwords of its browser context options (basic auth, a proxy) are secrets too
+    options = loaded.flow.context_options(loaded.flow.validate_inputs(run.inputs))
+    redactor.values.extend(v for v in secret_values(options) if v not in redactor.values)
+    redactor.values.sort(key=len, reverse=True)
     writer = RecordingWriter(path, redactor)
     writer.reset()
     others = engine.extensions_for(extensions)

@@ -133,6 +133,23 @@ async def orders_list(request: Request) -> Response:
         pages.orders_list_page(orders, user=user, csrf=csrf_token(request), ref=ref))
 
 
+#: the staff area's HTTP Basic account (a site that asks the browser, not a form, for a login)
+BASIC_USER, BASIC_PASSWORD = "staff", "basic-s3cret"
+
+
+async def staff(request: Request) -> Response:
+    """A page behind HTTP Basic auth; it shows the language the browser asked for."""
+    import base64
+
+    given = request.headers.get("authorization", "")
+    expected = "Basic " + base64.b64encode(f"{BASIC_USER}:{BASIC_PASSWORD}".encode()).decode()
+    if not secrets.compare_digest(given, expected):
+        return Response("authentication required", status_code=401,
+                        headers={"WWW-Authenticate": 'Basic realm="staff"'})
+    language = request.headers.get("accept-language", "")
+    return HTMLResponse(f"<h1 id='staff'>staff area</h1><p id='language'>{pages.escape(language)}</p>")
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     """JSON errors under ``/api``, HTML pages elsewhere."""
     assert isinstance(exc, HTTPException)
@@ -165,6 +182,7 @@ def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
         Route("/api/faults", api_faults, methods=["GET", "PUT", "DELETE"]),
         Route("/api/reset", api_reset, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/staff", staff, methods=["GET"]),
     ]
     middleware = [
         Middleware(SessionMiddleware, secret_key=db.secret_key(), session_cookie=SESSION_COOKIE,
