@@ -327,9 +327,11 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
 
 @pytest.fixture(scope="module")
 def own_postgres() -> Iterator[PgCluster]:
-    """A started PostgreSQL cluster of this test module's own (deleted after it); skips without PostgreSQL."""
+    """A started PostgreSQL cluster of this test module's own (deleted after it); fails (never skips)
+    without PostgreSQL's server binaries: the tests that need one are part of the suite."""
     if not available():
-        pytest.skip("PostgreSQL 15 binaries not installed")
+        pytest.fail(f"PostgreSQL's server binaries are not in {BIN} (install postgresql-15) or runuser is missing",
+                    pytrace=False)
     cluster = PgCluster()
     try:
         cluster.start()

@@ -52,7 +52,7 @@ def free_port() -> int:
 
 
 def available() -> bool:
-    """True when the PostgreSQL binaries are installed (tests skip without them)."""
+    """True when the PostgreSQL binaries are installed (the tests that need them fail without them)."""
     return (BIN / "initdb").exists() and (os.geteuid() != 0 or shutil.which("runuser") is not None)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from hosts import wait_for
 
 from browserworker.errors import LeaseLost
 from browserworker.store import NewRun, Owner, open_store
@@ -41,14 +42,12 @@ def waiting_on_a_lock(url: str, count: int = 1, timeout: float = 10.0) -> None:
     """Return once ``count`` sessions of the database wait for a row lock (an observable
     state of the server, polled with a deadline: not a sleep standing in for it)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        deadline = time.monotonic() + timeout
-        while True:
+        def waiting() -> bool:
             row = conn.execute("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
                                "AND wait_event_type = 'Lock'").fetchone()
-            if row is not None and row[0] >= count:
-                return
-            assert time.monotonic() < deadline, "nobody waited for the lock"
-            time.sleep(0.01)
+            return row is not None and row[0] >= count
+
+        wait_for(waiting, timeout, "a session waiting for the lock", interval=0.01)
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -278,10 +277,7 @@ def test_a_listener_whose_connection_is_killed_wakes_its_worker_and_listens_agai
 
 def listening_again(wakeups: Any, timeout: float = 10.0) -> bool:
     """Wait (bounded) until the listener listens on a second connection."""
-    deadline = time.monotonic() + timeout
-    while wakeups.listens < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return bool(wakeups.listens == 2)
+    return bool(wait_for(lambda: wakeups.listens == 2, timeout, "listening again", interval=0.01))
 
 
 def test_a_bare_groups_event_rows_are_written_at_its_commit_yet_read_inside_it(pg_url: str) -> None:

@@ -43,7 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .wakeups import Wakeups
 
-__all__ = ["FRAGMENTS", "Connector", "Row", "Tx", "compile_queries", "load_queries", "shared_queries"]
+__all__ = ["FRAGMENTS", "Connector", "Row", "Tx", "compile_queries", "load_queries", "numbered_migrations", "shared_queries"]
 
 #: A row as the connector returns it: read by column name (``row["state"]``).
 Row = Mapping[str, Any]
@@ -148,6 +148,15 @@ def load_queries(package: str, filename: str) -> dict[str, str]:
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
         queries[name] = "\n".join(lines).strip()
     return queries
+
+
+def numbered_migrations(folder: str) -> list[tuple[int, str]]:
+    """``[(version, sql)]`` from a dialect's numbered ``NNNN_*.sql`` files under ``sql/<folder>/``, in order."""
+    found = []
+    for entry in resources.files(SQL_PACKAGE).joinpath(folder).iterdir():
+        if entry.name.endswith(".sql") and entry.name[:4].isdigit():
+            found.append((int(entry.name[:4]), entry.read_text()))
+    return sorted(found)
 
 
 def shared_queries() -> dict[str, str]:

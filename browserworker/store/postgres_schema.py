@@ -8,26 +8,19 @@ migrate it once and none sees it half made.
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
 from ..errors import StoreError
-from .connector import SQL_PACKAGE
+from .connector import numbered_migrations
+from .postgres_queries import DB_NOW
 
 __all__ = ["SCHEMA_VERSION", "exists", "lock_name", "migrate", "migrations", "missing", "require_schema",
            "schema_version"]
 
 _FOLDER = "postgres"
-_CLOCK = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
-
-
 def migrations() -> list[tuple[int, str]]:
     """``[(version, sql)]`` from the numbered ``NNNN_*.sql`` files, in order."""
-    found = []
-    for entry in resources.files(SQL_PACKAGE).joinpath(_FOLDER).iterdir():
-        if entry.name.endswith(".sql") and entry.name[:4].isdigit():
-            found.append((int(entry.name[:4]), entry.read_text()))
-    return sorted(found)
+    return numbered_migrations(_FOLDER)
 
 
 SCHEMA_VERSION = max(v for v, _ in migrations())
@@ -79,4 +72,4 @@ def migrate(conn: Any, schema: str, *, create: bool, location: str) -> None:
         for version, sql in migrations():
             if version > current:
                 conn.execute(sql)
-                conn.execute(f"INSERT INTO schema_migrations VALUES (%s, {_CLOCK})", (version,))
+                conn.execute(f"INSERT INTO schema_migrations VALUES (%s, {DB_NOW})", (version,))

@@ -17,13 +17,12 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from .base import GroupSpoiled
-from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
+from .connector import SQL_PACKAGE, Row, compile_queries, load_queries, numbered_migrations, shared_queries
 from .shared import SQLStore
 from .wakeups import NoWakeups
 
@@ -33,13 +32,7 @@ _MIGRATIONS = "sqlite"  # the numbered NNNN_*.sql files of this dialect, under s
 
 
 def _migrations() -> list[tuple[int, str]]:
-    """``[(version, sql)]`` from this dialect's numbered ``NNNN_*.sql`` files, in order."""
-    found = []
-    for entry in resources.files(SQL_PACKAGE).joinpath(_MIGRATIONS).iterdir():
-        name = entry.name
-        if name.endswith(".sql") and name[:4].isdigit():
-            found.append((int(name[:4]), entry.read_text()))
-    return sorted(found)
+    return numbered_migrations(_MIGRATIONS)
 
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
