@@ -93,6 +93,8 @@ class NewRun:
     priority: int = 0
     not_before: float | None = None
     secret_fields: tuple[str, ...] = ()
+    limit_key: str | None = None
+    """The key whose budget the run counts against (``None``: the flow's name)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class RunRecord:
     error: str | None
     cancel_requested: bool = False
     lease_losses: int = 0
+    limit_key: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:

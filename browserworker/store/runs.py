@@ -28,7 +28,8 @@ class RunManager(Manager):
         tx.execute("insert_run", {"id": run.id, "flow_name": run.flow_name, "flow_path": run.flow_path,
                                   "flow_hash": run.flow_hash, "inputs_json": canonical_json(dict(run.inputs)),
                                   "secret_fields": canonical_json(sorted(run.secret_fields)), "queue": run.queue,
-                                  "priority": run.priority, "not_before": run.not_before, "now": now})
+                                  "priority": run.priority, "not_before": run.not_before, "now": now,
+                                  "limit_key": run.limit_key or run.flow_name})
         self._event(tx, run.id, "run_created", now=now, to_state=RunState.QUEUED, detail=detail)
 
     def create_run(self, run: NewRun) -> RunRecord:

@@ -15,9 +15,9 @@
 
 -- name: insert_run
 INSERT INTO runs (id, flow_name, flow_path, flow_hash, inputs_json, secret_fields, queue, priority, state,
-                  created_at, not_before, updated_at)
+                  created_at, not_before, updated_at, limit_key)
 VALUES (:id, :flow_name, :flow_path, :flow_hash, :inputs_json, :secret_fields, :queue, :priority, 'QUEUED',
-        :now, :not_before, :now)
+        :now, :not_before, :now, :limit_key)
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :id
