@@ -44,7 +44,9 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
     except Exception as exc:
         await gate.outbox.failed(outbox_id, f"{type(exc).__name__}: {exc}")
         raise
+    faults.hit("reply_lost", gate.effect.id)  # the target has answered; nothing of it is journaled yet
     await gate.outbox.answered(outbox_id, response.status, response.url, response.headers)
+    faults.hit("after_response", gate.effect.id)
     gate.extensions.notify("response", gate.attempt, response.status, response.url)
     return response
 

@@ -17,6 +17,7 @@ from playwright.async_api import Page
 from . import faults
 from .errors import LeaseLost
 from .flow import Effect, RecordedResponse, Verdict
+from .observed import Looked
 from .passes import REPLAY_NOW, Again, RunScope, Stop, in_own_task, jsonable, response_evidence, safe_url
 from .recovery import default_judge, plan_recovery, settle_deadline
 from .states import AttemptState
@@ -117,6 +118,10 @@ def _stopped_at(scope: RunScope, attempt: AttemptRecord) -> float:
     return scope.run.owner_stopped_at or time.time()
 
 
+def _name(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or fn)
+
+
 async def _ask(step: Effect, ctx: Any) -> Verdict:
     """The verifier's verdict; anything but a Verdict, or raising, is "unknown"."""
     assert step.verifier is not None
@@ -142,9 +147,11 @@ async def verify(scope: RunScope, step: Effect, attempt: AttemptRecord, outbox: 
     asked = 0
     while True:
         asked += 1
-        verdict = await _ask(step, ctx)
+        with Looked(page) as looked:
+            verdict = await _ask(step, ctx)
         journal.check()
-        evidence = {"verdict": verdict.kind, "reason": verdict.reason, "page_url": safe_url(page), "asked": asked}
+        evidence = {"verdict": verdict.kind, "reason": verdict.reason, "page_url": safe_url(page), "asked": asked,
+                    "verifier": _name(step.verifier), "checked": looked.checked}
         if verdict.kind == "done":
             done = await journal.finish(attempt, AttemptState.SUCCEEDED, decided_by="verifier",
                                         result=jsonable(verdict.result), evidence=evidence)

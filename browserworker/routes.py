@@ -10,13 +10,17 @@ requests, API calls and messages go on untouched.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import structlog
 from playwright.async_api import APIResponse, BrowserContext, Page, Request, Route, WebSocketRoute
 
-__all__ = ["SOCKET", "ApiHandler", "ContextRoute", "SocketHandler", "stop_renderer"]
+__all__ = ["SOCKET", "ApiCall", "ApiHandler", "ApiListener", "ContextRoute", "SocketHandler", "api_call_of", "observe_api",
+           "stop_renderer"]
 
 log = structlog.get_logger("browserworker.gate")
 
@@ -169,24 +173,116 @@ class ContextRoute:
                 await handler(url, message, forward)
 
 
+@dataclass(frozen=True)
+class ApiCall:
+    """A ``page.request`` / ``context.request`` call as it is sent: the method, the URL with its
+    ``params``, the body Playwright makes of ``data`` or ``form`` (None for ``multipart``, whose
+    boundary is chosen by the driver) and its content type."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    mime: str | None
+    multipart: bool = False
+
+
+ApiListener = Callable[[ApiCall, "APIResponse | None", "str | None"], Awaitable[None]]
+"""``(call, response, error)``: told of every API call a context made, once it is answered (or failed)."""
+
+
+class _ApiHook:
+    """The wrapper on one context's API request context (see :func:`_hook_api_requests`)."""
+
+    def __init__(self, inner: Callable[..., Awaitable[APIResponse]]) -> None:
+        self.inner = inner
+        self.route: ContextRoute | None = None
+        self.listeners: list[ApiListener] = []
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> APIResponse:
+        call = api_call_of(kwargs)
+        send = lambda: self.inner(*args, **kwargs)  # noqa: E731
+        try:
+            response = await (send() if self.route is None else self.route._api(call.method, call.url, send))
+        except Exception as exc:
+            for listener in list(self.listeners):
+                await listener(call, None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            raise
+        for listener in list(self.listeners):
+            await listener(call, response, None)
+        return response
+
+
+def api_call_of(kwargs: Mapping[str, Any]) -> ApiCall:
+    """What an ``APIRequestContext._inner_fetch`` call will send (its keyword arguments)."""
+    request = kwargs.get("request")
+    method = (kwargs.get("method") or (request.method if request is not None else None) or "GET").upper()
+    url = str(kwargs.get("url") or (request.url if request is not None else ""))
+    params = kwargs.get("params")
+    if params:
+        query = params if isinstance(params, str) else urlencode(
+            [(k, _js_string(v)) for k, v in dict(params).items()])
+        url = f"{url}{'&' if urlsplit(url).query else '?'}{query}"
+    headers = {str(k): str(v) for k, v in dict(kwargs.get("headers") or
+                                               (request.headers if request is not None else {}) or {}).items()}
+    mime = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
+    data, form = kwargs.get("data"), kwargs.get("form")
+    body: bytes | None = None
+    if kwargs.get("multipart") is not None:
+        return ApiCall(method, url, headers, None, mime, multipart=True)
+    if isinstance(data, bytes):
+        body = data
+    elif isinstance(data, str):
+        body = data.encode()
+    elif data is not None:
+        body, mime = json.dumps(data, separators=(",", ":")).encode(), mime or "application/json"
+    elif form is not None:
+        fields = getattr(form, "_fields", None)
+        pairs = list(fields) if fields is not None else list(dict(form).items())
+        body = urlencode([(k, _js_string(v)) for k, v in pairs]).encode()
+        mime = mime or "application/x-www-form-urlencoded"
+    elif request is not None:
+        body = request.post_data_buffer
+    return ApiCall(method, url, headers, body, mime)
+
+
+def _js_string(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _hook(context: BrowserContext) -> _ApiHook:
+    impl: Any = getattr(getattr(context, "_impl_obj", None), "request", None)
+    hook = getattr(impl, "_inner_fetch", None)
+    if isinstance(hook, _ApiHook):
+        return hook
+    if impl is None or hook is None:  # pragma: no cover - a Playwright whose internals moved
+        raise RuntimeError("this Playwright version's API request context cannot be gated by browserworker "
+                           "(no APIRequestContext._inner_fetch); pin the Playwright version browserworker supports")
+    impl._inner_fetch = hook = _ApiHook(hook)
+    return hook
+
+
 def _hook_api_requests(context: BrowserContext, route: ContextRoute) -> None:
     """Send the context's API requests (``page.request`` and ``context.request`` are the same
     object) through ``route._api``: they are made by Playwright's driver, not the browser, so no
     route sees them. Every verb (``get``, ``post``, ``fetch``...) ends in one private method of
     the implementation object, which is wrapped on that one instance."""
-    impl: Any = getattr(getattr(context, "_impl_obj", None), "request", None)
-    inner = getattr(impl, "_inner_fetch", None)
-    if impl is None or inner is None:  # pragma: no cover - a Playwright whose internals moved
-        raise RuntimeError("this Playwright version's API request context cannot be gated by browserworker "
-                           "(no APIRequestContext._inner_fetch); pin the Playwright version browserworker supports")
+    _hook(context).route = route
 
-    async def inner_fetch(*args: Any, **kwargs: Any) -> APIResponse:
-        request = kwargs.get("request")
-        method = (kwargs.get("method") or (request.method if request is not None else None) or "GET").upper()
-        url = kwargs.get("url") or (request.url if request is not None else "")
-        return await route._api(method, str(url), lambda: inner(*args, **kwargs))
 
-    impl._inner_fetch = inner_fetch
+def observe_api(context: BrowserContext, listener: ApiListener) -> Callable[[], None]:
+    """Tell ``listener`` of every API call ``context`` makes from now on, once answered (the
+    recorder keeps them, a verifier's evidence names them); returns what stops it."""
+    hook = _hook(context)
+    hook.listeners.append(listener)
+
+    def stop() -> None:
+        if listener in hook.listeners:
+            hook.listeners.remove(listener)
+
+    return stop
 
 
 async def stop_renderer(context: BrowserContext, page: Page) -> None:

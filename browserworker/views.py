@@ -114,7 +114,11 @@ def _detail(a: dict[str, Any]) -> str:
         parts.append(f"result {a['result']}")
     ev = a["evidence"] if isinstance(a["evidence"], dict) else {}
     if ev.get("verdict"):
-        parts.append(f"verifier said {ev['verdict']} (asked {ev.get('asked', 1)}x) at {ev.get('page_url')}")
+        who = f"verifier {ev['verifier']}" if ev.get("verifier") else "verifier"
+        looked = (f"checked {', '.join(ev['checked'])}" if ev.get("checked")
+                  else f"loaded nothing; its page was at {ev.get('page_url')}")
+        why = f" ({ev['reason']})" if ev.get("reason") else ""
+        parts.append(f"{who} said {ev['verdict']}{why} (asked {ev.get('asked', 1)}x): {looked}")
     for r in ev.get("responses") or []:
         parts.append(f"{r['method']} -> {r['status'] or r['failure'] or 'no response'}"
                      + (f" {r['location']}" if r.get("location") else ""))
@@ -249,6 +253,9 @@ def review_lines(items: Sequence[ReviewItem]) -> list[str]:
         lines.append(f"  step {item.step_id} #{item.attempt_no}  key {item.request_key}  fp {item.fingerprint}")
         for resp in ev.get("responses", []):
             lines.append(f"    {resp['method']} {resp['url']} -> {resp['status'] or resp['failure'] or 'no response'}")
+        if ev.get("verdict"):
+            lines.append(f"    verifier {ev.get('verifier') or ''} said {ev['verdict']}; checked: "
+                         + (", ".join(ev.get("checked") or []) or "nothing (no page load, no page.request call)"))
         lines += [f"    {key}: {ev[key]}" for key in ("page_url", "screenshot", "reason") if ev.get(key)]
         lines.append(f"  resolve: browserworker resolve {item.run_id} {item.step_id} --done|--not-done|--failed")
     return lines

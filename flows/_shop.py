@@ -31,6 +31,18 @@ async def log_in(ctx: StepContext[Order]) -> None:
     await page.wait_for_url("**/orders/new")
 
 
+async def log_in_over_http(ctx: StepContext[Order]) -> None:
+    """Sign in without the page: GET the login form for its CSRF token and POST it with
+    ``page.request`` (the context's cookie jar keeps the session)."""
+    base = ctx.inputs.base_url
+    form = await ctx.page.request.get(f"{base}/login")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text())
+    assert token, "no CSRF token on the login page"
+    await ctx.page.request.post(f"{base}/login", form={
+        "csrf_token": token.group(1), "username": ctx.inputs.username,
+        "password": ctx.inputs.password.get_secret_value(), "next": "/healthz"})
+
+
 async def submit_order_form(ctx: StepContext[Order]) -> dict:
     """Fill and submit the order form; return the new order's id or raise with the page's errors."""
     page = ctx.page

@@ -270,3 +270,25 @@ def test_sigterm_during_run_hands_the_run_back_and_resume_finishes(bw: BW, shop:
     done = bw.run("run", flow, "--db", str(bw.db), "--run-id", run_id)
     assert done.returncode == 0, done.stderr
     assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def test_evidence_names_what_an_api_verifier_checked(bw: BW, shop: Any, run_id: str) -> None:
+    """A verifier that looks the order up with page.request (the reply of a page.request POST lost
+    in a crash): the resumed run's journal names the verifier and the lookup it made, its URL and
+    status, not the page's URL."""
+    killed = bw.run("run", str(Path(__file__).parent / "flows" / "api_verifier.py"), "--db", str(bw.db),
+                    *inputs(shop), "--run-id", run_id, env={"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"})
+    assert killed.returncode == -9, killed.stderr
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    done = bw.run("run", str(Path(__file__).parent / "flows" / "api_verifier.py"), "--db", str(bw.db),
+                  "--run-id", run_id)
+    assert done.returncode == 0, done.stderr
+    [attempt] = submit_attempts(bw, run_id)
+    assert (attempt["state"], attempt["decided_by"]) == ("SUCCEEDED", "verifier")
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    evidence = attempt["evidence"]
+    assert evidence["verifier"] == "landed"
+    lookup = f"GET {shop.url}/api/orders?reference={run_id}%2Fsubmit -> 200"
+    assert evidence["checked"] == [lookup]
+    shown = bw.run("show", run_id, "--db", str(bw.db))
+    assert f"verifier landed said done (asked 1x): checked {lookup}" in shown.stdout

@@ -27,11 +27,18 @@ import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import UsageError
 from .redact import Redactor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from playwright.async_api import APIResponse
+
+    from ..routes import ApiCall
 
 __all__ = [
     "FORMAT",
@@ -39,6 +46,7 @@ __all__ = [
     "Recording",
     "RecordingWriter",
     "Segment",
+    "api_har_entry",
     "recording_path",
     "write_json",
 ]
@@ -194,6 +202,36 @@ class RecordingWriter:
         info = {**segment.to_dict(), "file": f"network/{segment.file_name}", "entries": len(entries)}
         self.segments.append(info)
         return info
+
+
+async def api_har_entry(call: ApiCall, response: APIResponse | None, error: str | None) -> dict[str, Any]:
+    """A HAR entry (raw, redacted when its segment is written) for a ``page.request`` call."""
+    request: dict[str, Any] = {
+        "method": call.method, "url": call.url, "httpVersion": "HTTP/1.1",
+        "headers": [{"name": k, "value": v} for k, v in call.headers.items()],
+        "queryString": [{"name": k, "value": v} for k, v in parse_qsl(urlsplit(call.url).query, keep_blank_values=True)],
+        "cookies": [], "headersSize": -1, "bodySize": len(call.body or b""),
+    }
+    if call.body:
+        request["postData"] = {"mimeType": call.mime or "application/octet-stream",
+                               "text": call.body.decode("utf-8", errors="replace")}
+    if response is None:
+        answer: dict[str, Any] = {"status": 0, "statusText": "", "headers": [], "cookies": [],
+                                  "content": {"size": 0, "mimeType": ""}, "_failureText": error}
+    else:
+        try:
+            body = await response.body()
+        except Exception:  # disposed by the caller already: the answer without its body
+            body = b""
+        headers = [{"name": h["name"], "value": h["value"]} for h in response.headers_array]
+        mime = next((h["value"] for h in headers if h["name"].lower() == "content-type"), "")
+        answer = {"status": response.status, "statusText": response.status_text, "headers": headers,
+                  "cookies": [], "redirectURL": "", "headersSize": -1, "bodySize": len(body),
+                  "content": {"size": len(body), "mimeType": mime, "text": base64.b64encode(body).decode(),
+                              "encoding": "base64"}}
+    return {"startedDateTime": datetime.now(timezone.utc).isoformat(), "time": 0, "request": request,
+            "response": answer, "cache": {}, "timings": {"send": 0, "wait": 0, "receive": 0},
+            "_apiRequest": True}
 
 
 @dataclass

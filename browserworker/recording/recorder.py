@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from playwright.async_api import BrowserContext
+from playwright.async_api import APIResponse, BrowserContext
 from pydantic import BaseModel
 
 from ..context_options import secret_values
@@ -35,10 +35,11 @@ from ..errors import InputError, UsageError
 from ..flow import Effect, Flow, Step, StepContext
 from ..extensions import Extension, Extensions
 from ..loader import LoadedFlow
+from ..routes import ApiCall, observe_api
 from ..states import RunState
 from ..store.base import Store
 from ..store.records import AttemptRecord, RunRecord
-from .files import FORMAT, RecordingWriter, Segment, recording_path, write_json
+from .files import FORMAT, RecordingWriter, Segment, api_har_entry, recording_path, write_json
 from .redact import REDACTED, Redactor
 from .selftest import SelfTest, expected_after, run_verifier
 
@@ -214,6 +215,8 @@ class Recorder(Extension):
         self._pass = 0
         self._current: tuple[Segment, Path] | None = None
         self._dispatched: list[tuple[str, str]] = []
+        self._api_entries: list[dict[str, Any]] = []  # the page.request calls of the open segment
+        self.unreplayable: list[str] = []  # calls a replay cannot answer, said at record time
         self._dispatch_counts: dict[str, int] = {}
         self.self_tests: list[SelfTest] = []
         self.password_fields: set[str] = set()
@@ -265,15 +268,29 @@ class Recorder(Extension):
 
     def _write(self, seg: Segment, raw: Path) -> None:
         dispatched, self._dispatched = self._dispatched, []
+        api, self._api_entries = self._api_entries, []
         if seg.phase == "step" and seg.step:
             self._dispatch_counts[seg.step] = self._dispatch_counts.get(seg.step, 0) + len(dispatched)
-        if not raw.exists():
-            return
-        try:
-            har = json.loads(raw.read_text())
-        finally:
-            raw.unlink(missing_ok=True)
+        har: dict[str, Any] = {"log": {"version": "1.2", "entries": []}}
+        if raw.exists():
+            try:
+                har = json.loads(raw.read_text())
+            finally:
+                raw.unlink(missing_ok=True)
+        if api:  # the API calls (Playwright's HAR has none of them), after the browser's requests
+            har.setdefault("log", {}).setdefault("entries", []).extend(api)
         self.writer.write_segment(seg, har, dispatched)
+
+    async def _api_call(self, call: ApiCall, response: APIResponse | None, error: str | None) -> None:
+        """Keep a ``page.request`` call in the open segment, as a HAR entry a replay answers."""
+        if call.multipart:
+            why = (f"{call.method} {self.redactor.url(call.url)}: a page.request call with multipart= cannot be "
+                   "replayed (its body's boundary differs on every call); replays refuse it")
+            if why not in self.unreplayable:
+                self.unreplayable.append(why)
+                self.notify.notify("notice", self.run, None, f"recording: {why}")
+            return
+        self._api_entries.append(await api_har_entry(call, response, error))
 
     def _flush_closed(self) -> None:
         """A segment still open when its context closed: Playwright exported it at the close."""
@@ -289,6 +306,7 @@ class Recorder(Extension):
         self._pass += 1
         if self._browser_version is None and context.browser is not None:
             self._browser_version = context.browser.version
+        observe_api(context, self._api_call)
         await context.expose_binding("__browserworkerSecretFields", self._secret_fields)
         await context.add_init_script(_DETECT_SECRET_FIELDS)
         if self.traces is not None:
@@ -357,7 +375,7 @@ class Recorder(Extension):
             "duration_s": round(time.time() - self._started, 2),
             "tools": {"browserworker": _version("browserworker"), "playwright": _version("playwright"),
                       "python": platform.python_version(), "browser": self._browser_version},
-            "segments": self.writer.segments,
+            "segments": self.writer.segments, "unreplayable": self.unreplayable,
             "verifiers": [t.to_dict() for t in self.self_tests], "broken_verifiers": self.broken,
             "traces": [os.path.relpath(p, self.root) for p in (self.traces.files if self.traces else [])],
         })

@@ -185,6 +185,8 @@ class ReplayRouter:
             self.by_key.setdefault(entry.key, []).append(entry)
         self.by_id = {e.id: e for e in self.entries}
         self.hosts = {_host_port(e.url) for e in self.entries}
+        self.plain_hosts = {_host_port(e.url) for e in self.entries if e.url.lower().startswith("http:")} - {
+            _host_port(e.url) for e in self.entries if e.url.lower().startswith("https:")}
         self.served: list[tuple[str, str]] = []  # (request, entry id or refusal)
         self.refusals: list[str] = []
         self.blocked: list[str] = []  # the browser's own traffic to hosts the recording never saw
@@ -378,7 +380,9 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[st
 
 class ReplayProxy:
     """A loopback HTTP proxy that answers from the router what the browser sends outside routing
-    (the hops of a redirect). HTTPS hops arrive as ``CONNECT``: with a ``tls`` context the proxy
+    (the hops of a redirect, and ``page.request`` calls, which Playwright's driver makes itself and
+    tunnels through the proxy with ``CONNECT`` even for plain HTTP: a tunnel to a host the recording
+    saw only over HTTP is read as plain HTTP). HTTPS hops arrive as ``CONNECT``: with a ``tls`` context the proxy
     terminates TLS itself and answers from the recording; without one it refuses them. Traffic to
     hosts the recording never saw (the browser's own: autofill, safe browsing) is blocked."""
 
@@ -416,7 +420,17 @@ class ReplayProxy:
                 self.router.blocked.append(f"{method} {target}")
                 self._bad_gateway(writer)
                 return
-            if method.upper() == "CONNECT":
+            if method.upper() == "CONNECT" and _host_port(target) in self.router.plain_hosts:
+                # Playwright's API requests (page.request) tunnel even plain HTTP through a proxy
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+                head = await _read_request(reader)
+                if head is None:
+                    return
+                method, path, headers = head
+                host = target[:-3] if target.endswith(":80") else target
+                target = path if path.startswith("http") else f"http://{host}{path}"
+            elif method.upper() == "CONNECT":
                 if self.tls is None:
                     self.router._refuse(f"CONNECT {target}", ("CONNECT", target, ""),
                                         "is an HTTPS redirect hop (outside Playwright's routing); answering it "

@@ -6,14 +6,13 @@ only the journal and the verifier stand between a crash and a duplicate.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 from browserworker import Flow, StepContext, Verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "flows"))
-from _shop import Order  # noqa: E402
+from _shop import Order, log_in_over_http  # noqa: E402
 
 flow = Flow("short-order", inputs=Order)
 
@@ -31,14 +30,8 @@ FIND_ORDER = """async (reference) => {
 @flow.step(sends=True)
 async def login(ctx: StepContext[Order]) -> None:
     """Sign in over HTTP (the context's cookie jar), then open a light page on the shop."""
-    base = ctx.inputs.base_url
-    form = await ctx.page.request.get(f"{base}/login")
-    token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text())
-    assert token, "no CSRF token on the login page"
-    await ctx.page.request.post(f"{base}/login", form={
-        "csrf_token": token.group(1), "username": ctx.inputs.username,
-        "password": ctx.inputs.password.get_secret_value(), "next": "/healthz"})
-    await ctx.page.goto(f"{base}/healthz")
+    await log_in_over_http(ctx)
+    await ctx.page.goto(f"{ctx.inputs.base_url}/healthz")
 
 
 @flow.effect(settle=8)  # generous: the shop may be slow when the test machine is loaded
