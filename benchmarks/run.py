@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE))
 import browser_bench  # noqa: E402
 import claims  # noqa: E402
 import control_plane  # noqa: E402
+import session_reuse  # noqa: E402
 
 from browserworker.browser import find_chromium  # noqa: E402
 from browserworker.sandbox.testing import start_sandbox  # noqa: E402
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Also run the PostgreSQL section (ours on the PG store against procrastinate and "
                              "PgQueuer; needs the server of $BROWSERWORKER_BENCH_PG, default "
                              "postgresql://postgres@127.0.0.1:5432).")
+    parser.add_argument("--sessions-only", action="store_true",
+                        help="Run only (f), the login session benchmark; writes benchmarks/results/sessions.{json,md}.")
     parser.add_argument("--postgres-only", action="store_true",
                         help="Run only the PostgreSQL section; writes benchmarks/results/postgres.{json,md}.")
     args = parser.parse_args(argv)
@@ -77,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"machine": machine()}
     if args.postgres_only:
         return postgres_only(out)
+    if args.sessions_only:
+        return sessions_only(out)
     say("raw SQLite commit rate (WAL, synchronous=FULL)")
     out["raw_commits_per_s"] = control_plane.raw_commit_rate(Path(tempfile.mkdtemp()) / "raw.db")
     say("(b) control plane: ours x1, x2 processes; Huey; DBOS (alternating)")
@@ -101,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                                browser_bench.recovery(shop.url, reps=3, remote=True)]
             say("(e) concurrency 1/4/8 on one Chromium vs plain Playwright")
             out["concurrency"] = browser_bench.concurrency(shop.url)
+            say("(f) login + effect flow with and without a reused login session")
+            out["sessions"] = session_reuse.session_reuse(shop)
         finally:
             shop.stop()
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2, default=str))
@@ -125,6 +132,23 @@ def _median_of(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     if len(good) % 2:
         return middle
     return {**middle, key: (good[len(good) // 2 - 1][key] + middle[key]) / 2}
+
+
+def sessions_only(out: dict[str, Any]) -> int:
+    """``--sessions-only``: (f) alone, in results/sessions.{json,md}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shop = start_sandbox(Path(tmp) / "sandbox.db")
+        try:
+            say("(f) login + effect flow with and without a reused login session")
+            out["sessions"] = session_reuse.session_reuse(shop)
+        finally:
+            shop.stop()
+    (RESULTS / "sessions.json").write_text(json.dumps(out, indent=2, default=str))
+    table = "\n".join([_machine_line(out["machine"]), "", _HEADER, _RULE, session_reuse.render(out["sessions"])]) + "\n"
+    (RESULTS / "sessions.md").write_text(table)
+    print(table)
+    say("done")
+    return 0
 
 
 def postgres_only(out: dict[str, Any]) -> int:
@@ -283,14 +307,18 @@ def _machine_line(m: dict[str, Any]) -> str:
             f"(PYTHONDONTWRITEBYTECODE={'1' if m.get('pythondontwritebytecode') else 'unset'}).")
 
 
+_HEADER = "| # | what | ours | compared with | ratio | target | met |"
+_RULE = "|---|---|---|---|---|---|---|"
+
+
 def render(o: dict[str, Any]) -> str:
     cp = o["control_plane"]
     t = o["ten_steps"]
     lines = [
         _machine_line(o["machine"]),
         "",
-        "| # | what | ours | compared with | ratio | target | met |",
-        "|---|---|---|---|---|---|---|",
+        _HEADER,
+        _RULE,
         f"| a | 10-step flow (6 actions, 4 effects), `browserworker run`, median of {t['reps']} | {t['ours_s']:.2f} s "
         f"| plain Playwright "
         f"{t['plain_s']:.2f} s | {t['ratio']:.2f}x | <= 1.05x | {'yes' if t['ratio'] <= 1.05 else 'no'} |",
@@ -324,6 +352,8 @@ def render(o: dict[str, Any]) -> str:
                      f"memory (CPU {r['ours_cpu_s_per_run']:.2f} vs {r['plain_cpu_s_per_run']:.2f} s/run, "
                      f"{r['cpu_ratio']:.2f}x) | >= 0.9x, <= 1.1x | "
                      f"{'yes' if r['throughput_ratio'] >= 0.9 and r['memory_ratio'] <= 1.1 else 'no'} |")
+    if "sessions" in o:
+        lines.append(session_reuse.render(o["sessions"]))
     lines += ["", f"Raw SQLite commit rate on this disk (WAL, synchronous=FULL): {o['raw_commits_per_s']:,.0f} commits/s "
               "(the ceiling without group commit)."]
     return "\n".join(lines) + "\n"
