@@ -14,6 +14,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationError
@@ -33,6 +34,7 @@ __all__ = [
     "ChannelRequest",
     "Effect",
     "Flow",
+    "Login",
     "NoInputs",
     "RecordedResponse",
     "Step",
@@ -49,6 +51,7 @@ InputsT = TypeVar("InputsT", bound=BaseModel)
 StepFn = Callable[["StepContext[Any]"], Awaitable[Any]]
 VerifyFn = Callable[["StepContext[Any]"], Awaitable["Verdict"]]
 CountFn = Callable[["StepContext[Any]"], Awaitable[int]]
+CheckFn = Callable[["StepContext[Any]"], Awaitable[bool]]
 SendRule = bool | str | Callable[["Request"], bool]
 _STEP_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
@@ -163,6 +166,27 @@ class Action(Step):
 
 
 @dataclass
+class Login(Action):
+    """The login of a flow with ``Flow(session=...)`` (``@flow.login``): always its first step, id ``login``.
+
+    It runs only when there is no saved session for the run's key (or the saved one is
+    expired, unreadable, or ``@login.check`` says the page is not signed in); after it, the
+    browser context's storage state is saved for later runs (:mod:`browserworker.sessions`).
+    """
+
+    checker: CheckFn | None = field(default=None, repr=False)
+
+    def check(self, fn: CheckFn) -> CheckFn:
+        """Register the check that a reused session is signed in (``async def``, returns a bool)."""
+        if not inspect.iscoroutinefunction(fn):
+            raise FlowDefinitionError(f"{_where(fn)}: session check {fn.__name__!r} must be `async def`")
+        if self.checker is not None:
+            raise FlowDefinitionError(f"{_where(fn)}: the login of this flow already has a check")
+        self.checker = fn
+        return fn
+
+
+@dataclass
 class Effect(Step):
     """A step that changes the world: journaled as intent before it is dispatched."""
 
@@ -269,6 +293,10 @@ class Flow(Generic[InputsT]):
     ``"warn"`` (default) or ``"fail"``. ``context`` gives each run's browser context options
     (``Browser.new_context``'s: ``locale``, ``http_credentials``, ``viewport``, ``proxy``...),
     as a mapping or a function of the validated inputs (:mod:`browserworker.context_options`).
+    ``session`` is the key of a login session saved and reused across runs (a string, or a
+    function of the inputs), signed in by the ``@flow.login`` step; a saved session older than
+    ``session_max_age`` (a timedelta or seconds; default 12 hours) is not reused
+    (:mod:`browserworker.sessions`).
     """
 
     def __init__(
@@ -279,6 +307,8 @@ class Flow(Generic[InputsT]):
         redact: list[str] | tuple[str, ...] = (),
         undeclared_effects: Literal["warn", "fail"] = "warn",
         context: ContextOptions = None,
+        session: str | Callable[[Any], str] | None = None,
+        session_max_age: timedelta | float | None = None,
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
             raise FlowDefinitionError(f"flow name {name!r} must be 1-64 letters, digits, '-', '_' or '.'")
@@ -292,6 +322,13 @@ class Flow(Generic[InputsT]):
         self.undeclared_effects = undeclared_effects
         self.context = context if context is None or callable(context) else \
             context_options.check(context, f"flow {name!r}")
+        if session is not None and not (callable(session) or (isinstance(session, str) and session)):
+            raise FlowDefinitionError(f"flow {name!r}: session= must be a non-empty string or a function of the inputs")
+        max_age = session_max_age.total_seconds() if isinstance(session_max_age, timedelta) else session_max_age
+        if max_age is not None and max_age <= 0:
+            raise FlowDefinitionError(f"flow {name!r}: session_max_age must be positive")
+        self.session = session
+        self.session_max_age: float | None = None if max_age is None else float(max_age)
         self._steps: list[Step] = []
 
     def __repr__(self) -> str:
@@ -382,7 +419,39 @@ class Flow(Generic[InputsT]):
 
         return register(fn) if fn is not None else register
 
+    @overload
+    def login(self, fn: StepFn) -> Login: ...
+    @overload
+    def login(self, *, sends: SendRule = True, retries: int = 0) -> Callable[[StepFn], Login]: ...
+
+    def login(self, fn: StepFn | None = None, *, sends: SendRule = True,
+              retries: int = 0) -> Login | Callable[[StepFn], Login]:
+        """Register the login of a flow with ``session=``: the first step (id ``login``), run only
+        when no signed-in session is saved for the run's key. It may send what ``sends`` says
+        (default: anything: a login form's POST is safe to repeat)."""
+
+        def register(f: StepFn) -> Login:
+            if self.session is None:
+                raise FlowDefinitionError(f"{_where(f)}: @flow.login needs Flow(..., session=KEY): the key the "
+                                          "saved login is kept under")
+            if self.login_step is not None:
+                raise FlowDefinitionError(f"{_where(f)}: flow {self.name!r} already has a login")
+            if not isinstance(sends, bool):
+                _check_rule(_where(f), "sends=", sends)
+            step = Login(id="login", fn=f, retries=retries, sends=sends)
+            self._add(step)
+            self._steps.insert(0, self._steps.pop())  # whatever else was declared first, it runs first
+            return step
+
+        return register(fn) if fn is not None else register
+
     # -- queries ------------------------------------------------------------------
+
+    @property
+    def login_step(self) -> Login | None:
+        """The ``@flow.login`` step, if the flow has one."""
+        first = self._steps[0] if self._steps else None
+        return first if isinstance(first, Login) else None
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -429,6 +498,19 @@ class Flow(Generic[InputsT]):
     def context_options(self, inputs: BaseModel) -> dict[str, Any]:
         """The browser context options of a run with these inputs (``Flow(context=...)``)."""
         return context_options.resolve(self.context, inputs, f"flow {self.name!r}")
+
+    def session_key(self, inputs: BaseModel) -> str | None:
+        """The key of the login session a run with these inputs uses (``Flow(session=...)``), or None."""
+        spec = self.session
+        if spec is None or isinstance(spec, str):
+            return spec
+        try:
+            key = spec(inputs)
+        except Exception as exc:  # noqa: BLE001 - the flow's own code: say where
+            raise InputError(f"flow {self.name!r}: the session key from the inputs failed: {exc!r}") from exc
+        if not isinstance(key, str) or not key:
+            raise InputError(f"flow {self.name!r}: the session key must be a non-empty string, not {key!r}")
+        return key
 
     def dump_inputs(self, model: BaseModel) -> dict[str, Any]:
         """Validated inputs as JSON data to store, with secret values revealed (the store needs them)."""
