@@ -44,8 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .store.connector import Connector
 
 __all__ = ["DEFAULT_MAX_AGE", "ENV_KEY", "ENV_MAX_AGE", "LOGIN_CLAIM_TTL", "Sealer", "SessionInfo", "SessionKeyError",
-           "SessionRun", "SessionUnreadable", "drop_session", "generate_key", "list_sessions", "sealer_for",
-           "session_key"]
+           "SessionRun", "SessionUnreadable", "drop_session", "generate_key", "list_sessions", "replay_seed",
+           "sealer_for", "session_key"]
 
 ENV_KEY = "BROWSERWORKER_SESSION_KEY"
 ENV_MAX_AGE = "BROWSERWORKER_SESSION_MAX_AGE"
@@ -273,6 +273,24 @@ class SessionRun:
                            **({"version": version} if version is not None else
                               {"reason": "a newer login was saved meanwhile"}))
         return value
+
+
+def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]) -> bool:
+    """For a replay in a fresh store: when the recorded run started from a saved session (its
+    first session decision is ``session_reused`` or ``session_check_failed``), save an empty
+    one under the run's key, so that the replay takes the same branch (the recorded answers
+    decide the check). Whether a session was seeded."""
+    key = flow.session_key(inputs) if flow.login_step is not None else None
+    first = next((d for d in decisions if d.startswith("session_")), None)
+    if key is None or first not in ("session_reused", "session_check_failed"):
+        return False
+    sealer = sealer_for(store)
+    assert sealer is not None
+    owner = "replay"
+    store.sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL)
+    store.sessions.save(key, flow.name, owner, sealer.seal({"cookies": [], "origins": []}, key), sealer.key_id,
+                        store.now())
+    return True
 
 
 # -- listing and dropping (the CLI's `browserworker sessions`) ------------------------------
