@@ -185,6 +185,7 @@ class SessionRun:
         self.owner = f"{scope.run.id}#{scope.journal.epoch}"
         self.sealer: Sealer | None = None
         self.loaded: LoginSession | None = None  # the row this pass's context was created from
+        self.seen = 0  # the version this pass found (0: none saved)
         self.waited = False
 
     def _open(self, row: LoginSession | None) -> dict[str, Any] | None:
@@ -211,6 +212,7 @@ class SessionRun:
             row = await self._wait(row.version)
             state = self._open(row)
         self.loaded = row if state is not None else None
+        self.seen = row.version if row is not None else 0
         return {} if state is None else {"storage_state": state}
 
     async def _wait(self, version: int) -> LoginSession | None:
@@ -253,13 +255,18 @@ class SessionRun:
                 await self._decide(ctx, "session_reused", loaded)
                 return {"session": "reused"}
             await self._decide(ctx, "session_check_failed", loaded)
-        seen = loaded.version if loaded is not None else -1
-        while not await self.call(self.store.sessions.claim, self.key, self.flow.name, self.owner, LOGIN_CLAIM_TTL):
-            row = await self._wait(seen)
-            if row is not None and row.version > seen and self._open(row) is not None:
-                self.waited = True
-                await self._decide(ctx, "session_waited", row)
-                return {"session": "waited"}
+        seen = self.seen
+        while not await self.call(self.store.sessions.claim, self.key, self.flow.name, self.owner, LOGIN_CLAIM_TTL,
+                                  seen):
+            row = await self.call(self.store.sessions.get, self.key)
+            if row is not None and row.version > seen:
+                if self._open(row) is not None:  # another run's login: a new pass starts from it
+                    self.waited = True
+                    await self._decide(ctx, "session_waited", row)
+                    return {"session": "waited"}
+                seen = row.version  # newer, but not usable here (expired, another key): replace it
+                continue
+            await self._wait(seen)  # another run is logging in: until it saves or its claim ends
         try:
             value = await step.fn(ctx)
             state = await p.context.storage_state(indexed_db=True)
@@ -287,7 +294,7 @@ def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]
     sealer = sealer_for(store)
     assert sealer is not None
     owner = "replay"
-    store.sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL)
+    store.sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL, 0)
     store.sessions.save(key, flow.name, owner, sealer.seal({"cookies": [], "origins": []}, key), sealer.key_id,
                         store.now())
     return True

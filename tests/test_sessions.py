@@ -95,16 +95,16 @@ def saved_cookie(db: str, key: str, env: dict[str, str] | None = None) -> str:
 # -- the store: the login claim and versioned saves ---------------------------------------------
 
 def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) -> None:
-    """Two stores (two connections) claiming one key's login at once: exactly one wins; the
-    loser wins only once the claim expired or was freed by the winner's save, which bumps the
-    version; a stale writer whose claim was taken over cannot overwrite the newer save."""
+    """Two stores (two connections, two threads) claiming one key's login at once: exactly one
+    wins; nobody claims past a save newer than the version it saw; an expired claim is taken
+    over, and the stale writer whose claim was taken cannot overwrite the newer save."""
     a, b = open_store(store_target), open_store(store_target)
     try:
         gate = threading.Barrier(2)
 
         def claim(store: Any, owner: str) -> bool:
             gate.wait()
-            return bool(store.sessions.claim("k", "f", owner, 30))
+            return bool(store.sessions.claim("k", "f", owner, 30, 0))
 
         with ThreadPoolExecutor(2) as pool:
             won = dict(zip(("run-a", "run-b"), pool.map(claim, (a, b), ("run-a", "run-b")), strict=True))
@@ -112,15 +112,17 @@ def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) ->
         winner = next(o for o, w in won.items() if w)
         assert a.sessions.get("k").claimed(a.now()) and b.sessions.get("k").login_owner == winner
         (a if winner == "run-a" else b).sessions.release("k", winner)  # from here on, run-a holds it
-        assert a.sessions.claim("k", "f", "run-a", 30) and not b.sessions.claim("k", "f", "run-b", 30)
+        assert a.sessions.claim("k", "f", "run-a", 30, 0) and not b.sessions.claim("k", "f", "run-b", 30, 0)
         assert a.sessions.save("k", "f", "run-a", b"sealed-1", "kid", a.now()) == 1
         saved = b.sessions.get("k")
         assert (saved.version, saved.login_owner, saved.state) == (1, None, b"sealed-1")
+        # no claim for a caller that has not seen version 1 (it uses that one instead)
+        assert not b.sessions.claim("k", "f", "run-b", 30, 0)
         # an expired claim is taken over; the old holder's late save of an earlier login is refused
         early = a.now()
-        assert a.sessions.claim("k", "f", "run-a", 0.01)
+        assert a.sessions.claim("k", "f", "run-a", 0.01, 1)
         deadline = time.monotonic() + 5
-        while not b.sessions.claim("k", "f", "run-b", 30):
+        while not b.sessions.claim("k", "f", "run-b", 30, 1):
             assert time.monotonic() < deadline
         assert b.sessions.save("k", "f", "run-b", b"sealed-2", "kid", b.now()) == 2
         assert a.sessions.save("k", "f", "run-a", b"stale", "kid", early) is None

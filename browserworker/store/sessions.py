@@ -61,13 +61,15 @@ class SessionManager(Manager):
     def list(self) -> list[LoginSession]:
         return [LoginSession.from_row(r) for r in self.c.read("session_list", {})]
 
-    def claim(self, key: str, flow_name: str, owner: str, ttl: float) -> bool:
-        """Take the login claim of ``key`` for ``ttl`` seconds: True if ``owner`` holds it now."""
+    def claim(self, key: str, flow_name: str, owner: str, ttl: float, seen: int) -> bool:
+        """Take the login claim of ``key`` for ``ttl`` seconds: True if ``owner`` holds it now.
+        ``seen`` is the version the caller found unusable (0: none saved): if a newer one was
+        saved meanwhile the claim is not taken (use that one)."""
         with self.c.transaction() as tx:
             now = self.c.now()
             tx.execute("session_create", {"key": key, "flow_name": flow_name, "now": now})
             return tx.execute("session_claim", {"key": key, "flow_name": flow_name, "owner": owner,
-                                                "now": now, "ttl": ttl}) == 1
+                                                "now": now, "ttl": ttl, "seen": seen}) == 1
 
     def save(self, key: str, flow_name: str, owner: str, state: bytes, key_id: str, logged_in_at: float) -> int | None:
         """Save a login's sealed state and free ``owner``'s claim; the new version, or None when a

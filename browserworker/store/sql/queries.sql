@@ -432,9 +432,10 @@ INSERT INTO login_sessions (key, flow_name, created_at) VALUES (:key, :flow_name
 ON CONFLICT (key) DO NOTHING
 
 -- name: session_claim
--- One login per key at a time: the claim is free, expired, or already ours.
+-- One login per key at a time: the claim is free, expired, or already ours, and nothing newer
+-- than the state the caller found unusable was saved meanwhile (then it uses that instead).
 UPDATE login_sessions SET login_owner = :owner, login_until = :now + :ttl, flow_name = :flow_name
-WHERE key = :key AND (login_owner IS NULL OR login_until < {clock} OR login_owner = :owner)
+WHERE key = :key AND version <= :seen AND (login_owner IS NULL OR login_until < {clock} OR login_owner = :owner)
 
 -- name: session_save
 -- A login's storage state: saved by the claim's holder, or by a run that logged in after the
