@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from browserworker import Flow, StepContext, Verdict
 
@@ -38,10 +39,6 @@ POST_ORDER = """async ([item, quantity, reference]) => {
                                           body: JSON.stringify({item, quantity, reference})});
     return {status: r.status, body: await r.json()};
 }"""
-FIND_ORDER = """async (reference) => {
-    const r = await fetch('/api/orders?reference=' + encodeURIComponent(reference));
-    return (await r.json()).orders;
-}"""
 
 
 @flow.effect(settle=8)
@@ -54,5 +51,8 @@ async def submit(ctx: StepContext[Order]) -> dict:
 
 @submit.verify
 async def landed(ctx: StepContext[Order]) -> Verdict:
-    orders = await ctx.page.evaluate(FIND_ORDER, ctx.request_key)
-    return Verdict.done({"order_id": str(orders[0]["id"])}) if orders else Verdict.not_done()
+    await ctx.page.goto(f"{ctx.inputs.base_url}/orders?ref={quote(ctx.request_key)}")
+    row = ctx.page.locator(".order-row")
+    if await row.count():
+        return Verdict.done({"order_id": await row.first.get_attribute("data-id")})
+    return Verdict.not_done()
