@@ -24,7 +24,8 @@ from .actions import run_action
 from .browser import BrowserSession
 from .effects import run_effect
 from .extensions import Extension, Extensions
-from .flow import Action, Effect, Flow, Login, Step
+from .flow import Action, Effect, Flow, Step
+from .login import Login
 from .journal import RunJournal
 from .passes import Again, Pass, PassOutcome, RunScope, Stop
 from .routes import ContextRoute

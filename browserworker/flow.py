@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationError
 
 from .canonical import canonical_json, fingerprint_of
-from . import context_options
+from . import context_options, session_options
 from .context_options import ContextOptions
+from .session_options import SessionKey
 from .errors import FlowDefinitionError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from playwright.async_api import Page, Request
+
+    from .login import Login
     from structlog.typing import FilteringBoundLogger
 
 __all__ = [
@@ -34,7 +37,6 @@ __all__ = [
     "ChannelRequest",
     "Effect",
     "Flow",
-    "Login",
     "NoInputs",
     "RecordedResponse",
     "Step",
@@ -51,7 +53,6 @@ InputsT = TypeVar("InputsT", bound=BaseModel)
 StepFn = Callable[["StepContext[Any]"], Awaitable[Any]]
 VerifyFn = Callable[["StepContext[Any]"], Awaitable["Verdict"]]
 CountFn = Callable[["StepContext[Any]"], Awaitable[int]]
-CheckFn = Callable[["StepContext[Any]"], Awaitable[bool]]
 SendRule = bool | str | Callable[["Request"], bool]
 _STEP_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
@@ -163,27 +164,6 @@ class Action(Step):
         if self.sends is False:
             return False
         return matches(self.sends, method, url, request)
-
-
-@dataclass
-class Login(Action):
-    """The login of a flow with ``Flow(session=...)`` (``@flow.login``): always its first step, id ``login``.
-
-    It runs only when there is no saved session for the run's key (or the saved one is
-    expired, unreadable, or ``@login.check`` says the page is not signed in); after it, the
-    browser context's storage state is saved for later runs (:mod:`browserworker.sessions`).
-    """
-
-    checker: CheckFn | None = field(default=None, repr=False)
-
-    def check(self, fn: CheckFn) -> CheckFn:
-        """Register the check that a reused session is signed in (``async def``, returns a bool)."""
-        if not inspect.iscoroutinefunction(fn):
-            raise FlowDefinitionError(f"{_where(fn)}: session check {fn.__name__!r} must be `async def`")
-        if self.checker is not None:
-            raise FlowDefinitionError(f"{_where(fn)}: the login of this flow already has a check")
-        self.checker = fn
-        return fn
 
 
 @dataclass
@@ -307,7 +287,7 @@ class Flow(Generic[InputsT]):
         redact: list[str] | tuple[str, ...] = (),
         undeclared_effects: Literal["warn", "fail"] = "warn",
         context: ContextOptions = None,
-        session: str | Callable[[Any], str] | None = None,
+        session: SessionKey = None,
         session_max_age: timedelta | float | None = None,
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
@@ -322,14 +302,9 @@ class Flow(Generic[InputsT]):
         self.undeclared_effects = undeclared_effects
         self.context = context if context is None or callable(context) else \
             context_options.check(context, f"flow {name!r}")
-        if session is not None and not (callable(session) or (isinstance(session, str) and session)):
-            raise FlowDefinitionError(f"flow {name!r}: session= must be a non-empty string or a function of the inputs")
-        max_age = session_max_age.total_seconds() if isinstance(session_max_age, timedelta) else session_max_age
-        if max_age is not None and max_age <= 0:
-            raise FlowDefinitionError(f"flow {name!r}: session_max_age must be positive")
-        self.session = session
-        self.session_max_age: float | None = None if max_age is None else float(max_age)
+        self.session, self.session_max_age = session_options.check(session, session_max_age, f"flow {name!r}")
         self._steps: list[Step] = []
+        self._login: Login | None = None
 
     def __repr__(self) -> str:
         return f"Flow({self.name!r}, steps={[s.id for s in self._steps]})"
@@ -419,29 +394,15 @@ class Flow(Generic[InputsT]):
 
         return register(fn) if fn is not None else register
 
-    @overload
-    def login(self, fn: StepFn) -> Login: ...
-    @overload
-    def login(self, *, sends: SendRule = True, retries: int = 0) -> Callable[[StepFn], Login]: ...
-
     def login(self, fn: StepFn | None = None, *, sends: SendRule = True,
               retries: int = 0) -> Login | Callable[[StepFn], Login]:
-        """Register the login of a flow with ``session=``: the first step (id ``login``), run only
-        when no signed-in session is saved for the run's key. It may send what ``sends`` says
-        (default: anything: a login form's POST is safe to repeat)."""
+        """Register the login of a flow with ``session=`` (:mod:`browserworker.login`): its first
+        step, run only when no signed-in session is saved for the run's key."""
+        from .login import add_login
 
         def register(f: StepFn) -> Login:
-            if self.session is None:
-                raise FlowDefinitionError(f"{_where(f)}: @flow.login needs Flow(..., session=KEY): the key the "
-                                          "saved login is kept under")
-            if self.login_step is not None:
-                raise FlowDefinitionError(f"{_where(f)}: flow {self.name!r} already has a login")
-            if not isinstance(sends, bool):
-                _check_rule(_where(f), "sends=", sends)
-            step = Login(id="login", fn=f, retries=retries, sends=sends)
-            self._add(step)
-            self._steps.insert(0, self._steps.pop())  # whatever else was declared first, it runs first
-            return step
+            self._login = add_login(self, f, sends=sends, retries=retries)
+            return self._login
 
         return register(fn) if fn is not None else register
 
@@ -450,8 +411,7 @@ class Flow(Generic[InputsT]):
     @property
     def login_step(self) -> Login | None:
         """The ``@flow.login`` step, if the flow has one."""
-        first = self._steps[0] if self._steps else None
-        return first if isinstance(first, Login) else None
+        return self._login
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -501,16 +461,7 @@ class Flow(Generic[InputsT]):
 
     def session_key(self, inputs: BaseModel) -> str | None:
         """The key of the login session a run with these inputs uses (``Flow(session=...)``), or None."""
-        spec = self.session
-        if spec is None or isinstance(spec, str):
-            return spec
-        try:
-            key = spec(inputs)
-        except Exception as exc:  # noqa: BLE001 - the flow's own code: say where
-            raise InputError(f"flow {self.name!r}: the session key from the inputs failed: {exc!r}") from exc
-        if not isinstance(key, str) or not key:
-            raise InputError(f"flow {self.name!r}: the session key must be a non-empty string, not {key!r}")
-        return key
+        return session_options.key(self.session, inputs, f"flow {self.name!r}")
 
     def dump_inputs(self, model: BaseModel) -> dict[str, Any]:
         """Validated inputs as JSON data to store, with secret values revealed (the store needs them)."""

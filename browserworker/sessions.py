@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .actions import run_action
 from .errors import UsageError
-from .flow import Action, Flow, Login, StepContext
+from .flow import Action, Flow, StepContext
+from .login import Login
 from .passes import Again, Pass, RunScope
 from .store.base import Store
 from .store.sessions import LoginSession

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,9 @@ from .app import main
 from .failures import stage
 from .options import db_option, emit, json_option
 from .session import session
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..sessions import SessionInfo
 
 
 def _when(at: float | None) -> str:
@@ -38,30 +42,30 @@ def sessions_command(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from rich.table import Table
-
     from ..sessions import list_sessions
 
     found, problem = list_sessions(session().store(create=False))
-    data = {"sessions": [s.to_dict() for s in found], "key_problem": problem}
+    emit({"sessions": [s.to_dict() for s in found], "key_problem": problem}, as_json,
+         lambda: _show(found, problem))
 
-    def show() -> None:
-        if problem:
-            click.echo(f"cannot tell which sessions are readable: {problem}", err=True)
-        if not found:
-            click.echo("no saved login sessions")
-            return
-        table = Table(box=None)
-        for col in ("key", "flow", "saved", "used", "uses", "age", "expired", "readable"):
-            table.add_column(col)
-        for s in found:
-            readable = "?" if s.readable is None else "yes" if s.readable else "UNREADABLE"
-            table.add_row(s.key, s.flow or "-", _when(s.saved_at), _when(s.used_at), str(s.uses), _age(s.age_s),
-                          "EXPIRED" if s.expired else "no",
-                          readable + (" (login in progress)" if s.login_in_progress else ""))
-        console().print(table)
 
-    emit(data, as_json, show)
+def _show(found: list[SessionInfo], problem: str | None) -> None:
+    from rich.table import Table
+
+    if problem:
+        click.echo(f"cannot tell which sessions are readable: {problem}", err=True)
+    if not found:
+        click.echo("no saved login sessions")
+        return
+    table = Table(box=None)
+    for col in ("key", "flow", "saved", "used", "uses", "age", "expired", "readable"):
+        table.add_column(col)
+    for s in found:
+        readable = "?" if s.readable is None else "yes" if s.readable else "UNREADABLE"
+        table.add_row(s.key, s.flow or "-", _when(s.saved_at), _when(s.used_at), str(s.uses), _age(s.age_s),
+                      "EXPIRED" if s.expired else "no",
+                      readable + (" (login in progress)" if s.login_in_progress else ""))
+    console().print(table)
 
 
 @sessions_command.command("drop")
