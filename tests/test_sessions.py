@@ -9,6 +9,7 @@ import stat
 import threading
 import time
 import uuid
+from datetime import timedelta
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from conftest import BW
 from fleet import TEST_FLOWS, start_worker, wait_until_done
 from stores import store_target  # noqa: F401  (the contract fixtures)
 
+from browserworker import Flow
+from browserworker.errors import FlowDefinitionError, InputError
 from browserworker.jobs import enqueue
 from browserworker.loader import load_flow
 from browserworker.recording import replay
@@ -156,6 +159,31 @@ def test_sealed_state_needs_its_key_and_the_key_file_is_private(tmp_path: Path, 
         store.close()
 
 
+def test_a_login_is_declared_once_first_and_only_with_a_session_key() -> None:
+    """`@flow.login` needs `session=`, runs first whatever was declared before it, exists once,
+    and its check must be `async def`; a session key that the inputs cannot give is an input
+    error; a max age must be positive."""
+    with pytest.raises(FlowDefinitionError, match="needs Flow"):
+        Flow("plain").login(_noop)
+    flow = Flow("keyed", session=lambda inputs: inputs.missing)
+    flow.step(id="open")(_noop)
+    login = flow.login(_noop)
+    assert [s.id for s in flow.steps] == ["login", "open"] and flow.login_step is login
+    with pytest.raises(FlowDefinitionError, match="already has a login"):
+        flow.login(_noop)
+    with pytest.raises(FlowDefinitionError, match="async def"):
+        login.check(lambda ctx: True)  # type: ignore[arg-type, return-value]
+    with pytest.raises(InputError, match="session key from the inputs failed"):
+        flow.session_key(flow.validate_inputs({}))
+    with pytest.raises(FlowDefinitionError, match="positive"):
+        Flow("aged", session="k", session_max_age=0)
+    assert Flow("aged", session="k", session_max_age=timedelta(hours=1)).session_max_age == 3600.0
+
+
+async def _noop(ctx: Any) -> None:
+    return None
+
+
 # -- real runs ---------------------------------------------------------------------------------
 
 @pytest.mark.browser
@@ -291,3 +319,36 @@ def test_postgresql_without_a_session_key_says_which_variable(pg_url: str, tmp_p
     assert shop.logins(user) == 0
     listed = bw.run("sessions", "--db", pg_url, env={ENV_KEY: ""})
     assert listed.returncode == 0 and ENV_KEY in listed.stderr
+
+
+def test_the_sandbox_counts_logins_and_revoked_sessions_are_logged_out(shop: Any) -> None:
+    """The sandbox counts each successful login per user (GET /api/logins), and after
+    POST /api/sessions/revoke a cookie issued before is treated as logged out."""
+    import http.cookiejar
+    import re
+    import urllib.parse
+    import urllib.request
+
+    user = new_user(shop)
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+                                         NoRedirect, urllib.request.ProxyHandler({}))
+
+    def status(path: str, form: dict[str, str] | None = None) -> tuple[int, str]:
+        data = None if form is None else urllib.parse.urlencode(form).encode()
+        try:
+            with opener.open(shop.url + path, data=data, timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, ""
+
+    token = re.search(r'name="csrf_token" value="([^"]+)"', status("/login")[1]).group(1)  # type: ignore[union-attr]
+    assert status("/login", {"csrf_token": token, "username": user, "password": PASSWORD})[0] == 303
+    assert shop.logins(user) == 1 and status("/orders/new")[0] == 200
+    shop.revoke_sessions(user)
+    assert status("/orders/new")[0] == 303  # to /login: signed out on the server's side
+    assert shop.logins(user) == 1
