@@ -156,9 +156,10 @@ def sealer_for(store: Store, *, create: bool = True) -> Sealer | None:
     return None if key is None else Sealer(key)
 
 
-def max_age_of(flow: Flow[Any]) -> float:
-    """How old a saved session of ``flow`` may be and still be reused, in seconds."""
-    if flow.session_max_age is not None:
+def max_age_of(flow: Flow[Any] | None) -> float:
+    """How old a saved session of ``flow`` may be and still be reused, in seconds: its
+    ``session_max_age``, else :data:`ENV_MAX_AGE`, else :data:`DEFAULT_MAX_AGE`."""
+    if flow is not None and flow.session_max_age is not None:
         return flow.session_max_age
     given = os.environ.get(ENV_MAX_AGE)
     if given:
@@ -276,7 +277,8 @@ class SessionRun:
             raise
         assert self.sealer is not None
         version = await self.call(self.store.sessions.save, self.key, self.flow.name, self.owner,
-                                  self.sealer.seal(state, self.key), self.sealer.key_id, self.store.now())
+                                  self.sealer.seal(state, self.key), self.sealer.key_id, self.store.now(),
+                                  self.max_age)
         await self._decide(ctx, "session_saved" if version is not None else "session_not_saved", None,
                            **({"version": version} if version is not None else
                               {"reason": "a newer login was saved meanwhile"}))
@@ -297,7 +299,7 @@ def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]
     owner = "replay"
     store.sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL, 0)
     store.sessions.save(key, flow.name, owner, sealer.seal({"cookies": [], "origins": []}, key), sealer.key_id,
-                        store.now())
+                        store.now(), max_age_of(flow))
     return True
 
 
@@ -324,18 +326,20 @@ class SessionInfo:
                 "readable": self.readable, "login_in_progress": self.login_in_progress}
 
 
-def list_sessions(store: Store, max_age: float | None = None) -> tuple[list[SessionInfo], str | None]:
-    """Every saved session, and why readability could not be told (no key), if so."""
+def list_sessions(store: Store) -> tuple[list[SessionInfo], str | None]:
+    """Every saved session, and why readability could not be told (no key), if so. A session
+    is expired past the max age of the flow that saved it (:data:`ENV_MAX_AGE`, if set, wins)."""
     try:
         sealer = sealer_for(store, create=False)
         problem = None
     except SessionKeyError as exc:
         sealer, problem = None, str(exc)
-    limit = max_age if max_age is not None else max_age_of(Flow("sessions"))
+    forced = os.environ.get(ENV_MAX_AGE)
     now = store.now()
     out = []
     for row in store.sessions.list():
         age = None if row.saved_at is None else now - row.saved_at
+        limit = max_age_of(None) if forced or row.max_age is None else row.max_age
         out.append(SessionInfo(key=row.key, flow=row.flow_name, saved_at=row.saved_at, used_at=row.used_at,
                                uses=row.uses, version=row.version, age_s=None if age is None else round(age, 1),
                                expired=age is None or age > limit,

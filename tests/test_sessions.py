@@ -116,7 +116,7 @@ def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) ->
         assert a.sessions.get("k").claimed(a.now()) and b.sessions.get("k").login_owner == winner
         (a if winner == "run-a" else b).sessions.release("k", winner)  # from here on, run-a holds it
         assert a.sessions.claim("k", "f", "run-a", 30, 0) and not b.sessions.claim("k", "f", "run-b", 30, 0)
-        assert a.sessions.save("k", "f", "run-a", b"sealed-1", "kid", a.now()) == 1
+        assert a.sessions.save("k", "f", "run-a", b"sealed-1", "kid", a.now(), 60) == 1
         saved = b.sessions.get("k")
         assert (saved.version, saved.login_owner, saved.state) == (1, None, b"sealed-1")
         # no claim for a caller that has not seen version 1 (it uses that one instead)
@@ -127,8 +127,8 @@ def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) ->
         deadline = time.monotonic() + 5
         while not b.sessions.claim("k", "f", "run-b", 30, 1):
             assert time.monotonic() < deadline
-        assert b.sessions.save("k", "f", "run-b", b"sealed-2", "kid", b.now()) == 2
-        assert a.sessions.save("k", "f", "run-a", b"stale", "kid", early) is None
+        assert b.sessions.save("k", "f", "run-b", b"sealed-2", "kid", b.now(), 60) == 2
+        assert a.sessions.save("k", "f", "run-a", b"stale", "kid", early, 60) is None
         assert b.sessions.get("k").state == b"sealed-2"
         assert a.sessions.drop("k") and not b.sessions.drop("k")
     finally:

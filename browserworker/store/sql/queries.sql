@@ -442,6 +442,7 @@ WHERE key = :key AND version <= :seen AND (login_owner IS NULL OR login_until < 
 -- state saved now was (a stale writer never overwrites a newer login with an older one).
 UPDATE login_sessions
 SET state = :state, key_id = :key_id, flow_name = :flow_name, saved_by = :owner, saved_at = :now, used_at = :now,
+    max_age = :max_age,
     uses = uses + 1, version = version + 1,
     login_owner = CASE WHEN login_owner = :owner THEN NULL ELSE login_owner END,
     login_until = CASE WHEN login_owner = :owner THEN NULL ELSE login_until END
