@@ -184,7 +184,7 @@ class SessionRun:
         assert key is not None
         self.key = key
         self.max_age = max_age_of(self.flow)
-        self.owner = f"{scope.run.id}#{scope.journal.epoch}"
+        self.owner = scope.run.id  # a run resumed after a crash takes its own claim back at once
         self.sealer: Sealer | None = None
         self.loaded: LoginSession | None = None  # the row this pass's context was created from
         self.seen = 0  # the version this pass found (0: none saved)
