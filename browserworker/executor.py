@@ -25,9 +25,11 @@ from .browser import BrowserSession
 from .effects import run_effect
 from .extensions import Extension, Extensions
 from .flow import Action, Effect, Flow, Step
+from .login import Login
 from .journal import RunJournal
 from .passes import Again, Pass, PassOutcome, RunScope, Stop
 from .routes import ContextRoute
+from .sessions import SessionKeyError, SessionRun
 from .states import AttemptState, RunState
 from .store.records import AttemptRecord, RunRecord
 
@@ -65,6 +67,7 @@ class Executor:
                               log=log.bind(run_id=run.id, flow=flow.name, worker_id=journal.worker,
                                            lease_epoch=journal.epoch))
         self.log = self.scope.log
+        self.session = SessionRun(self.scope) if flow.login_step is not None else None
         self._pass_now: Pass | None = None
         self._starting: asyncio.Future[Any] | None = None  # the RUNNING transition, in flight
         self._ending: asyncio.Future[RunRecord] | None = None  # the SUCCEEDED transition, in flight
@@ -138,7 +141,13 @@ class Executor:
 
     async def _pass(self) -> PassOutcome:
         completed = False
-        async with self.browser.context(**self.flow.context_options(self.scope.inputs)) as context:
+        options = self.flow.context_options(self.scope.inputs)
+        if self.session is not None:  # the saved login's storage state, if one may be reused
+            try:
+                options.update(await self.session.context_options())
+            except SessionKeyError as exc:
+                return PassOutcome("failed", str(exc))
+        async with self.browser.context(**options) as context:
             p = self._pass_now = Pass(context=context, route=ContextRoute(context))
             try:
                 await self.extensions.emit("context_created", context)  # before the gate's route
@@ -175,6 +184,8 @@ class Executor:
         latest = await self._boundary(step)
         if isinstance(step, Effect):
             return await run_effect(self.scope, step, p, latest)
+        if isinstance(step, Login) and self.session is not None:
+            return await self.session.run(step, p)
         assert isinstance(step, Action)
         return await run_action(self.scope, step, p)
 

@@ -14,17 +14,21 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationError
 
 from .canonical import canonical_json, fingerprint_of
-from . import context_options
+from . import context_options, session_options
 from .context_options import ContextOptions
+from .session_options import SessionKey
 from .errors import FlowDefinitionError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from playwright.async_api import Page, Request
+
+    from .login import Login
     from structlog.typing import FilteringBoundLogger
 
 __all__ = [
@@ -269,6 +273,10 @@ class Flow(Generic[InputsT]):
     ``"warn"`` (default) or ``"fail"``. ``context`` gives each run's browser context options
     (``Browser.new_context``'s: ``locale``, ``http_credentials``, ``viewport``, ``proxy``...),
     as a mapping or a function of the validated inputs (:mod:`browserworker.context_options`).
+    ``session`` is the key of a login session saved and reused across runs (a string, or a
+    function of the inputs), signed in by the ``@flow.login`` step; a saved session older than
+    ``session_max_age`` (a timedelta or seconds; default 12 hours) is not reused
+    (:mod:`browserworker.sessions`).
     """
 
     def __init__(
@@ -279,6 +287,8 @@ class Flow(Generic[InputsT]):
         redact: list[str] | tuple[str, ...] = (),
         undeclared_effects: Literal["warn", "fail"] = "warn",
         context: ContextOptions = None,
+        session: SessionKey = None,
+        session_max_age: timedelta | float | None = None,
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
             raise FlowDefinitionError(f"flow name {name!r} must be 1-64 letters, digits, '-', '_' or '.'")
@@ -292,7 +302,9 @@ class Flow(Generic[InputsT]):
         self.undeclared_effects = undeclared_effects
         self.context = context if context is None or callable(context) else \
             context_options.check(context, f"flow {name!r}")
+        self.session, self.session_max_age = session_options.check(session, session_max_age, f"flow {name!r}")
         self._steps: list[Step] = []
+        self._login: Login | None = None
 
     def __repr__(self) -> str:
         return f"Flow({self.name!r}, steps={[s.id for s in self._steps]})"
@@ -382,7 +394,24 @@ class Flow(Generic[InputsT]):
 
         return register(fn) if fn is not None else register
 
+    def login(self, fn: StepFn | None = None, *, sends: SendRule = True,
+              retries: int = 0) -> Login | Callable[[StepFn], Login]:
+        """Register the login of a flow with ``session=`` (:mod:`browserworker.login`): its first
+        step, run only when no signed-in session is saved for the run's key."""
+        from .login import add_login
+
+        def register(f: StepFn) -> Login:
+            self._login = add_login(self, f, sends=sends, retries=retries)
+            return self._login
+
+        return register(fn) if fn is not None else register
+
     # -- queries ------------------------------------------------------------------
+
+    @property
+    def login_step(self) -> Login | None:
+        """The ``@flow.login`` step, if the flow has one."""
+        return self._login
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -429,6 +458,10 @@ class Flow(Generic[InputsT]):
     def context_options(self, inputs: BaseModel) -> dict[str, Any]:
         """The browser context options of a run with these inputs (``Flow(context=...)``)."""
         return context_options.resolve(self.context, inputs, f"flow {self.name!r}")
+
+    def session_key(self, inputs: BaseModel) -> str | None:
+        """The key of the login session a run with these inputs uses (``Flow(session=...)``), or None."""
+        return session_options.key(self.session, inputs, f"flow {self.name!r}")
 
     def dump_inputs(self, model: BaseModel) -> dict[str, Any]:
         """Validated inputs as JSON data to store, with secret values revealed (the store needs them)."""

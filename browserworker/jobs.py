@@ -39,6 +39,7 @@ def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_
     flow = loaded.flow
     validated = flow.validate_inputs(inputs)
     flow.context_options(validated)  # a function of the inputs that fails says so now, not in a worker
+    flow.session_key(validated)  # and a session key
     validate_queue(queue)
     if delay < 0:
         raise UsageError("--delay must be >= 0 seconds")

@@ -120,8 +120,12 @@ class RunJournal:
 
     async def decide(self, attempt: AttemptRecord, decision: str, detail: Any = None) -> None:
         """Journal a decision about ``attempt`` that does not change its state (an event)."""
-        await self._fenced(self.store.record_event, self.run_id, "decision", step_id=attempt.step_id,
-                           attempt_no=attempt.attempt_no, worker=self.worker, epoch=self.epoch, decision=decision,
+        await self.decide_step(attempt.step_id, attempt.attempt_no, decision, detail)
+
+    async def decide_step(self, step_id: str, attempt_no: int, decision: str, detail: Any = None) -> None:
+        """Journal a decision made during attempt ``attempt_no`` of ``step_id`` (an event)."""
+        await self._fenced(self.store.record_event, self.run_id, "decision", step_id=step_id,
+                           attempt_no=attempt_no, worker=self.worker, epoch=self.epoch, decision=decision,
                            detail=detail)
 
     # -- the gate: what left, and what came back ----------------------------------------------

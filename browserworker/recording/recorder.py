@@ -309,9 +309,21 @@ class Recorder(Extension):
         observe_api(context, self._api_call)
         await context.expose_binding("__browserworkerSecretFields", self._secret_fields)
         await context.add_init_script(_DETECT_SECRET_FIELDS)
+        await self._learn_storage(context)  # a context made from a saved login session starts with its cookies
         if self.traces is not None:
             await self.traces.start(context, f"{self.name} pass {self._pass}")
         await self._start(context, "between")
+
+    async def _learn_storage(self, context: BrowserContext) -> None:
+        """The context's cookie values and stored values are secrets: scrubbed wherever they show."""
+        try:
+            state = await context.storage_state()
+        except Exception:  # the context may be closing; its cookies were learnt at the last step
+            return
+        found = [str(c.get("value") or "") for c in state.get("cookies", [])]
+        found += [str(item.get("value") or "") for origin in state.get("origins", [])
+                  for item in origin.get("localStorage", [])]
+        self.redactor.add_values(found)
 
     def _secret_fields(self, source: Any, names: list[str]) -> None:
         new = {str(n) for n in names} - self.password_fields
@@ -329,6 +341,7 @@ class Recorder(Extension):
 
     async def after_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext,
                          attempt: AttemptRecord | None) -> None:
+        await self._learn_storage(context)  # what a login step set, before its segment is written
         await self._stop(context)
         if self.traces is not None:
             await self.traces.cut(context, f"{self._seq:04d}-{step.id}")

@@ -89,6 +89,14 @@ class Redactor:
         """Rules for a replay: the names a recording lists (it has no secret values)."""
         return cls(fields=set(DEFAULT_FIELDS) | {_norm(n) for n in names})
 
+    def add_values(self, values: Iterable[str]) -> None:
+        """More secret values to scrub wherever they show (a browser context's cookies, stored tokens);
+        values shorter than 8 characters ("true", "en") are left to the rules by name."""
+        new = {v for v in values if len(v) >= 8} - set(self.values)
+        if new:
+            self.values.extend(new)
+            self.values.sort(key=len, reverse=True)
+
     def add_fields(self, names: Iterable[str]) -> None:
         self.fields.update(_norm(n) for n in names if n)
 

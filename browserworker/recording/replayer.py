@@ -43,6 +43,7 @@ from ..engine import Engine
 from ..extensions import Extensions
 from ..leases import LeaseSettings
 from ..loader import LoadedFlow, load_flow
+from ..sessions import replay_seed
 from ..states import RunState
 from ..store.records import AttemptRecord, EventRecord, NewRun, RunRecord
 from ..store import Store, open_store
@@ -301,6 +302,9 @@ def _create_run(store: Store, recording: Recording, loaded: LoadedFlow,
         redacted = [k for k, v in recording.meta["inputs"].items() if v == REDACTED]
         raise UsageError(f"{exc}; the recording redacted {', '.join(redacted) or 'no inputs'}: pass "
                          "inputs={...} with stand-in values") from None
+    # a run that started from a saved login session replays from one (the recorded answers decide its check)
+    replay_seed(store, loaded.flow, validated, [d["decision"] for d in recording.journal.get("decisions", [])
+                                                if d.get("decision")])
     return store.create_run(NewRun(id=recording.meta["run_id"], flow_name=loaded.flow.name,
                                    inputs=loaded.flow.dump_inputs(validated), flow_path=str(loaded.path),
                                    flow_hash=loaded.file_hash, secret_fields=tuple(loaded.flow.secret_fields())))

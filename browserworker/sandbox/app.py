@@ -26,6 +26,7 @@ from .core import (
     run_order, safe_next, validate_order,
 )
 from .db import SandboxDB
+from .logins import Logins, api_logins, api_revoke_sessions
 
 __all__ = ["SESSION_COOKIE", "create_app"]
 
@@ -56,8 +57,10 @@ async def login_submit(request: Request) -> Response:
     elif not await run_in_threadpool(get_state(request).db.check_user, username, password):
         error = "Invalid username or password."
     else:
+        generation = await run_in_threadpool(request.app.state.logins.logged_in, username)
         request.session.clear()
         request.session["user"] = username
+        request.session["gen"] = generation
         request.session["csrf"] = secrets.token_urlsafe(24)
         return RedirectResponse(safe_next(next_raw), status_code=303)
     return html_response(pages.login_page(
@@ -181,6 +184,8 @@ def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
         Route("/api/inflight", api_inflight, methods=["GET"]),
         Route("/api/faults", api_faults, methods=["GET", "PUT", "DELETE"]),
         Route("/api/reset", api_reset, methods=["POST"]),
+        Route("/api/logins", api_logins, methods=["GET"]),
+        Route("/api/sessions/revoke", api_revoke_sessions, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/staff", staff, methods=["GET"]),
     ]
@@ -190,4 +195,5 @@ def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
     ]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: http_error})
     app.state.sandbox = SandboxState(db=db, dedupe=dedupe)
+    app.state.logins = Logins(db_path)
     return app

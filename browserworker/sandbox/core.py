@@ -102,7 +102,12 @@ def get_state(request: Request) -> SandboxState:
 def current_user(request: Request) -> str | None:
     """The logged-in username, or ``None``."""
     user = request.session.get("user")
-    return user if isinstance(user, str) else None
+    if not isinstance(user, str):
+        return None
+    logins = getattr(request.app.state, "logins", None)
+    if logins is not None and request.session.get("gen", 0) != logins.generation(user):
+        return None  # signed out on the server's side (POST /api/sessions/revoke)
+    return user
 
 
 def csrf_token(request: Request) -> str:

@@ -120,6 +120,20 @@ class SandboxProcess:
             detail = exc.read().decode(errors="replace")
             raise SandboxError(f"{method} {path} -> {exc.code}: {detail}") from exc
 
+    def logins(self, user: str) -> int:
+        """How many times ``user`` logged in successfully (``GET /api/logins``)."""
+        return int(self.request("GET", "/api/logins")["users"].get(user, {}).get("logins", 0))
+
+    def revoke_sessions(self, user: str) -> None:
+        """Sign ``user`` out on the server's side: every session cookie issued so far stops working."""
+        self.request("POST", f"/api/sessions/revoke?user={urllib.parse.quote(user, safe='')}")
+
+    def add_user(self, username: str, password: str) -> None:
+        """Create (or update) a login account."""
+        from .db import SandboxDB
+
+        SandboxDB(self.db_path, seed_users=False).add_user(username, password)
+
     def orders(self, reference: str | None = None) -> list[dict[str, Any]]:
         """Orders from ``GET /api/orders`` (optionally filtered by exact reference)."""
         query = "" if reference is None else "?" + urllib.parse.urlencode({"reference": reference})

@@ -18,6 +18,7 @@ from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, Ru
 from .wakeups import Wakeups
 
 if TYPE_CHECKING:
+    from .sessions import SessionManager
     from .ops import (DuplicatePrevented, LiveLease, QueueBacklog, QueueWait, Reconciliation, RestoreFence,
                       StateCount, StepUnknowns, UnknownOpen, WorkerLoad)
 
@@ -46,6 +47,9 @@ class Store(Protocol):
     the caller holds and raises :class:`LeaseLost` when that epoch is no longer current
     (or, with ``margin``, when the lease has less than ``margin`` seconds left).
     """
+
+    #: saved login sessions (:mod:`browserworker.store.sessions`)
+    sessions: SessionManager
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch): leases and fences are measured by it."""

@@ -230,6 +230,10 @@ class PostgresConnector:
     def location(self) -> str:
         return f"{redact_url(self.url)} (schema {self.schema})"
 
+    #: no file beside a server's database: the key of saved login sessions must come from the
+    #: environment (:mod:`browserworker.sessions`)
+    session_key_file = None
+
     # -- the clock ----------------------------------------------------------------
 
     def _read_clock(self, conn: Any) -> None:

@@ -14,6 +14,7 @@ from .journal import JournalManager
 from .ops import OpsManager
 from .review import ReviewManager
 from .runs import RunManager
+from .sessions import SessionManager
 
 __all__ = ["SQLStore"]
 
@@ -32,6 +33,8 @@ class SQLStore:
         self.fleet = FleetManager(connector, self.runs)
         self.review = ReviewManager(connector, self.runs)
         self.ops = OpsManager(connector)
+        #: saved login sessions (:mod:`browserworker.sessions` seals what they hold)
+        self.sessions = SessionManager(connector)
         self._bind_runs(self.runs)
         self._bind_journal(self.journal)
         self._bind_fleet(self.fleet, self.review)

@@ -143,6 +143,12 @@ class SQLiteConnector:
     def location(self) -> str:
         return str(self.path)
 
+    @property
+    def session_key_file(self) -> Path:
+        """Where the key sealing saved login sessions is kept when no environment variable
+        gives one: a file beside the database (:mod:`browserworker.sessions`)."""
+        return self.path.with_name(self.path.name + ".session-key")
+
     def now(self) -> float:
         return time.time()
 

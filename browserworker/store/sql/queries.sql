@@ -419,3 +419,40 @@ UPDATE workers SET health = 'stopped', stopped_at = COALESCE(stopped_at, :now) W
 
 -- name: ops_last_event
 SELECT at FROM events ORDER BY id DESC LIMIT 1
+
+-- name: session_get
+SELECT * FROM login_sessions WHERE key = :key
+
+-- name: session_list
+SELECT * FROM login_sessions ORDER BY key
+
+-- name: session_create
+-- The row a login claim is taken in (a key seen for the first time).
+INSERT INTO login_sessions (key, flow_name, created_at) VALUES (:key, :flow_name, :now)
+ON CONFLICT (key) DO NOTHING
+
+-- name: session_claim
+-- One login per key at a time: the claim is free, expired, or already ours, and nothing newer
+-- than the state the caller found unusable was saved meanwhile (then it uses that instead).
+UPDATE login_sessions SET login_owner = :owner, login_until = :now + :ttl, flow_name = :flow_name
+WHERE key = :key AND version <= :seen AND (login_owner IS NULL OR login_until < {clock} OR login_owner = :owner)
+
+-- name: session_save
+-- A login's storage state: saved by the claim's holder, or by a run that logged in after the
+-- state saved now was (a stale writer never overwrites a newer login with an older one).
+UPDATE login_sessions
+SET state = :state, key_id = :key_id, flow_name = :flow_name, saved_by = :owner, saved_at = :now, used_at = :now,
+    max_age = :max_age,
+    uses = uses + 1, version = version + 1,
+    login_owner = CASE WHEN login_owner = :owner THEN NULL ELSE login_owner END,
+    login_until = CASE WHEN login_owner = :owner THEN NULL ELSE login_until END
+WHERE key = :key AND (login_owner = :owner OR saved_at IS NULL OR saved_at < :logged_in_at)
+
+-- name: session_release
+UPDATE login_sessions SET login_owner = NULL, login_until = NULL WHERE key = :key AND login_owner = :owner
+
+-- name: session_used
+UPDATE login_sessions SET uses = uses + 1, used_at = :now WHERE key = :key
+
+-- name: session_drop
+DELETE FROM login_sessions WHERE key = :key

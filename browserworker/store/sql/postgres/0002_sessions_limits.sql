@@ -11,6 +11,7 @@ CREATE TABLE login_sessions (
     created_at   DOUBLE PRECISION NOT NULL,
     saved_at     DOUBLE PRECISION,
     used_at      DOUBLE PRECISION,
+    max_age      DOUBLE PRECISION, -- seconds the saving flow reuses it for (its session_max_age)
     uses         INTEGER NOT NULL DEFAULT 0,
     version      INTEGER NOT NULL DEFAULT 0,
     login_owner  TEXT,              -- the run logging in for this key now

@@ -1,0 +1,105 @@
+"""Saved login sessions: one row per session key (``login_sessions``), its sealed storage state,
+the claim of the run logging in for it now, and a version per save.
+
+The manager stores bytes it cannot read: sealing and opening the state is
+:mod:`browserworker.sessions`' business. Two runs that need a login for one key at once race
+for its claim (:meth:`SessionManager.claim`, one conditional ``UPDATE``): the loser waits for
+the winner's save or for the claim to expire. A save is taken from the claim's holder, or
+from a run that logged in after the state it replaces was saved, never from a stale writer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import read_only
+from .connector import Row
+from .manager import Manager
+
+__all__ = ["LoginSession", "SessionManager"]
+
+
+@dataclass(frozen=True)
+class LoginSession:
+    """A ``login_sessions`` row. ``state`` is the sealed storage state (None: none saved yet)."""
+
+    key: str
+    state: bytes | None
+    key_id: str | None
+    flow_name: str | None
+    saved_by: str | None
+    created_at: float
+    saved_at: float | None
+    used_at: float | None
+    max_age: float | None
+    uses: int
+    version: int
+    login_owner: str | None
+    login_until: float | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> LoginSession:
+        state = row["state"]
+        return cls(key=row["key"], state=None if state is None else bytes(state), key_id=row["key_id"],
+                   flow_name=row["flow_name"], saved_by=row["saved_by"], created_at=row["created_at"],
+                   saved_at=row["saved_at"], used_at=row["used_at"], max_age=row["max_age"],
+                   uses=row["uses"], version=row["version"],
+                   login_owner=row["login_owner"], login_until=row["login_until"])
+
+    def claimed(self, now: float) -> bool:
+        """Whether a run holds the login claim at ``now``."""
+        return self.login_owner is not None and (self.login_until or 0) >= now
+
+
+class SessionManager(Manager):
+    """The ``login_sessions`` table (see the module docstring)."""
+
+    @read_only
+    def get(self, key: str) -> LoginSession | None:
+        row = self.c.read_one("session_get", {"key": key})
+        return None if row is None else LoginSession.from_row(row)
+
+    @read_only
+    def list(self) -> list[LoginSession]:
+        return [LoginSession.from_row(r) for r in self.c.read("session_list", {})]
+
+    def claim(self, key: str, flow_name: str, owner: str, ttl: float, seen: int) -> bool:
+        """Take the login claim of ``key`` for ``ttl`` seconds: True if ``owner`` holds it now.
+        ``seen`` is the version the caller found unusable (0: none saved): if a newer one was
+        saved meanwhile the claim is not taken (use that one)."""
+        with self.c.transaction() as tx:
+            now = self.c.now()
+            tx.execute("session_create", {"key": key, "flow_name": flow_name, "now": now})
+            return tx.execute("session_claim", {"key": key, "flow_name": flow_name, "owner": owner,
+                                                "now": now, "ttl": ttl, "seen": seen}) == 1
+
+    def save(self, key: str, flow_name: str, owner: str, state: bytes, key_id: str, logged_in_at: float,
+             max_age: float) -> int | None:
+        """Save a login's sealed state (reusable for ``max_age`` seconds) and free ``owner``'s claim;
+        the new version, or None when a newer login was saved meanwhile (nothing written)."""
+        with self.c.transaction() as tx:
+            now = self.c.now()
+            tx.execute("session_create", {"key": key, "flow_name": flow_name, "now": now})
+            changed = tx.execute("session_save", {"key": key, "flow_name": flow_name, "owner": owner, "state": state,
+                                                  "key_id": key_id, "now": now, "logged_in_at": logged_in_at,
+                                                  "max_age": max_age})
+            if changed != 1:
+                return None
+            row = tx.one("session_get", {"key": key})
+            assert row is not None
+            return int(row["version"])
+
+    def release(self, key: str, owner: str) -> None:
+        """Give up ``owner``'s login claim (its login failed)."""
+        with self.c.transaction() as tx:
+            tx.execute("session_release", {"key": key, "owner": owner})
+
+    def used(self, key: str) -> None:
+        """A run reused the saved state."""
+        with self.c.transaction() as tx:
+            tx.execute("session_used", {"key": key, "now": self.c.now()})
+
+    def drop(self, key: str) -> bool:
+        """Forget ``key``'s session; False if there was none."""
+        with self.c.transaction() as tx:
+            return tx.execute("session_drop", {"key": key}) == 1
