@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import FlowDefinitionError, InputError, UsageError
 
-__all__ = ["MAX_PAUSE", "THROTTLE_STATUSES", "Budget", "LimitKey", "burst_of", "check_key", "parse_rate",
+__all__ = ["MAX_PAUSE", "THROTTLE_STATUSES", "Budget", "LimitKey", "burst_of", "check_key", "check_limit", "parse_rate",
            "refill", "resolve_key", "retry_after"]
 
 #: what ``Flow(limit=...)`` takes: a key, or a function of the validated inputs giving one

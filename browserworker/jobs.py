@@ -40,6 +40,7 @@ def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_
     validated = flow.validate_inputs(inputs)
     flow.context_options(validated)  # a function of the inputs that fails says so now, not in a worker
     flow.session_key(validated)  # and a session key
+    limit_key = flow.limit_key(validated)  # and its limit key
     validate_queue(queue)
     if delay < 0:
         raise UsageError("--delay must be >= 0 seconds")
@@ -47,7 +48,7 @@ def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_
     return store.enqueue(NewRun(id=rid, flow_name=flow.name, inputs=flow.dump_inputs(validated),
                                 flow_path=str(loaded.path), flow_hash=loaded.file_hash, queue=queue,
                                 priority=priority, not_before=store.now() + delay if delay else None,
-                                secret_fields=tuple(flow.secret_fields())))
+                                secret_fields=tuple(flow.secret_fields()), limit_key=limit_key))
 
 
 def cancel(store: Store, run_id: str) -> str:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .browser import BrowserSession
-from .errors import UsageError
+from .errors import OverBudget, UsageError
 from .executor import Executor
 from .extensions import Extensions
 from .journal import RunJournal
@@ -72,8 +72,17 @@ async def acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, ex
                    owner: Owner) -> RunRecord:
     """Lease the run: at once if queued, expired, or its owner is provably gone; else wait."""
     announced = False
+    held: str | None = None
     while True:
-        claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew)
+        try:
+            claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew)
+        except OverBudget as over:  # a queued run waits for its key's budget, as a worker's would
+            if over.reason != held:
+                await ext.emit("notice", run, None, f"waiting: {over}; the run starts when its budget allows "
+                               "(browserworker limits)")
+                held = over.reason
+            await asyncio.sleep(min(over.retry_in, 1.0))
+            continue
         if claimed is not None:
             return claimed
         current = await store.call(store.store.get_run, run.id)
