@@ -27,6 +27,7 @@ from .core import (
 )
 from .db import SandboxDB
 from .logins import Logins, api_logins, api_revoke_sessions
+from .visits import Visits, VisitsMiddleware, api_visits
 
 __all__ = ["SESSION_COOKIE", "create_app"]
 
@@ -108,6 +109,11 @@ async def order_submit(request: Request) -> Response:
         if outcome.kind == "failed_after":
             return html_response(pages.error_page(
                 503, "Service unavailable", "The service is temporarily unavailable.", user=user), 503)
+        if outcome.kind == "throttled":
+            page = html_response(pages.error_page(outcome.status, "Slow down", "Too many requests.", user=user),
+                                 outcome.status)
+            page.headers.update(outcome.headers)
+            return page
         assert outcome.order is not None
         return RedirectResponse(f"/orders/{outcome.order.id}", status_code=303)
     finally:
@@ -186,14 +192,18 @@ def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
         Route("/api/reset", api_reset, methods=["POST"]),
         Route("/api/logins", api_logins, methods=["GET"]),
         Route("/api/sessions/revoke", api_revoke_sessions, methods=["POST"]),
+        Route("/api/visits", api_visits, methods=["GET", "DELETE"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/staff", staff, methods=["GET"]),
     ]
+    visits = Visits()
     middleware = [
+        Middleware(VisitsMiddleware, visits=visits),
         Middleware(SessionMiddleware, secret_key=db.secret_key(), session_cookie=SESSION_COOKIE,
                    same_site="lax", https_only=False),
     ]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: http_error})
     app.state.sandbox = SandboxState(db=db, dedupe=dedupe)
     app.state.logins = Logins(db_path)
+    app.state.visits = visits
     return app

@@ -87,9 +87,11 @@ class SandboxState:
 class Outcome:
     """Result of running an order POST through the fault knobs and the commit."""
 
-    kind: Literal["ok", "failed_before", "failed_after", "dropped"]
+    kind: Literal["ok", "failed_before", "failed_after", "dropped", "throttled"]
     order: Order | None = None
     created: bool = False
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 # -- helpers ----------------------------------------------------------------
@@ -196,7 +198,8 @@ async def run_order(
 ) -> Outcome:
     """Apply the fault knobs around committing one order.
 
-    Order of events: consume the knobs (counting down ``times``), sleep
+    Order of events: consume the knobs (counting down ``times``), answer ``throttle``
+    (nothing committed), sleep
     ``delay_before_commit``, maybe fail before committing, commit (insert, or
     find the existing order for ``idempotency_key``/``dedupe``), sleep
     ``delay_after_commit``, then maybe drop the connection or fail after commit.
@@ -205,6 +208,8 @@ async def run_order(
     """
     state = get_state(request)
     faults = await run_in_threadpool(state.db.consume_faults)
+    if faults.throttle:  # not taken: the client is told when to come back
+        return Outcome("throttled", status=faults.throttle_status, headers={"Retry-After": str(faults.throttle)})
     with anyio.CancelScope(shield=True):
         if faults.delay_before_commit > 0:
             await anyio.sleep(faults.delay_before_commit)

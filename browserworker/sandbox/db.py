@@ -102,6 +102,9 @@ class Faults:
     fail_before_commit: bool = False
     fail_after_commit: bool = False
     dedupe: bool = False
+    throttle: int = 0
+    """Answer order POSTs ``throttle_status`` with ``Retry-After: throttle`` (seconds), not taking them (0: off)."""
+    throttle_status: int = 429
     times: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,7 +115,7 @@ class Faults:
 FAULT_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(Faults))
 #: Knobs that ``times`` counts down and auto-resets (everything but dedupe/times).
 _COUNTED_KNOBS = ("delay_before_commit", "delay_after_commit", "drop_after_commit",
-                  "fail_before_commit", "fail_after_commit")
+                  "fail_before_commit", "fail_after_commit", "throttle")
 _FLOAT_KNOBS = {"delay_before_commit", "delay_after_commit"}
 _BOOL_KNOBS = {"drop_after_commit", "fail_before_commit", "fail_after_commit", "dedupe"}
 
@@ -130,6 +133,14 @@ def validate_fault(name: str, value: Any) -> Any:
     if name in _BOOL_KNOBS:
         if not isinstance(value, bool):
             raise FaultError(f"{name} must be true or false")
+        return value
+    if name == "throttle":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 86400:
+            raise FaultError("throttle must be a whole number of seconds between 0 and 86400 (0: off)")
+        return value
+    if name == "throttle_status":
+        if value not in (429, 503) or isinstance(value, bool):
+            raise FaultError("throttle_status must be 429 or 503")
         return value
     # times
     if value is None:
