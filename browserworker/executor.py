@@ -58,6 +58,7 @@ class Executor:
         self.extensions = extensions
         self.run = run
         self.stop_requested = False  # set by a stopping worker: release the run at the next step boundary
+        self.throttled = False  # handed back because the site throttled an effect (see budgets)
         # True once the run's end is committed while its context may still be closing (the
         # extensions hear ``run_settled``: a worker starts its next run beside that close)
         self.settled = False
@@ -113,9 +114,10 @@ class Executor:
             if outcome.kind in _ENDINGS:
                 state, decision = _ENDINGS[outcome.kind]
                 return await self._finish(state, outcome.reason, decision)
-            if outcome.kind == "released":
-                released = await self.journal.release()
-                self.log.info("run released at a step boundary")
+            if outcome.kind in ("released", "throttled"):
+                self.throttled = outcome.kind == "throttled"
+                released = await self.journal.release(decision=outcome.kind)
+                self.log.info("run released at a step boundary", reason=outcome.reason)
                 return released
             self.log.info("starting a new pass", reason=outcome.reason, backoff=outcome.backoff)
             if outcome.backoff:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from . import budgets
 from .journal import RunJournal
 from .store.records import AttemptRecord, OutboxRecord
 
-__all__ = ["DETECTED", "GateOutbox", "key_headers"]
+__all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle"]
 
 DETECTED = "detected"
 
@@ -58,6 +59,7 @@ class GateOutbox:
         """Journal the answer to a released request (the first answer stands, as in the store)."""
         kept = key_headers(headers)
         await self.journal.answered(outbox_id, status, url, kept)
+        await pause_on_throttle(self.journal, status, url, kept)
         row = self._rows[outbox_id]
         if row.response_at is None:
             self._rows[outbox_id] = replace(row, status=status, response_url=url, headers=kept,
@@ -74,3 +76,12 @@ class GateOutbox:
         row = self._rows[outbox_id]
         if row.response_at is None and row.failure is None:
             self._rows[outbox_id] = replace(row, failure=failure, failed_at=time.time())
+
+
+async def pause_on_throttle(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:
+    """A 429 or 503 with a ``Retry-After`` pauses the run's limit key fleet-wide (:mod:`browserworker.budgets`)."""
+    if status not in budgets.THROTTLE_STATUSES:
+        return
+    seconds = budgets.retry_after(headers, time.time())
+    if seconds is not None:
+        await journal.throttled(status, url.split("?", 1)[0].split("#", 1)[0], seconds)  # no query: it may carry secrets

@@ -38,6 +38,11 @@ class LeasedRun:
         self._beating = False
 
     @property
+    def throttled(self) -> bool:
+        """The run went back to the queue because the site throttled an effect."""
+        return self.executor is not None and self.executor.throttled
+
+    @property
     def settled(self) -> bool:
         """The run's end is committed; only closing its context is left."""
         return self.executor is not None and self.executor.settled

@@ -165,7 +165,7 @@ class FleetManager(Manager):
                 tx.execute("mark_worker", {"id": row["owner"], "health": "unhealthy", "now": now})
         return True
 
-    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None:
+    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None, decision: str = "released") -> None:
         """Hand a run back (QUEUED now, no expiry wait); bumps the epoch so this owner is fenced off."""
         now = self.c.now()
         with self.c.transaction() as tx:
@@ -174,7 +174,7 @@ class FleetManager(Manager):
                 raise self._lease_lost(run_id, epoch, 0.0, "release")
             assert before is not None
             self._event(tx, run_id, "lease_released", now=now, worker=worker, epoch=epoch,
-                        from_state=before["state"], to_state=RunState.QUEUED, decision="released")
+                        from_state=before["state"], to_state=RunState.QUEUED, decision=decision)
 
     def register_worker(self, owner: Owner, queues: Sequence[str], concurrency: int) -> None:
         with self.c.transaction() as tx:
