@@ -27,19 +27,24 @@ def client(tmp_path: Path) -> TestClient:
 
 
 def test_throttle_answers_the_next_posts_with_retry_after(client: TestClient) -> None:
-    """throttle=N with times=K answers the next K order POSTs (form and API) with 429 and
-    Retry-After: N, taking no order; then orders go through again. 503 can be asked for."""
-    assert client.put("/api/faults", json={"throttle": 3, "times": 2}).status_code == 200
+    """throttle=N with throttle_times=K answers the next K order POSTs (form and API) with 429
+    and Retry-After: N, taking no order and leaving `times` alone; then orders go through
+    again. 503 can be asked for; throttle_tag throttles only the POSTs tagged so."""
+    assert client.put("/api/faults", json={"throttle": 3, "throttle_times": 2}).status_code == 200
     first = post_order(client, reference="T-1")
     assert first.status_code == 429 and first.headers["retry-after"] == "3"
     api = client.post("/api/orders", json={"item": "w", "quantity": 1, "reference": "T-2"})
     assert api.status_code == 429 and api.headers["retry-after"] == "3"
     assert client.get("/api/orders").json()["orders"] == []
+    assert client.get("/api/faults").json()["throttle"] == 0
     assert client.post("/api/orders", json={"item": "w", "quantity": 1, "reference": "T-3"}).status_code == 201
-    client.put("/api/faults", json={"throttle": 7, "throttle_status": 503, "times": 1})
-    assert post_order(client, reference="T-4").status_code == 503
-    assert client.put("/api/faults", json={"throttle_status": 500}).status_code == 400
-    assert client.put("/api/faults", json={"throttle": -1}).status_code == 400
+    client.put("/api/faults", json={"throttle": 7, "throttle_status": 503, "throttle_tag": "slow"})
+    assert post_order(client, reference="T-4").status_code == 200  # untagged: not throttled (the order page)
+    tagged = client.post("/api/orders", json={"item": "w", "quantity": 1, "reference": "T-5"},
+                         headers={"X-Sandbox-Tag": "slow"})
+    assert tagged.status_code == 503 and tagged.headers["retry-after"] == "7"
+    for bad in ({"throttle_status": 500}, {"throttle": -1}, {"throttle_times": 0}, {"throttle_tag": ""}):
+        assert client.put("/api/faults", json=bad).status_code == 400
 
 
 def test_visits_report_who_was_at_the_sandbox_at_once(tmp_path: Path) -> None:

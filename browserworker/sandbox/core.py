@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
 from .db import Order, SandboxDB
+from .visits import TAG_HEADER
 
 __all__ = [
     "DROP_EXTENSION", "ConnectionDropUnsupported", "InflightCounter", "Outcome", "SandboxState",
@@ -198,8 +199,8 @@ async def run_order(
 ) -> Outcome:
     """Apply the fault knobs around committing one order.
 
-    Order of events: consume the knobs (counting down ``times``), answer ``throttle``
-    (nothing committed), sleep
+    Order of events: answer ``throttle`` (nothing committed, ``times`` untouched), consume
+    the knobs (counting down ``times``), sleep
     ``delay_before_commit``, maybe fail before committing, commit (insert, or
     find the existing order for ``idempotency_key``/``dedupe``), sleep
     ``delay_after_commit``, then maybe drop the connection or fail after commit.
@@ -207,9 +208,10 @@ async def run_order(
     accurate when the client sees the connection die.
     """
     state = get_state(request)
+    throttle = await run_in_threadpool(state.db.consume_throttle, request.headers.get(TAG_HEADER))
+    if throttle is not None:  # not taken: the client is told when to come back
+        return Outcome("throttled", status=throttle.throttle_status, headers={"Retry-After": str(throttle.throttle)})
     faults = await run_in_threadpool(state.db.consume_faults)
-    if faults.throttle:  # not taken: the client is told when to come back
-        return Outcome("throttled", status=faults.throttle_status, headers={"Retry-After": str(faults.throttle)})
     with anyio.CancelScope(shield=True):
         if faults.delay_before_commit > 0:
             await anyio.sleep(faults.delay_before_commit)
