@@ -192,14 +192,8 @@ class OpsSnapshot:
     schema_version: int | None = None
     db: str | None = None
     worker_counts: dict[str, int] = field(default_factory=dict)
-    limits: list[Budget] = field(default_factory=list)
-    """Limit keys with a budget or a pause (:mod:`browserworker.budgets`)."""
-    limit_pauses: dict[str, int] = field(default_factory=dict)
-    """Pauses from a site's Retry-After so far, by limit key."""
-
-    @property
-    def paused_keys(self) -> list[Budget]:
-        return [b for b in self.limits if b.paused]
+    limits: list[Budget] = field(default_factory=list)  # keys with a budget or a pause (browserworker.budgets)
+    limit_pauses: dict[str, int] = field(default_factory=dict)  # pauses from a site's Retry-After, by key
 
     @property
     def unknown_open(self) -> int:
@@ -387,11 +381,7 @@ def _unknown_families(snap: OpsSnapshot) -> Iterator[Metric]:
 def _limit_families(snap: OpsSnapshot) -> Iterator[Metric]:
     """Budgets of limit keys: pauses now and ever, live runs against each budget."""
     yield GaugeMetricFamily("browserworker_limit_paused_keys", "Limit keys paused now (a site's Retry-After).",
-                            value=len(snap.paused_keys))
-    paused = GaugeMetricFamily("browserworker_limit_paused_seconds", "Seconds left of each paused key's pause.",
-                               labels=["key"])
-    for b in snap.paused_keys:
-        paused.add_metric([b.key], max(0.0, (b.paused_until or 0.0) - snap.at))
+                            value=sum(1 for b in snap.limits if b.paused))
     pauses = CounterMetricFamily("browserworker_limit_pauses", "Pauses of a limit key from a 429/503 Retry-After.",
                                  labels=["key"])
     for key, n in sorted(snap.limit_pauses.items()):
@@ -404,7 +394,7 @@ def _limit_families(snap: OpsSnapshot) -> Iterator[Metric]:
         live.add_metric([b.key], b.live)
         if b.concurrency is not None:
             concurrency.add_metric([b.key], b.concurrency)
-    yield from (paused, pauses, live, concurrency)
+    yield from (pauses, live, concurrency)
 
 
 def families(snap: OpsSnapshot) -> Iterator[Metric]:
