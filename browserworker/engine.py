@@ -73,8 +73,11 @@ class Engine:
         owner = this_owner("run")
         try:
             while True:
-                leased = LeasedRun(astore, await acquire(astore, run, self.lease, ext, owner), loaded, owner, ext,
-                                   lease=self.lease, evidence_dir=self.evidence_dir)
+                claimed = await acquire(astore, run, self.lease, ext, owner, stop=stop)
+                if claimed is None:  # stopped while waiting (for a budget, a live lease): nothing was taken
+                    return await astore.call(self.store.get_run, run.id) or run
+                leased = LeasedRun(astore, claimed, loaded, owner, ext, lease=self.lease,
+                                   evidence_dir=self.evidence_dir)
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
                 async with BrowserSession(self.browser) as session:
                     watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None

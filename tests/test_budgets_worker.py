@@ -4,6 +4,7 @@ more, and a 429 with Retry-After pauses the key fleet-wide while other keys keep
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,15 @@ from typing import Any
 import pytest
 from stores import store_target  # noqa: F401  (the contract fixture)
 
+from browserworker.browser import BrowserSettings
+from browserworker.engine import Engine
+from browserworker.extensions import Extension
 from browserworker.jobs import enqueue
+from browserworker.leases import LeaseSettings
 from browserworker.loader import load_flow
 from browserworker.states import RunState
 from browserworker.store import open_store
+from browserworker.store.records import RunRecord
 from fleet import STARTED, TEST_FLOWS, start_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -105,3 +111,34 @@ def test_retry_after_pauses_the_key_fleet_wide(store_target: str, shop: Any, tmp
     [refused] = [r for r in requests if r["status"] == 429]
     later = [r["start"] for r in requests if r["start"] > refused["end"]]
     assert later and min(later) >= refused["end"] + 3 - 0.3, (refused, sorted(later)[:3])
+
+
+def test_a_direct_run_waits_for_its_keys_pause_and_for_a_throttle(tmp_path: Path, shop: Any) -> None:
+    """In-process ``run`` (Engine.run) of a run whose key is paused waits with a notice and
+    starts when the pause ends; when the site then throttles its order POST (Retry-After: 2),
+    it waits out that pause too and goes on: SUCCEEDED, one order, one throttled attempt."""
+    tag = tmp_path.name[-10:].replace("_", "-")
+    key = f"direct-{tag}"
+    store = open_store(tmp_path / "bw.db")
+    loaded = load_flow(TEST_FLOWS / "budget_order.py")
+    run, _ = Engine(store).prepare(loaded, {"base_url": shop.url, "item": f"direct-{tag}", "site": key})
+    until = store.pause_limit(key, 2, "by hand")
+    shop.set_faults(throttle=2, throttle_tag=key, throttle_times=1)
+    notices: list[str] = []
+
+    class Notices(Extension):
+        def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> None:
+            notices.append(message)
+
+    try:
+        engine = Engine(store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=30), extensions=[Notices()])
+        final = asyncio.run(engine.run(loaded, run))
+        assert final.state == RunState.SUCCEEDED
+        claims = [e.at for e in store.events(run.id) if e.kind == "lease_claimed"]
+        [pause] = [e for e in store.events(run.id) if e.kind == "limit_paused"]
+        assert len(claims) == 2 and claims[0] >= until and claims[1] >= pause.detail["until"]
+        assert sum("waiting: limit key" in n and "paused" in n for n in notices) == 2, notices
+        assert [a.decided_by for a in store.attempts(run.id) if a.step_id == "submit"] == ["throttled", "return"]
+    finally:
+        store.close()
+    assert len(shop.orders(f"{run.id}/submit")) == 1
