@@ -25,6 +25,7 @@ from .browser import BrowserSession
 from .effects import run_effect
 from .extensions import Extension, Extensions
 from .flow import Action, Effect, Flow, Step
+from .gate_outbox import watch_navigations
 from .login import Login
 from .journal import RunJournal
 from .passes import Again, Pass, PassOutcome, RunScope, Stop
@@ -214,6 +215,7 @@ class Executor:
         while True:
             done, _ = await asyncio.wait({opening}, timeout=0.25)
             if done:
+                watch_navigations(opening.result(), self.journal)  # a 429/503 Retry-After pauses its key
                 return opening.result()
             if self.lease.lost is not None:
                 opening.cancel()

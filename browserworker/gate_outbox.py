@@ -7,14 +7,20 @@ are evidence: each is written in its own commit, unfenced.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
+
+import structlog
+from playwright.async_api import Page, Response
 
 from . import budgets
 from .journal import RunJournal
 from .store.records import AttemptRecord, OutboxRecord
 
-__all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle"]
+__all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "watch_navigations"]
+
+log = structlog.get_logger("browserworker.gate")
 
 DETECTED = "detected"
 
@@ -85,3 +91,28 @@ async def pause_on_throttle(journal: RunJournal, status: int, url: str, headers:
     seconds = budgets.retry_after(headers, time.time())
     if seconds is not None:
         await journal.throttled(status, url.split("?", 1)[0].split("#", 1)[0], seconds)  # no query: it may carry secrets
+
+
+_PAUSING: set[asyncio.Future[None]] = set()
+
+
+def watch_navigations(page: Page, journal: RunJournal) -> None:
+    """A main-frame navigation of ``page`` answered 429/503 with a ``Retry-After`` pauses the
+    run's key too (a GET the gate does not hold: an action's ``goto``, a link, a reload)."""
+
+    def on_response(response: Response) -> None:
+        request = response.request
+        if (response.status in budgets.THROTTLE_STATUSES and request.method == "GET" and request.is_navigation_request()
+                and request.frame.parent_frame is None):
+            pausing = asyncio.ensure_future(_pause_quietly(journal, response.status, response.url, response.headers))
+            _PAUSING.add(pausing)
+            pausing.add_done_callback(_PAUSING.discard)
+
+    page.on("response", on_response)
+
+
+async def _pause_quietly(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:
+    try:
+        await pause_on_throttle(journal, status, url, headers)
+    except Exception:  # noqa: BLE001 - evidence of a pause: the run goes on without it
+        log.warning("could not journal a Retry-After pause", run_id=journal.run_id, url=url.split("?", 1)[0])

@@ -142,3 +142,37 @@ def test_a_direct_run_waits_for_its_keys_pause_and_for_a_throttle(tmp_path: Path
     finally:
         store.close()
     assert len(shop.orders(f"{run.id}/submit")) == 1
+
+
+BUSY_FLOW = """
+from browserworker import Flow, StepContext
+
+flow = Flow("busy-page", limit="busy.example")
+
+
+@flow.step
+async def look(ctx: StepContext) -> None:
+    await ctx.page.goto(URL)
+"""
+
+
+def test_a_navigation_answered_429_pauses_the_key(tmp_path: Path, shop: Any) -> None:
+    """An action's page navigation answered 429 with Retry-After: 5 (a GET the gate does not
+    hold) pauses the run's key for ~5 s, journaled on the run; the action itself goes on."""
+    path = tmp_path / "busy.py"
+    path.write_text(BUSY_FLOW.replace("URL", repr(f"{shop.url}/busy?after=5")))
+    store = open_store(tmp_path / "bw.db")
+    loaded = load_flow(path)
+    engine = Engine(store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=30))
+    try:
+        run, _ = engine.prepare(loaded, {})
+        final = asyncio.run(engine.run(loaded, run))
+        assert final.state == RunState.SUCCEEDED
+        [pause] = [e for e in store.events(run.id) if e.kind == "limit_paused"]
+        assert pause.detail["key"] == "busy.example" and pause.detail["status"] == 429
+        assert pause.detail["url"] == f"{shop.url}/busy"
+        assert pause.detail["until"] - pause.at == pytest.approx(5, abs=0.2)
+        [budget] = store.limits()
+        assert budget.key == "busy.example" and budget.paused
+    finally:
+        store.close()

@@ -159,6 +159,15 @@ async def staff(request: Request) -> Response:
     return HTMLResponse(f"<h1 id='staff'>staff area</h1><p id='language'>{pages.escape(language)}</p>")
 
 
+async def busy(request: Request) -> Response:
+    """``GET /busy?after=N[&status=503]``: a page that asks the browser to come back in N seconds."""
+    after = request.query_params.get("after", "1")
+    status = 503 if request.query_params.get("status") == "503" else 429
+    if not after.isdigit():
+        raise HTTPException(400, "after must be a whole number of seconds")
+    return HTMLResponse("<h1 id='busy'>busy</h1>", status_code=status, headers={"Retry-After": after})
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     """JSON errors under ``/api``, HTML pages elsewhere."""
     assert isinstance(exc, HTTPException)
@@ -195,6 +204,7 @@ def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
         Route("/api/visits", api_visits, methods=["GET", "DELETE"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/staff", staff, methods=["GET"]),
+        Route("/busy", busy, methods=["GET"]),
     ]
     visits = Visits()
     middleware = [
