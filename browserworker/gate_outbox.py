@@ -18,7 +18,7 @@ from . import budgets
 from .journal import RunJournal
 from .store.records import AttemptRecord, OutboxRecord
 
-__all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "watch_navigations"]
+__all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "pause_quietly", "watch_navigations"]
 
 log = structlog.get_logger("browserworker.gate")
 
@@ -65,7 +65,7 @@ class GateOutbox:
         """Journal the answer to a released request (the first answer stands, as in the store)."""
         kept = key_headers(headers)
         await self.journal.answered(outbox_id, status, url, kept)
-        await pause_on_throttle(self.journal, status, url, kept)
+        await pause_quietly(self.journal, status, url, kept)
         row = self._rows[outbox_id]
         if row.response_at is None:
             self._rows[outbox_id] = replace(row, status=status, response_url=url, headers=kept,
@@ -104,14 +104,15 @@ def watch_navigations(page: Page, journal: RunJournal) -> None:
         request = response.request
         if (response.status in budgets.THROTTLE_STATUSES and request.method == "GET" and request.is_navigation_request()
                 and request.frame.parent_frame is None):
-            pausing = asyncio.ensure_future(_pause_quietly(journal, response.status, response.url, response.headers))
+            pausing = asyncio.ensure_future(pause_quietly(journal, response.status, response.url, response.headers))
             _PAUSING.add(pausing)
             pausing.add_done_callback(_PAUSING.discard)
 
     page.on("response", on_response)
 
 
-async def _pause_quietly(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:
+async def pause_quietly(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:
+    """:func:`pause_on_throttle`, logging (not raising) a failure to journal it."""
     try:
         await pause_on_throttle(journal, status, url, headers)
     except Exception:  # noqa: BLE001 - evidence of a pause: the run goes on without it

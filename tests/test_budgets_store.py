@@ -195,3 +195,31 @@ def test_postgres_a_claimer_waits_at_the_key_lock(pg_url: str) -> None:
     assert got == ["o1"], "the waiter took the key's run although its slot was taken"
     assert store.get_run("s2").state == RunState.QUEUED
     store.close()
+
+
+def test_concurrent_pauses_of_a_new_key_all_land(store_target: str) -> None:
+    """Several runs throttled at once pause a key that has no row yet: none fails, one row,
+    the longest pause stands."""
+    stores = [open_store(store_target) for _ in range(6)]
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def pause(n: int) -> None:
+        try:
+            start.wait()
+            stores[n].pause_limit("burst.example", 10 + n, f"HTTP 429 #{n}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=pause, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        [budget] = stores[0].limits()
+        assert budget.paused and budget.paused_until - stores[0].now() > 14
+    finally:
+        for s in stores:
+            s.close()

@@ -86,8 +86,10 @@ class LimitManager(Manager):
         return {row["key"]: row["n"] for row in self.c.read("limit_pauses", {})}
 
     def _row(self, tx: Tx, key: str, now: float) -> None:
+        """The key's row exists (inserted if need be) and is locked by ``tx``."""
         if tx.one("lock_limit", {"key": key}) is None:
             tx.execute("insert_limit", {"key": key, "now": now})
+            tx.one("lock_limit", {"key": key})
 
     def _budget(self, key: str) -> Budget:
         return next(b for b in self.limits() if b.key == key)

@@ -482,7 +482,8 @@ SELECT COUNT(*) AS n FROM runs WHERE limit_key = :key AND state IN ('LEASED', 'R
 UPDATE limits SET tokens = :tokens, refilled_at = :now WHERE key = :key
 
 -- name: insert_limit
-INSERT INTO limits (key, updated_at) VALUES (:key, :now)
+-- Two runs throttled at once may both find no row: the second insert is a no-op.
+INSERT INTO limits (key, updated_at) VALUES (:key, :now) ON CONFLICT (key) DO NOTHING
 
 -- name: set_limit
 UPDATE limits SET concurrency = :concurrency, rate = :rate, tokens = :tokens, refilled_at = :now, updated_at = :now
