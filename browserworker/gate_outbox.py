@@ -89,8 +89,8 @@ async def pause_on_throttle(journal: RunJournal, status: int, url: str, headers:
     if status not in budgets.THROTTLE_STATUSES:
         return
     seconds = budgets.retry_after(headers, time.time())
-    if seconds is not None:
-        await journal.throttled(status, url.split("?", 1)[0].split("#", 1)[0], seconds)  # no query: it may carry secrets
+    if seconds is not None:  # the URL without its query: that may carry secrets
+        await journal.throttled(status, url.split("?", 1)[0].split("#", 1)[0], seconds)
 
 
 _PAUSING: set[asyncio.Future[None]] = set()

@@ -82,9 +82,10 @@ def classify_attempt(*, raised: BaseException | None, returned: Any, dispatched:
     """Classify a finished effect attempt from the gate's journal and the outbox.
 
     Never from the client exception alone: an error after a dispatch is UNKNOWN unless a
-    recorded response proves otherwise. Every dispatch answered 429 or 503 with a
-    ``Retry-After`` is FAILED, decided by ``throttled``: the site did not process it. A normal return is trusted unless the effect's
-    own ``confirm`` predicate rejects the recorded responses.
+    recorded response proves otherwise. A normal return is trusted unless the effect's
+    own ``confirm`` predicate rejects the recorded responses. An attempt whose every dispatch
+    was answered 429 or 503 with a ``Retry-After`` is FAILED, decided by ``throttled``: the
+    site did not process it (:mod:`browserworker.budgets`).
     """
     throttled = throttle_of(outbox)
     if dispatched and throttled is not None:  # the site did not take it: back to the queue, after its pause
