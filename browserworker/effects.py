@@ -16,11 +16,15 @@ from .journal import RunJournal
 from .passes import REPLAY_NOW, Again, Pass, RunScope, Stop, backoff, in_own_task, jsonable, response_evidence, \
     safe_url
 from .reconcile import judge_of, recover, restore_gap, restore_gap_open
-from .recovery import classify_attempt, own_failures
+from .recovery import THROTTLED, classify_attempt, own_failures, throttled_attempts
 from .states import AttemptState
 from .store.records import AttemptRecord, OutboxRecord
 
-__all__ = ["run_effect"]
+__all__ = ["MAX_THROTTLED", "run_effect"]
+
+MAX_THROTTLED = 5
+"""Times an effect may be throttled (429/503 with a Retry-After) and go back to the queue;
+the next one fails the run."""
 
 
 async def run_effect(scope: RunScope, step: Effect, p: Pass, latest: AttemptRecord | None) -> Any:
@@ -117,7 +121,13 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     if finished.state == AttemptState.UNKNOWN:
         await p.context.close()  # end whatever is still in flight in this context
         raise Again(f"{step.id} dispatched but its outcome is unknown: reconciling")
-    failures = own_failures(await journal.attempts(), step.id)
+    attempts = await journal.attempts()
+    if finished.decided_by == THROTTLED:
+        if throttled_attempts(attempts, step.id) > MAX_THROTTLED:
+            raise Stop("failed", f"effect {step.id} was throttled {MAX_THROTTLED + 1} times, last: {finished.error}")
+        raise Stop("throttled", f"effect {step.id} throttled: {finished.error}; back to the queue until the pause "
+                                "of its limit key ends")
+    failures = own_failures(attempts, step.id)
     if failures > step.retries:
         raise Stop("failed", f"effect {step.id} {finished.state} ({finished.decided_by}): {finished.error}")
     raise Again(f"retrying {step.id} ({finished.state})", backoff(failures))
@@ -142,6 +152,8 @@ async def _outcome(scope: RunScope, step: Effect, p: Pass, ctx: StepContext[Any]
     verdict = classify_attempt(raised=raised, returned=jsonable(value), dispatched=gate.dispatched, outbox=outbox,
                                judge=judge_of(step), confirm=step.judge if step.confirm is not None else None)
     error = None if raised is None else f"{type(raised).__name__}: {raised}"
+    if verdict.decided_by == THROTTLED:
+        error = verdict.reason
     evidence = _gate_evidence(scope, step, ctx, gate, outbox)
     if verdict.state == AttemptState.UNKNOWN:
         # this attempt dispatches nothing more from now on; reconcile in a new pass

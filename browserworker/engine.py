@@ -62,7 +62,8 @@ class Engine:
         """Lease ``run`` and execute it to its end in this process; returns the final run.
 
         A terminal or NEEDS_REVIEW run is returned as it is. Setting ``stop`` hands the run
-        back (QUEUED) at its next step boundary. ``extensions`` hear this run only.
+        back (QUEUED) at its next step boundary. A run whose key's budget holds it (or that a
+        site throttled) waits for the budget, with a notice. ``extensions`` hear this run only.
         Raises :class:`~browserworker.errors.LeaseLost` if another owner takes the run away.
         """
         if run.state in TERMINAL_RUN_STATES or run.state == RunState.NEEDS_REVIEW:
@@ -71,16 +72,23 @@ class Engine:
         astore = AsyncStore(self.store)
         owner = this_owner("run")
         try:
-            leased = LeasedRun(astore, await acquire(astore, run, self.lease, ext, owner), loaded, owner, ext,
-                               lease=self.lease, evidence_dir=self.evidence_dir)
-            leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
-            async with BrowserSession(self.browser) as session:
-                watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None
-                try:
-                    return await leased.execute(session)
-                finally:
-                    if watcher is not None:
-                        watcher.cancel()
+            while True:
+                claimed = await acquire(astore, run, self.lease, ext, owner, stop=stop)
+                if claimed is None:  # stopped while waiting (for a budget, a live lease): nothing was taken
+                    return await astore.call(self.store.get_run, run.id) or run
+                leased = LeasedRun(astore, claimed, loaded, owner, ext, lease=self.lease,
+                                   evidence_dir=self.evidence_dir)
+                leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
+                async with BrowserSession(self.browser) as session:
+                    watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None
+                    try:
+                        run = await leased.execute(session)
+                    finally:
+                        if watcher is not None:
+                            watcher.cancel()
+                # a throttled run waits here for its key's pause (acquire says so), then goes on
+                if not leased.throttled or (stop is not None and stop.is_set()):
+                    return run
         finally:
             astore.close()
 

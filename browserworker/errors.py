@@ -45,6 +45,20 @@ class QueueFull(BrowserworkerError):
     exit_code = 6
 
 
+class OverBudget(BrowserworkerError):
+    """A run of a limit key may not start now: the key is paused, at its concurrency or out of
+    its rate (``browserworker limits``). Nothing was written; ``retry_in`` seconds is a guess
+    of when it may."""
+
+    exit_code = 6
+
+    def __init__(self, key: str, reason: str, retry_in: float) -> None:
+        super().__init__(f"limit key {key!r} is {reason}")
+        self.key = key
+        self.reason = reason
+        self.retry_in = max(0.05, retry_in)
+
+
 class StoreError(BrowserworkerError):
     """The store could not be opened or written (locked, full, read-only...)."""
 

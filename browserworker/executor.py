@@ -25,6 +25,7 @@ from .browser import BrowserSession
 from .effects import run_effect
 from .extensions import Extension, Extensions
 from .flow import Action, Effect, Flow, Step
+from .gate_outbox import watch_navigations
 from .login import Login
 from .journal import RunJournal
 from .passes import Again, Pass, PassOutcome, RunScope, Stop
@@ -58,6 +59,7 @@ class Executor:
         self.extensions = extensions
         self.run = run
         self.stop_requested = False  # set by a stopping worker: release the run at the next step boundary
+        self.throttled = False  # handed back because the site throttled an effect (see budgets)
         # True once the run's end is committed while its context may still be closing (the
         # extensions hear ``run_settled``: a worker starts its next run beside that close)
         self.settled = False
@@ -113,9 +115,10 @@ class Executor:
             if outcome.kind in _ENDINGS:
                 state, decision = _ENDINGS[outcome.kind]
                 return await self._finish(state, outcome.reason, decision)
-            if outcome.kind == "released":
-                released = await self.journal.release()
-                self.log.info("run released at a step boundary")
+            if outcome.kind in ("released", "throttled"):
+                self.throttled = outcome.kind == "throttled"
+                released = await self.journal.release(decision=outcome.kind)
+                self.log.info("run released at a step boundary", reason=outcome.reason)
                 return released
             self.log.info("starting a new pass", reason=outcome.reason, backoff=outcome.backoff)
             if outcome.backoff:
@@ -212,6 +215,7 @@ class Executor:
         while True:
             done, _ = await asyncio.wait({opening}, timeout=0.25)
             if done:
+                watch_navigations(opening.result(), self.journal)  # a 429/503 Retry-After pauses its key
                 return opening.result()
             if self.lease.lost is not None:
                 opening.cancel()

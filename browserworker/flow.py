@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationError
 
 from .canonical import canonical_json, fingerprint_of
-from . import context_options, session_options
+from . import budgets, context_options, session_options
+from .budgets import LimitKey
 from .context_options import ContextOptions
 from .session_options import SessionKey
 from .errors import FlowDefinitionError, InputError
@@ -277,6 +278,8 @@ class Flow(Generic[InputsT]):
     function of the inputs), signed in by the ``@flow.login`` step; a saved session older than
     ``session_max_age`` (a timedelta or seconds; default 12 hours) is not reused
     (:mod:`browserworker.sessions`).
+    ``limit`` names the key whose budget its runs count against (default: the flow's name), or
+    derives it from the validated inputs (:mod:`browserworker.budgets`).
     """
 
     def __init__(
@@ -289,6 +292,7 @@ class Flow(Generic[InputsT]):
         context: ContextOptions = None,
         session: SessionKey = None,
         session_max_age: timedelta | float | None = None,
+        limit: LimitKey = None,
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
             raise FlowDefinitionError(f"flow name {name!r} must be 1-64 letters, digits, '-', '_' or '.'")
@@ -303,6 +307,7 @@ class Flow(Generic[InputsT]):
         self.context = context if context is None or callable(context) else \
             context_options.check(context, f"flow {name!r}")
         self.session, self.session_max_age = session_options.check(session, session_max_age, f"flow {name!r}")
+        self.limit = budgets.check_limit(limit, name)
         self._steps: list[Step] = []
         self._login: Login | None = None
 
@@ -462,6 +467,9 @@ class Flow(Generic[InputsT]):
     def session_key(self, inputs: BaseModel) -> str | None:
         """The key of the login session a run with these inputs uses (``Flow(session=...)``), or None."""
         return session_options.key(self.session, inputs, f"flow {self.name!r}")
+    def limit_key(self, inputs: BaseModel) -> str:
+        """The limit key of a run with these inputs (``Flow(limit=...)``)."""
+        return budgets.resolve_key(self.limit, inputs, self.name)
 
     def dump_inputs(self, model: BaseModel) -> dict[str, Any]:
         """Validated inputs as JSON data to store, with secret values revealed (the store needs them)."""

@@ -7,13 +7,20 @@ are evidence: each is written in its own commit, unfenced.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 
+import structlog
+from playwright.async_api import Page, Response
+
+from . import budgets
 from .journal import RunJournal
 from .store.records import AttemptRecord, OutboxRecord
 
-__all__ = ["DETECTED", "GateOutbox", "key_headers"]
+__all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "pause_quietly", "watch_navigations"]
+
+log = structlog.get_logger("browserworker.gate")
 
 DETECTED = "detected"
 
@@ -58,6 +65,7 @@ class GateOutbox:
         """Journal the answer to a released request (the first answer stands, as in the store)."""
         kept = key_headers(headers)
         await self.journal.answered(outbox_id, status, url, kept)
+        await pause_quietly(self.journal, status, url, kept)
         row = self._rows[outbox_id]
         if row.response_at is None:
             self._rows[outbox_id] = replace(row, status=status, response_url=url, headers=kept,
@@ -74,3 +82,38 @@ class GateOutbox:
         row = self._rows[outbox_id]
         if row.response_at is None and row.failure is None:
             self._rows[outbox_id] = replace(row, failure=failure, failed_at=time.time())
+
+
+async def pause_on_throttle(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:
+    """A 429 or 503 with a ``Retry-After`` pauses the run's limit key fleet-wide (:mod:`browserworker.budgets`)."""
+    if status not in budgets.THROTTLE_STATUSES:
+        return
+    seconds = budgets.retry_after(headers, time.time())
+    if seconds is not None:  # the URL without its query: that may carry secrets
+        await journal.throttled(status, url.split("?", 1)[0].split("#", 1)[0], seconds)
+
+
+_PAUSING: set[asyncio.Future[None]] = set()
+
+
+def watch_navigations(page: Page, journal: RunJournal) -> None:
+    """A main-frame navigation of ``page`` answered 429/503 with a ``Retry-After`` pauses the
+    run's key too (a GET the gate does not hold: an action's ``goto``, a link, a reload)."""
+
+    def on_response(response: Response) -> None:
+        request = response.request
+        if (response.status in budgets.THROTTLE_STATUSES and request.method == "GET" and request.is_navigation_request()
+                and request.frame.parent_frame is None):
+            pausing = asyncio.ensure_future(pause_quietly(journal, response.status, response.url, response.headers))
+            _PAUSING.add(pausing)
+            pausing.add_done_callback(_PAUSING.discard)
+
+    page.on("response", on_response)
+
+
+async def pause_quietly(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:
+    """:func:`pause_on_throttle`, logging (not raising) a failure to journal it."""
+    try:
+        await pause_on_throttle(journal, status, url, headers)
+    except Exception:  # noqa: BLE001 - evidence of a pause: the run goes on without it
+        log.warning("could not journal a Retry-After pause", run_id=journal.run_id, url=url.split("?", 1)[0])

@@ -7,10 +7,12 @@ it writes, so a refused call leaves the store untouched.
 from __future__ import annotations
 
 import getpass
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import budgets
+from .budgets import Budget
 from .errors import UsageError
 from .loader import LoadedFlow
 from .runner import new_run_id, validate_run_id
@@ -18,7 +20,7 @@ from .states import AttemptState, RunState
 from .store.base import Store
 from .store.records import NewRun, RunRecord
 
-__all__ = ["ReviewItem", "cancel", "enqueue", "resolve", "review_items"]
+__all__ = ["ReviewItem", "cancel", "enqueue", "manage_limits", "resolve", "review_items"]
 
 _QUEUE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -40,6 +42,7 @@ def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_
     validated = flow.validate_inputs(inputs)
     flow.context_options(validated)  # a function of the inputs that fails says so now, not in a worker
     flow.session_key(validated)  # and a session key
+    limit_key = flow.limit_key(validated)  # and its limit key
     validate_queue(queue)
     if delay < 0:
         raise UsageError("--delay must be >= 0 seconds")
@@ -47,7 +50,31 @@ def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_
     return store.enqueue(NewRun(id=rid, flow_name=flow.name, inputs=flow.dump_inputs(validated),
                                 flow_path=str(loaded.path), flow_hash=loaded.file_hash, queue=queue,
                                 priority=priority, not_before=store.now() + delay if delay else None,
-                                secret_fields=tuple(flow.secret_fields())))
+                                secret_fields=tuple(flow.secret_fields()), limit_key=limit_key))
+
+
+def manage_limits(open_store: Callable[[bool], Store], action: str = "list", key: str | None = None, *,
+                  concurrency: int | None = None, rate: str | None = None, all_keys: bool = False) -> list[Budget]:
+    """``browserworker limits``: list the keys' budgets, ``set`` one (``rate`` as ``N/s``, ``N/min``
+    or ``N/h``) or ``clear`` one (or ``all_keys``); returns every key's budget afterwards. Input
+    is checked before the store is opened (``open_store(create)``): bad input writes nothing."""
+    if action == "list" and (key or concurrency is not None or rate or all_keys):
+        raise UsageError("limits (list) takes no KEY, --concurrency, --rate or --all")
+    if action == "set":
+        if key is None or all_keys or (concurrency is None and rate is None):
+            raise UsageError("limits set needs a KEY and --concurrency N and/or --rate N/min (and no --all)")
+        if concurrency is not None and concurrency < 1:
+            raise UsageError(f"--concurrency must be a positive whole number, not {concurrency}")
+        per_minute = None if rate is None else budgets.parse_rate(rate)
+        open_store(True).set_limit(budgets.check_key(key, "limits set"), concurrency=concurrency, rate=per_minute)
+    elif action == "clear":
+        if (key is None) == (not all_keys) or concurrency is not None or rate:
+            raise UsageError("limits clear needs a KEY or --all (and no --concurrency or --rate)")
+        if not open_store(False).clear_limit(None if all_keys else key) and key is not None:
+            raise UsageError(f"no budget or pause for limit key {key!r}")
+    elif action != "list":
+        raise UsageError(f"unknown limits action {action!r}: list, set or clear")
+    return open_store(False).limits()
 
 
 def cancel(store: Store, run_id: str) -> str:

@@ -82,10 +82,10 @@ class RunJournal:
         return await self._fenced(self.store.set_run_state, self.run_id, self.epoch, state, worker=self.worker,
                                   error=error, decision=decision)
 
-    async def release(self) -> RunRecord:
+    async def release(self, decision: str = "released") -> RunRecord:
         """Hand the run back (QUEUED) at a step boundary; returns it as it now is."""
         self.lease.ending = True
-        await self._fenced(self.store.release_run, self.run_id, self.epoch, worker=self.worker)
+        await self._fenced(self.store.release_run, self.run_id, self.epoch, worker=self.worker, decision=decision)
         run = await self.astore.call(self.store.get_run, self.run_id)
         assert run is not None
         return run
@@ -140,6 +140,13 @@ class RunJournal:
 
     async def answered(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None:
         await self.astore.call(self.store.record_response, outbox_id, status, url, headers)
+
+    async def throttled(self, status: int, url: str, seconds: float) -> None:
+        """The site answered ``status`` with a Retry-After of ``seconds``: pause the run's limit key
+        fleet-wide (journaled as ``limit_paused`` on this run). Unfenced: it is what the site said."""
+        key = self.run.limit_key or self.run.flow_name
+        await self.astore.call(self.store.pause_limit, key, seconds, f"HTTP {status} from {url}", run_id=self.run_id,
+                               detail={"status": status, "url": url}, worker=self.worker)
 
     async def final(self, outbox_id: int, status: int, url: str) -> None:
         await self.astore.call(self.store.record_final, outbox_id, status, url)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .browser import BrowserSession
-from .errors import UsageError
+from .errors import OverBudget, UsageError
 from .executor import Executor
 from .extensions import Extensions
 from .journal import RunJournal
@@ -36,6 +36,11 @@ class LeasedRun:
         self.executor: Executor | None = None
         self.stop_requested = False
         self._beating = False
+
+    @property
+    def throttled(self) -> bool:
+        """The run went back to the queue because the site throttled an effect."""
+        return self.executor is not None and self.executor.throttled
 
     @property
     def settled(self) -> bool:
@@ -69,11 +74,22 @@ class LeasedRun:
 
 
 async def acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, ext: Extensions,
-                   owner: Owner) -> RunRecord:
-    """Lease the run: at once if queued, expired, or its owner is provably gone; else wait."""
+                   owner: Owner, *, stop: asyncio.Event | None = None) -> RunRecord | None:
+    """Lease the run: at once if queued, expired, or its owner is provably gone; else wait
+    (for its key's budget, or the live owner's lease). None if ``stop`` is set while waiting."""
     announced = False
+    held: str | None = None
     while True:
-        claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew)
+        try:
+            claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew)
+        except OverBudget as over:  # a queued run waits for its key's budget, as a worker's would
+            if over.reason != held:
+                await ext.emit("notice", run, None, f"waiting: {over}; the run starts when its budget allows "
+                               "(browserworker limits)")
+                held = over.reason
+            if await _stopped(stop, min(over.retry_in, 1.0)):
+                return None
+            continue
         if claimed is not None:
             return claimed
         current = await store.call(store.store.get_run, run.id)
@@ -94,4 +110,17 @@ async def acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, ex
                            f"{current.owner_pid} on {current.owner_host}, epoch {current.lease_epoch}) to expire, "
                            f"in about {wait:.0f}s")
             announced = True
-        await asyncio.sleep(min(wait, 5.0))
+        if await _stopped(stop, min(wait, 5.0)):
+            return None
+
+
+async def _stopped(stop: asyncio.Event | None, seconds: float) -> bool:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile; whether it is set."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return False
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+    return stop.is_set()

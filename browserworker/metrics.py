@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 
+from .budgets import Budget
 from .counters import ProcessCounters
 from .leases import gone_here
 from .store.base import Store
@@ -191,6 +192,8 @@ class OpsSnapshot:
     schema_version: int | None = None
     db: str | None = None
     worker_counts: dict[str, int] = field(default_factory=dict)
+    limits: list[Budget] = field(default_factory=list)  # keys with a budget or a pause (browserworker.budgets)
+    limit_pauses: dict[str, int] = field(default_factory=dict)  # pauses from a site's Retry-After, by key
 
     @property
     def unknown_open(self) -> int:
@@ -265,7 +268,7 @@ def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float
         duplicates_prevented=duplicates, reconcile_latency=_reconcile_latency(store),
         queue_age_at_dispatch=queue_ages.get("dispatch", {}), queue_age_at_completion=queue_ages.get("completion", {}),
         schema_version=store.schema_version, db=store.location or None,
-        worker_counts=worker_counts)
+        worker_counts=worker_counts, limits=store.limits(), limit_pauses=store.limit_pauses())
 
 
 def _queues(store: Store, counts: list[StateCount], now: float,
@@ -375,9 +378,29 @@ def _unknown_families(snap: OpsSnapshot) -> Iterator[Metric]:
     yield from (step_unknown, classified)
 
 
+def _limit_families(snap: OpsSnapshot) -> Iterator[Metric]:
+    """Budgets of limit keys: pauses now and ever, live runs against each budget."""
+    yield GaugeMetricFamily("browserworker_limit_paused_keys", "Limit keys paused now (a site's Retry-After).",
+                            value=sum(1 for b in snap.limits if b.paused))
+    pauses = CounterMetricFamily("browserworker_limit_pauses", "Pauses of a limit key from a 429/503 Retry-After.",
+                                 labels=["key"])
+    for key, n in sorted(snap.limit_pauses.items()):
+        pauses.add_metric([key], n)
+    live = GaugeMetricFamily("browserworker_limit_live_runs", "Runs of each limit key with a budget LEASED or "
+                             "RUNNING now.", labels=["key"])
+    concurrency = GaugeMetricFamily("browserworker_limit_concurrency", "Each limit key's concurrency budget.",
+                                    labels=["key"])
+    for b in snap.limits:
+        live.add_metric([b.key], b.live)
+        if b.concurrency is not None:
+            concurrency.add_metric([b.key], b.concurrency)
+    yield from (pauses, live, concurrency)
+
+
 def families(snap: OpsSnapshot) -> Iterator[Metric]:
     """The snapshot as Prometheus metric families (all names start ``browserworker_``)."""
     yield from _queue_families(snap)
+    yield from _limit_families(snap)
     yield from _unknown_families(snap)
     yield CounterMetricFamily("browserworker_lease_expiries", "Leases found expired and reclaimed.",
                               value=snap.lease_expiries_total)

@@ -64,6 +64,8 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
         for s in snap.unknown:
             steps.add_row(s.flow, s.step, str(s.open), str(s.classified_recent), str(s.classified_total))
         console.print(steps)
+    if snap.limits:
+        console.print(_limits_table(snap))
     workers = _table("workers")
     for col in ("worker", "host", "pid", "status", "heartbeat", "runs", "queues"):
         workers.add_column(col, justify="right" if col in ("pid", "heartbeat", "runs") else "left")
@@ -75,6 +77,19 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
         console.print(workers)
     else:
         console.print("workers: none running (none heartbeated in the last hour)")
+
+
+def _limits_table(snap: OpsSnapshot) -> Table:
+    """Limit keys with a budget or a pause: what holds each back now."""
+    table = _table("limit keys")
+    for col in ("key", "live", "concurrency", "rate", "claims/1m", "paused"):
+        table.add_column(col, justify="left" if col in ("key", "paused") else "right")
+    for b in snap.limits:
+        pause = f"{format_age(max(0.0, (b.paused_until or 0) - snap.at))} more: {b.pause_reason}" if b.paused else "-"
+        table.add_row(b.key, str(b.live), "-" if b.concurrency is None else str(b.concurrency),
+                      "-" if b.rate is None else f"{b.rate:g}/min", str(b.claims_last_minute), pause,
+                      style="yellow" if b.paused else None)
+    return table
 
 
 def backup_line(report: BackupReport) -> str:

@@ -30,7 +30,7 @@ MAX_BACKOFF = 10.0
 class PassOutcome:
     """How one pass over the steps ended."""
 
-    kind: Literal["done", "again", "review", "failed", "cancelled", "released"]
+    kind: Literal["done", "again", "review", "failed", "cancelled", "released", "throttled"]
     reason: str | None = None
     backoff: float = 0.0
 
@@ -44,9 +44,10 @@ class Again(Exception):
 
 
 class Stop(Exception):
-    """End the run's passes: for review, failed, cancelled, or handed back (released)."""
+    """End the run's passes: for review, failed, cancelled, or handed back (released, or
+    throttled: back to the queue until its limit key's pause ends)."""
 
-    def __init__(self, kind: Literal["review", "failed", "cancelled", "released"], reason: str) -> None:
+    def __init__(self, kind: Literal["review", "failed", "cancelled", "released", "throttled"], reason: str) -> None:
         super().__init__(reason)
         self.kind = kind
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .budgets import THROTTLE_STATUSES
 from .flow import RecordedResponse, Verdict
 from .states import AttemptState
 from .store.records import AttemptRecord, OutboxRecord
@@ -25,6 +26,8 @@ __all__ = [
     "own_failures",
     "plan_recovery",
     "settle_deadline",
+    "throttle_of",
+    "throttled_attempts",
 ]
 
 Judge = Callable[[RecordedResponse], Verdict | None]
@@ -80,8 +83,13 @@ def classify_attempt(*, raised: BaseException | None, returned: Any, dispatched:
 
     Never from the client exception alone: an error after a dispatch is UNKNOWN unless a
     recorded response proves otherwise. A normal return is trusted unless the effect's
-    own ``confirm`` predicate rejects the recorded responses.
+    own ``confirm`` predicate rejects the recorded responses. An attempt whose every dispatch
+    was answered 429 or 503 with a ``Retry-After`` is FAILED, decided by ``throttled``: the
+    site did not process it (:mod:`browserworker.budgets`).
     """
+    throttled = throttle_of(outbox)
+    if dispatched and throttled is not None:  # the site did not take it: back to the queue, after its pause
+        return Classification(AttemptState.FAILED, THROTTLED, reason=throttled)
     if not dispatched:
         if raised is None:
             return Classification(AttemptState.SUCCEEDED, "return", returned)
@@ -97,6 +105,24 @@ def classify_attempt(*, raised: BaseException | None, returned: Any, dispatched:
     if verdict is not None and verdict.kind == "done":
         return Classification(AttemptState.SUCCEEDED, "outbox", verdict.result)
     return Classification(AttemptState.UNKNOWN, "exception_after_dispatch", reason=repr(raised))
+
+
+THROTTLED = "throttled"
+"""``decided_by`` of an attempt every dispatch of which the site answered 429/503 with a Retry-After."""
+
+
+def throttle_of(rows: Sequence[OutboxRecord]) -> str | None:
+    """Why the site refused every dispatch of an attempt for now (429/503 with a Retry-After),
+    or None when some dispatch was not answered so, or there was none."""
+    sent = [r for r in rows if r.channel != "detected"]
+    if not sent or len(sent) != len(rows):
+        return None
+    for r in sent:
+        after = next((v for k, v in (r.headers or {}).items() if k.lower() == "retry-after"), None)
+        if r.status not in THROTTLE_STATUSES or after is None:
+            return None
+    last = sent[-1]
+    return f"HTTP {last.status} from {last.response_url or last.url} (Retry-After: {after})"
 
 
 @dataclass(frozen=True)
@@ -140,11 +166,17 @@ def own_failures(attempts: Sequence[AttemptRecord], step_id: str) -> int:
     """Attempts of a step that failed by their own error (crash recoveries do not count).
 
     An UNKNOWN attempt with an error (it failed after dispatch) counts too: an idempotent
-    effect replayed after each such failure must not loop forever.
+    effect replayed after each such failure must not loop forever. A throttled attempt does
+    not (:func:`throttled_attempts` has its own cap).
     """
     return sum(
         1 for a in attempts
-        if a.step_id == step_id and a.error is not None
+        if a.step_id == step_id and a.error is not None and a.decided_by != THROTTLED
         and a.state in (AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED, AttemptState.NOT_DONE,
                         AttemptState.UNKNOWN)
     )
+
+
+def throttled_attempts(attempts: Sequence[AttemptRecord], step_id: str) -> int:
+    """Attempts of a step the site throttled (429/503 with a Retry-After)."""
+    return sum(1 for a in attempts if a.step_id == step_id and a.decided_by == THROTTLED)

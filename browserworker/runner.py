@@ -71,7 +71,8 @@ def prepare_run(store: Store, request: RunRequest) -> tuple[RunRecord, bool]:
     validated = flow.validate_inputs(request.inputs)  # raises InputError before anything is written
     flow.context_options(validated)  # as does a context option computed from them
     flow.session_key(validated)  # and a session key
+    limit_key = flow.limit_key(validated)  # and its limit key
     run = store.create_run(NewRun(id=run_id or new_run_id(), flow_name=flow.name, inputs=flow.dump_inputs(validated),
                                   flow_path=str(request.loaded.path), flow_hash=request.loaded.file_hash,
-                                  secret_fields=tuple(flow.secret_fields())))
+                                  secret_fields=tuple(flow.secret_fields()), limit_key=limit_key))
     return run, True

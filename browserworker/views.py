@@ -20,10 +20,12 @@ from .store.records import AttemptRecord, RunRecord
 if TYPE_CHECKING:  # rich is imported only by the commands that print tables
     from rich.console import Console
 
+    from .budgets import Budget
+
     from .jobs import ReviewItem
     from .worker import WorkerStats
 
-__all__ = ["Progress", "broken_line", "cancel_line", "console", "journal_view", "outcome_line", "print_chaos",
+__all__ = ["Progress", "broken_line", "cancel_line", "console", "journal_view", "limit_lines", "outcome_line", "print_chaos",
            "print_journal", "print_runs", "queue_line", "resolve_line", "review_lines", "run_summary",
            "worker_line"]
 
@@ -258,4 +260,19 @@ def review_lines(items: Sequence[ReviewItem]) -> list[str]:
                          + (", ".join(ev.get("checked") or []) or "nothing (no page load, no page.request call)"))
         lines += [f"    {key}: {ev[key]}" for key in ("page_url", "screenshot", "reason") if ev.get(key)]
         lines.append(f"  resolve: browserworker resolve {item.run_id} {item.step_id} --done|--not-done|--failed")
+    return lines
+
+
+def limit_lines(found: Sequence[Budget], now: float) -> list[str]:
+    """``browserworker limits``: one line per limit key."""
+    if not found:
+        return ["no limit keys have a budget or a pause"]
+    lines = []
+    for b in found:
+        parts = [f"concurrency {b.concurrency}" if b.concurrency is not None else "concurrency unlimited",
+                 f"rate {b.rate:g}/min" if b.rate is not None else "rate unlimited"]
+        if b.paused and b.paused_until is not None:
+            parts.append(f"paused {b.paused_until - now:.0f}s more ({b.pause_reason})")
+        parts.append(f"{b.live} live, {b.claims_last_minute} claimed in the last minute")
+        lines.append(f"{b.key}: {', '.join(parts)}")
     return lines

@@ -11,6 +11,7 @@ modules are one concern each:
 - :mod:`.runs`: ``show``, ``runs``, ``review``, ``resolve``, ``cancel``, ``queue``;
 - :mod:`.ops`: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``, ``migrate``;
 - :mod:`.sessions`: ``sessions``, ``sessions drop``;
+- :mod:`.limits`: ``limits`` (budgets of limit keys);
 - :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``.
 
 Exit codes of ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing
@@ -21,7 +22,7 @@ run SUCCEEDED but a verifier failed its self-test.
 
 from __future__ import annotations
 
-from . import execute, ops, prove, runs, sessions  # noqa: F401  (each registers its commands on main)
+from . import execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands on main)
 from .app import main
 
 __all__ = ["main"]

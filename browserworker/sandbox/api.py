@@ -54,6 +54,8 @@ async def api_create_order(request: Request) -> Response:
             return _json_error("internal server error", 500)
         if outcome.kind == "failed_after":
             return _json_error("service unavailable", 503)
+        if outcome.kind == "throttled":
+            return JSONResponse({"error": "too many requests"}, status_code=outcome.status, headers=outcome.headers)
         assert outcome.order is not None
         return JSONResponse(
             outcome.order.to_dict(), status_code=201 if outcome.created else 200,
@@ -89,8 +91,9 @@ async def api_faults(request: Request) -> Response:
 
 
 async def api_reset(request: Request) -> Response:
-    """``POST /api/reset``: delete all orders and reset faults."""
+    """``POST /api/reset``: delete all orders, reset faults and forget the tagged requests."""
     await run_in_threadpool(get_state(request).db.reset)
+    request.app.state.visits.clear()
     return JSONResponse({"ok": True})
 
 

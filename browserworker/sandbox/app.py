@@ -27,6 +27,7 @@ from .core import (
 )
 from .db import SandboxDB
 from .logins import Logins, api_logins, api_revoke_sessions
+from .visits import Visits, VisitsMiddleware, api_visits
 
 __all__ = ["SESSION_COOKIE", "create_app"]
 
@@ -108,6 +109,11 @@ async def order_submit(request: Request) -> Response:
         if outcome.kind == "failed_after":
             return html_response(pages.error_page(
                 503, "Service unavailable", "The service is temporarily unavailable.", user=user), 503)
+        if outcome.kind == "throttled":
+            page = html_response(pages.error_page(outcome.status, "Slow down", "Too many requests.", user=user),
+                                 outcome.status)
+            page.headers.update(outcome.headers)
+            return page
         assert outcome.order is not None
         return RedirectResponse(f"/orders/{outcome.order.id}", status_code=303)
     finally:
@@ -153,6 +159,15 @@ async def staff(request: Request) -> Response:
     return HTMLResponse(f"<h1 id='staff'>staff area</h1><p id='language'>{pages.escape(language)}</p>")
 
 
+async def busy(request: Request) -> Response:
+    """``GET /busy?after=N[&status=503]``: a page that asks the browser to come back in N seconds."""
+    after = request.query_params.get("after", "1")
+    status = 503 if request.query_params.get("status") == "503" else 429
+    if not after.isdigit():
+        raise HTTPException(400, "after must be a whole number of seconds")
+    return HTMLResponse("<h1 id='busy'>busy</h1>", status_code=status, headers={"Retry-After": after})
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     """JSON errors under ``/api``, HTML pages elsewhere."""
     assert isinstance(exc, HTTPException)
@@ -186,14 +201,19 @@ def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
         Route("/api/reset", api_reset, methods=["POST"]),
         Route("/api/logins", api_logins, methods=["GET"]),
         Route("/api/sessions/revoke", api_revoke_sessions, methods=["POST"]),
+        Route("/api/visits", api_visits, methods=["GET", "DELETE"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/staff", staff, methods=["GET"]),
+        Route("/busy", busy, methods=["GET"]),
     ]
+    visits = Visits()
     middleware = [
+        Middleware(VisitsMiddleware, visits=visits),
         Middleware(SessionMiddleware, secret_key=db.secret_key(), session_cookie=SESSION_COOKIE,
                    same_site="lax", https_only=False),
     ]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: http_error})
     app.state.sandbox = SandboxState(db=db, dedupe=dedupe)
     app.state.logins = Logins(db_path)
+    app.state.visits = visits
     return app

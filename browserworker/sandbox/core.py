@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
 from .db import Order, SandboxDB
+from .visits import TAG_HEADER
 
 __all__ = [
     "DROP_EXTENSION", "ConnectionDropUnsupported", "InflightCounter", "Outcome", "SandboxState",
@@ -87,9 +88,11 @@ class SandboxState:
 class Outcome:
     """Result of running an order POST through the fault knobs and the commit."""
 
-    kind: Literal["ok", "failed_before", "failed_after", "dropped"]
+    kind: Literal["ok", "failed_before", "failed_after", "dropped", "throttled"]
     order: Order | None = None
     created: bool = False
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 # -- helpers ----------------------------------------------------------------
@@ -196,7 +199,8 @@ async def run_order(
 ) -> Outcome:
     """Apply the fault knobs around committing one order.
 
-    Order of events: consume the knobs (counting down ``times``), sleep
+    Order of events: answer ``throttle`` (nothing committed, ``times`` untouched), consume
+    the knobs (counting down ``times``), sleep
     ``delay_before_commit``, maybe fail before committing, commit (insert, or
     find the existing order for ``idempotency_key``/``dedupe``), sleep
     ``delay_after_commit``, then maybe drop the connection or fail after commit.
@@ -204,6 +208,9 @@ async def run_order(
     accurate when the client sees the connection die.
     """
     state = get_state(request)
+    throttle = await run_in_threadpool(state.db.consume_throttle, request.headers.get(TAG_HEADER))
+    if throttle is not None:  # not taken: the client is told when to come back
+        return Outcome("throttled", status=throttle.throttle_status, headers={"Retry-After": str(throttle.throttle)})
     faults = await run_in_threadpool(state.db.consume_faults)
     with anyio.CancelScope(shield=True):
         if faults.delay_before_commit > 0:

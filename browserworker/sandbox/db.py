@@ -102,6 +102,13 @@ class Faults:
     fail_before_commit: bool = False
     fail_after_commit: bool = False
     dedupe: bool = False
+    throttle: int = 0
+    """Answer order POSTs ``throttle_status`` with ``Retry-After: throttle`` (seconds), not taking them (0: off)."""
+    throttle_status: int = 429
+    throttle_tag: str | None = None
+    """Throttle only the POSTs tagged so (``X-Sandbox-Tag``, :mod:`.visits`); None: any."""
+    throttle_times: int | None = None
+    """Throttle this many POSTs, then stop (None: until cleared). ``times`` does not count them."""
     times: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +137,22 @@ def validate_fault(name: str, value: Any) -> Any:
     if name in _BOOL_KNOBS:
         if not isinstance(value, bool):
             raise FaultError(f"{name} must be true or false")
+        return value
+    if name == "throttle":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 86400:
+            raise FaultError("throttle must be a whole number of seconds between 0 and 86400 (0: off)")
+        return value
+    if name == "throttle_tag":
+        if value is not None and (not isinstance(value, str) or not value):
+            raise FaultError("throttle_tag must be a tag (X-Sandbox-Tag) or null")
+        return value
+    if name == "throttle_times":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise FaultError("throttle_times must be a positive integer or null")
+        return value
+    if name == "throttle_status":
+        if value not in (429, 503) or isinstance(value, bool):
+            raise FaultError("throttle_status must be 429 or 503")
         return value
     # times
     if value is None:
@@ -355,6 +378,19 @@ class SandboxDB:
                 else:
                     remaining = replace(faults, times=faults.times - 1)
                 self._write_faults(conn, remaining)
+        return faults
+
+    def consume_throttle(self, tag: str | None) -> Faults | None:
+        """The knobs if this order POST (tagged ``tag``) is to be throttled, counting down
+        ``throttle_times`` (the last one turns the throttle off); None if it is not."""
+        with self._transaction() as conn:
+            faults = self._read_faults(conn)
+            if not faults.throttle or faults.throttle_tag not in (None, tag):
+                return None
+            if faults.throttle_times is not None:
+                left = faults.throttle_times - 1
+                self._write_faults(conn, replace(faults, throttle_times=left or None, throttle=faults.throttle if left
+                                                 else 0))
         return faults
 
     def reset(self) -> None:

@@ -164,6 +164,18 @@ class SandboxProcess:
         counts: dict[str, int] = self.request("GET", "/api/inflight")
         return counts
 
+    def visits(self, tag: str | None = None) -> dict[str, Any]:
+        """What ``/api/visits`` reports (:mod:`browserworker.sandbox.visits`): every tag's, or ``tag``'s
+        (its visits, ``most_visits_at_once``, ``most_requests_at_once``, its requests)."""
+        report: dict[str, Any] = self.request("GET", "/api/visits")["tags"]
+        if tag is None:
+            return report
+        return report.get(tag, {"visits": {}, "most_visits_at_once": 0, "most_requests_at_once": 0, "requests": []})
+
+    def clear_visits(self) -> None:
+        """Forget the tagged requests seen so far."""
+        self.request("DELETE", "/api/visits")
+
     def wait_for_inflight(self, n: int, timeout: float = 5.0,
                           interval: float = 0.02) -> dict[str, int]:
         """Poll until at least ``n`` order POSTs are in flight; raise TimeoutError otherwise."""

@@ -177,7 +177,12 @@ def compile_queries(shared: Mapping[str, str], overrides: Mapping[str, str],
     if missing:
         raise ValueError(f"the dialect does not define the fragments {sorted(missing)}")
 
-    def fill(match: re.Match[str]) -> str:
-        return fragments[match.group(1)]
+    merged = {**shared, **overrides}
+    # a section whose name starts with "_" is a piece of the others (`{_name}`), not a query
+    pieces = {name: merged.pop(name) for name in [n for n in merged if n.startswith("_")]}
 
-    return {name: _FRAGMENT.sub(fill, sql) for name, sql in {**shared, **overrides}.items()}
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return _FRAGMENT.sub(fill, pieces[name]) if name in pieces else fragments[name]
+
+    return {name: _FRAGMENT.sub(fill, sql) for name, sql in merged.items()}

@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..canonical import canonical_json
-from ..errors import QueueFull, UsageError
+from ..errors import OverBudget, QueueFull, UsageError
 from ..states import RunState
 from .base import read_only
-from .connector import Connector, Row
+from .connector import Connector, Row, Tx
+from .limits import admit
 from .manager import Manager
 from .records import NewRun, Owner, RunRecord, WorkerRecord
 from .runs import RunManager
 
 __all__ = ["FleetManager"]
+
+_ADMISSION_TRIES = 8  # candidates a claim may find over budget under their key's lock before it gives up
+_BUSY = object()
 
 
 class FleetManager(Manager):
@@ -50,27 +54,24 @@ class FleetManager(Manager):
         return {r["name"]: r["max_depth"] for r in self.c.read("list_queues", {})}
 
     def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
-        """Atomically lease the next run of ``queues``: highest priority, then oldest."""
+        """Atomically lease the next run of ``queues``: highest priority, then oldest, of the
+        runs whose limit key's budget lets them start (:mod:`browserworker.budgets`)."""
         with self.c.transaction() as tx:
             # the clock read inside the transaction: a claim that waited for a connection (the
             # database unreachable for a while) must not store a lease that is already over
             now = self.c.now()
             who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
                    "now": now, "ttl": ttl}
-            if len(queues) == 1:
-                first = tx.one("next_queued_id", {"queue": queues[0], "now": now})
-                run_id = None if first is None else first["id"]
+            for _ in range(_ADMISSION_TRIES):
+                run_id = self._candidate(tx, queues, now)
+                if run_id is None:
+                    return None
+                if run_id is not _BUSY:
+                    break
             else:
-                best = None
-                for queue in queues:
-                    cand = tx.one("next_queued_full", {"queue": queue, "now": now})
-                    if cand is not None:
-                        key = (-cand["priority"], cand["created_at"], cand["id"])
-                        if best is None or key < best[0]:
-                            best = (key, cand["id"])
-                run_id = None if best is None else best[1]
+                return None
             # the update is conditioned on QUEUED: it takes the run only if nobody did meanwhile
-            if run_id is None or tx.execute("claim_queued_by_id", {**who, "id": run_id}) != 1:
+            if tx.execute("claim_queued_by_id", {**who, "id": run_id}) != 1:
                 return None
             row = tx.one("get_run", {"id": run_id})
             assert row is not None
@@ -78,6 +79,28 @@ class FleetManager(Manager):
                         from_state=RunState.QUEUED, to_state=RunState.LEASED, decision="claimed",
                         detail={"ttl": ttl, "waited": now - row["created_at"]})
             return RunRecord.from_row(row)
+
+    def _candidate(self, tx: Tx, queues: Sequence[str], now: float) -> str | None | object:
+        """The id of the next run to claim (None: none eligible); :data:`_BUSY` when its key's
+        budget, re-checked under the key's lock, was taken by a concurrent claim meanwhile
+        (the next query no longer offers that key)."""
+        if len(queues) == 1:
+            best = tx.one("next_queued_id", {"queue": queues[0], "now": now})
+        else:
+            best = None
+            for queue in queues:
+                cand = tx.one("next_queued_full", {"queue": queue, "now": now})
+                if cand is not None and (best is None or (-cand["priority"], cand["created_at"], cand["id"]) <
+                                         (-best["priority"], best["created_at"], best["id"])):
+                    best = cand
+        if best is None:
+            return None
+        if best["limited"]:
+            try:
+                admit(tx, best["limit_key"], now)
+            except OverBudget:
+                return _BUSY
+        return best["id"]
 
     def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
                         limit: int = 100) -> list[RunRecord]:
@@ -142,7 +165,7 @@ class FleetManager(Manager):
                 tx.execute("mark_worker", {"id": row["owner"], "health": "unhealthy", "now": now})
         return True
 
-    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None) -> None:
+    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None, decision: str = "released") -> None:
         """Hand a run back (QUEUED now, no expiry wait); bumps the epoch so this owner is fenced off."""
         now = self.c.now()
         with self.c.transaction() as tx:
@@ -151,7 +174,7 @@ class FleetManager(Manager):
                 raise self._lease_lost(run_id, epoch, 0.0, "release")
             assert before is not None
             self._event(tx, run_id, "lease_released", now=now, worker=worker, epoch=epoch,
-                        from_state=before["state"], to_state=RunState.QUEUED, decision="released")
+                        from_state=before["state"], to_state=RunState.QUEUED, decision=decision)
 
     def register_worker(self, owner: Owner, queues: Sequence[str], concurrency: int) -> None:
         with self.c.transaction() as tx:

@@ -6,6 +6,7 @@ from ..canonical import canonical_json
 from ..states import RUN_TRANSITIONS, RunState, check_run_transition
 from .base import read_only
 from .connector import Tx
+from .limits import admit
 from .manager import Manager
 from .records import NewRun, Owner, RunRecord
 
@@ -55,7 +56,11 @@ class RunManager(Manager):
 
     def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
                   takeover_epoch: int | None = None) -> RunRecord | None:
-        """Atomically lease a run; None if someone else holds it. Bumps the lease epoch."""
+        """Atomically lease a run; None if someone else holds it. Bumps the lease epoch.
+
+        A queued run is admitted by its limit key's budget (:class:`OverBudget` if it may not
+        start now, nothing written); taking over a lease that expired or whose owner died is not
+        a new admission."""
         with self.c.transaction() as tx:
             before = tx.one("lock_run", {"id": run_id})
             if before is None:
@@ -63,6 +68,8 @@ class RunManager(Manager):
             # the clock read once the row is ours: a call that waited for a connection or the
             # lock must not store a lease that is already (nearly) over
             now = self.c.now()
+            if before["state"] == RunState.QUEUED:  # a new admission (a takeover is not): its budget
+                admit(tx, before["limit_key"], now)
             n = tx.execute("claim_run", {"id": run_id, "owner": owner.worker, "host": owner.host, "pid": owner.pid,
                                          "pid_start": owner.pid_start, "now": now, "ttl": ttl, "skew": skew,
                                          "takeover_epoch": -1 if takeover_epoch is None else takeover_epoch})

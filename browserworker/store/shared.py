@@ -11,6 +11,7 @@ from __future__ import annotations
 from .connector import Connector
 from .fleet import FleetManager
 from .journal import JournalManager
+from .limits import LimitManager
 from .ops import OpsManager
 from .review import ReviewManager
 from .runs import RunManager
@@ -35,10 +36,12 @@ class SQLStore:
         self.ops = OpsManager(connector)
         #: saved login sessions (:mod:`browserworker.sessions` seals what they hold)
         self.sessions = SessionManager(connector)
+        self.budgets = LimitManager(connector)
         self._bind_runs(self.runs)
         self._bind_journal(self.journal)
         self._bind_fleet(self.fleet, self.review)
         self._bind_ops(self.ops)
+        self._bind_limits(self.budgets)
 
     def _bind_runs(self, runs: RunManager) -> None:
         self.create_run = runs.create_run
@@ -98,6 +101,13 @@ class SQLStore:
         self.live_workers = ops.live_workers
         self.live_leases = ops.live_leases
         self.fence_restored = ops.fence_restored
+
+    def _bind_limits(self, limits: LimitManager) -> None:
+        self.set_limit = limits.set_limit
+        self.clear_limit = limits.clear_limit
+        self.pause_limit = limits.pause_limit
+        self.limits = limits.limits
+        self.limit_pauses = limits.limit_pauses
 
     @property
     def location(self) -> str:

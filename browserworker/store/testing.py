@@ -11,7 +11,7 @@ from typing import Any
 from .base import Store
 from .shared import SQLStore
 
-__all__ = ["RUN_TIMES", "backdate", "backdate_attempts", "backdate_events", "backdate_worker", "forget_lease"]
+__all__ = ["RUN_TIMES", "backdate", "backdate_attempts", "backdate_events", "backdate_limit", "backdate_worker", "forget_lease"]
 
 #: the time columns of a run that :func:`backdate` moves
 RUN_TIMES = ("lease_expires_at", "not_before", "created_at", "started_at", "finished_at")
@@ -40,6 +40,12 @@ def backdate_attempts(store: Store, seconds: float, *, id: int | None = None, st
 def backdate_events(store: Store, run_id: str, kind: str, seconds: float) -> int:
     """Move the time of run ``run_id``'s events of ``kind`` into the past; how many."""
     return _write(store, "testing_backdate_events", run_id=run_id, kind=kind, seconds=seconds)
+
+
+def backdate_limit(store: Store, key: str, seconds: float) -> None:
+    """Move limit key ``key``'s pause end and its rate bucket's last refill ``seconds`` into the past."""
+    if _write(store, "testing_backdate_limit", key=key, seconds=seconds) != 1:
+        raise KeyError(key)
 
 
 def backdate_worker(store: Store, worker_id: str, seconds: float) -> None:

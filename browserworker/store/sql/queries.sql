@@ -205,16 +205,27 @@ ON CONFLICT (name) DO UPDATE SET max_depth = excluded.max_depth
 -- name: list_queues
 SELECT * FROM queues ORDER BY name
 
+-- name: _limit_open
+-- (A fragment of the claims, not a query.) The run's limit key has no budget, or its budget
+-- lets one more run start now: not paused, under its concurrency, a rate token left. Only a
+-- key with a `limits` row pays for more than one primary-key probe.
+NOT EXISTS (SELECT 1 FROM limits WHERE limits.key = runs.limit_key AND (
+        limits.paused_until > :now
+     OR limits.concurrency <= (SELECT COUNT(*) FROM runs AS live
+                               WHERE live.limit_key = limits.key AND live.state IN ('LEASED', 'RUNNING'))
+     OR limits.tokens + (:now - limits.refilled_at) * limits.rate / 60.0 < 1))
+
 -- name: next_queued_full
-SELECT * FROM runs
-WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
+-- `limited`: the run's key has a budget, which the claim re-checks under the key's lock.
+SELECT runs.*, (SELECT COUNT(*) FROM limits WHERE limits.key = runs.limit_key) AS limited FROM runs
+WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now) AND {_limit_open}
 ORDER BY priority DESC, created_at, id
 LIMIT 1 {skip_locked}
 
 -- name: next_queued_id
--- The next run of one queue (priority, then age); claimed by claim_queued_by_id.
-SELECT id FROM runs
-WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now)
+-- The next run of one queue (priority, then age) that its budget lets start; claimed by claim_queued_by_id.
+SELECT id, limit_key, (SELECT COUNT(*) FROM limits WHERE limits.key = runs.limit_key) AS limited FROM runs
+WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now) AND {_limit_open}
 ORDER BY priority DESC, created_at, id
 LIMIT 1 {skip_locked}
 
@@ -456,3 +467,48 @@ UPDATE login_sessions SET uses = uses + 1, used_at = :now WHERE key = :key
 
 -- name: session_drop
 DELETE FROM login_sessions WHERE key = :key
+
+-- Budgets of limit keys (browserworker/budgets.py; store/limits.py).
+
+-- name: lock_limit
+-- A claim of a limited key: the key's row, locked, so concurrent claimers of the key take
+-- turns; the statements after it see every claim committed before the lock was granted.
+SELECT * FROM limits WHERE key = :key {lock_row}
+
+-- name: live_of_key
+SELECT COUNT(*) AS n FROM runs WHERE limit_key = :key AND state IN ('LEASED', 'RUNNING')
+
+-- name: take_limit_token
+UPDATE limits SET tokens = :tokens, refilled_at = :now WHERE key = :key
+
+-- name: insert_limit
+-- Two runs throttled at once may both find no row: the second insert is a no-op.
+INSERT INTO limits (key, updated_at) VALUES (:key, :now) ON CONFLICT (key) DO NOTHING
+
+-- name: set_limit
+UPDATE limits SET concurrency = :concurrency, rate = :rate, tokens = :tokens, refilled_at = :now, updated_at = :now
+WHERE key = :key
+
+-- name: pause_limit
+-- A pause only ever grows: a shorter Retry-After than the one in force changes nothing.
+UPDATE limits SET paused_until = :until, pause_reason = :reason, updated_at = :now
+WHERE key = :key AND (paused_until IS NULL OR paused_until < :until)
+
+-- name: delete_limit
+DELETE FROM limits WHERE key = :key
+
+-- name: delete_limits
+DELETE FROM limits
+
+-- name: list_limits
+-- Each key with a budget or a pause: its live runs and its claims in the last minute.
+SELECT limits.*,
+       (SELECT COUNT(*) FROM runs WHERE runs.limit_key = limits.key AND runs.state IN ('LEASED', 'RUNNING')) AS live,
+       (SELECT COUNT(*) FROM events JOIN runs ON runs.id = events.run_id
+        WHERE events.kind = 'lease_claimed' AND events.at >= :since AND runs.limit_key = limits.key) AS claims
+FROM limits ORDER BY key
+
+-- name: limit_pauses
+-- How many times keys were paused by a Retry-After, by key (the metric's counter).
+SELECT runs.limit_key AS key, COUNT(*) AS n FROM events JOIN runs ON runs.id = events.run_id
+WHERE events.kind = 'limit_paused' GROUP BY runs.limit_key ORDER BY runs.limit_key

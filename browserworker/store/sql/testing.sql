@@ -26,3 +26,7 @@ UPDATE workers SET last_heartbeat = last_heartbeat - :seconds WHERE id = :id
 -- A run back in the queue with no trace of its lease (no event, same epoch): as a database
 -- edited by hand would have it.
 UPDATE runs SET state = 'QUEUED', owner = NULL, lease_expires_at = NULL WHERE id = :id
+
+-- name: testing_backdate_limit
+-- Move a limit key's pause end and its bucket's last refill :seconds into the past.
+UPDATE limits SET paused_until = paused_until - :seconds, refilled_at = refilled_at - :seconds WHERE key = :key
