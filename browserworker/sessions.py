@@ -76,8 +76,8 @@ def _parse_key(text: str, where: str) -> bytes:
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != 32:
-        raise SessionKeyError(f"{where} must be 32 bytes in URL-safe base64 (make one with: python -c "
-                              "\"from browserworker.sessions import generate_key; print(generate_key())\")")
+        raise SessionKeyError(f"{where} must be 32 bytes in URL-safe base64 "
+                              "(make one with: browserworker sessions new-key)")
     return raw
 
 

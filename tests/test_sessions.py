@@ -159,6 +159,30 @@ def test_sealed_state_needs_its_key_and_the_key_file_is_private(tmp_path: Path, 
         store.close()
 
 
+def test_new_key_prints_a_key_the_store_seals_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sessions new-key` prints a fresh key each time; given as BROWSERWORKER_SESSION_KEY it is
+    the store's sealing key (no key file is made); a malformed one is refused naming the command."""
+    from click.testing import CliRunner
+
+    from browserworker.cli import main
+    from browserworker.sessions import SessionKeyError
+
+    first, second = (CliRunner().invoke(main, ["sessions", "new-key"]) for _ in range(2))
+    assert first.exit_code == 0 and second.exit_code == 0
+    assert first.output.strip() != second.output.strip()
+    monkeypatch.setenv(ENV_KEY, first.output.strip())
+    store = open_store(tmp_path / "bw.db")
+    try:
+        sealer = sealer_for(store)
+        assert sealer.open(sealer.seal({"cookies": []}, "k"), "k") == {"cookies": []}
+        assert not (tmp_path / "bw.db.session-key").exists()
+        monkeypatch.setenv(ENV_KEY, "too-short")
+        with pytest.raises(SessionKeyError, match="browserworker sessions new-key"):
+            sealer_for(store)
+    finally:
+        store.close()
+
+
 def test_a_login_is_declared_once_first_and_only_with_a_session_key() -> None:
     """`@flow.login` needs `session=`, runs first whatever was declared before it, exists once,
     and its check must be `async def`; a session key that the inputs cannot give is an input

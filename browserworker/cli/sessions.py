@@ -78,3 +78,14 @@ def drop_command(key: str) -> None:
     with stage(refusing=True):
         drop_session(session().store(create=False), key)
     click.echo(f"dropped login session {key}")
+
+
+@sessions_command.command("new-key")
+def new_key_command() -> None:
+    """Print a new sealing key for BROWSERWORKER_SESSION_KEY (32 random bytes, URL-safe base64).
+
+    Give every worker of a fleet the same key; keep it with your other secrets.
+    """
+    from ..sessions import generate_key
+
+    click.echo(generate_key())
