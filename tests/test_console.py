@@ -1,0 +1,216 @@
+"""The operator console, served for real (uvicorn on a free port) over a SQLite store: a real
+crash parked for review and decided in Chromium, then its security promises over HTTP."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from browserworker.browser import find_chromium
+from browserworker.console.app import create_app
+from browserworker.console.auth import load_keys
+from browserworker.store import SQLStore, open_store
+from browserworker.store.records import NewRun
+from conftest import BW, ROOT
+
+pytestmark = [pytest.mark.browser]
+
+OPERATOR, VIEWER = "op-token-" + "a" * 24, "ro-token-" + "b" * 24
+ARTIFACTS = ROOT / "test-results" / "console"
+
+
+@dataclass
+class Server:
+    url: str
+    db: Path
+    store: SQLStore
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One console over one database for the module (each test uses runs of its own)."""
+    db = tmp_path_factory.mktemp("console") / "browserworker.db"
+    store = open_store(db)
+    assert isinstance(store, SQLStore)
+    keys, _ = load_keys(db.with_name("keys"), {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR,
+                                                "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER})
+    app = create_app(store, keys, evidence_dir=db.with_name(db.name + ".evidence"), recordings_dir=db.parent / "rec")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert uv.started
+    yield Server(f"http://127.0.0.1:{port}", db, store)
+    uv.should_exit = True
+    thread.join(10)
+    store.close()
+
+
+def signed_in(server: Server, token: str, name: str = "ann") -> httpx.Client:
+    client = httpx.Client(base_url=server.url)
+    done = client.post("/login", data={"name": name, "token": token})
+    assert done.status_code == 303, done.text
+    return client
+
+
+def csrf_of(page: httpx.Response) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, page.text
+    return found.group(1)
+
+
+def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Server, shop: Any, run_id: str) -> None:
+    """A run killed with the order's reply lost is parked for review; an operator signs in,
+    sees it with its screenshot and outbox, presses Done with a result; the decision is
+    journaled with her name, a worker finishes the run, and the shop holds exactly one order."""
+    from playwright.sync_api import sync_playwright
+
+    bw = BW(db=server.db)
+    inputs = ("--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id)
+    killed = bw.run_flow("place_order_unverified.py", *inputs, env={"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"})
+    assert killed.returncode != 0
+    parked = bw.run_flow("place_order_unverified.py", "--run-id", run_id)
+    assert parked.returncode == 3, parked.stderr  # NEEDS_REVIEW
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(find_chromium()))
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(server.url + "/review")
+        assert page.url.endswith("/login")
+        page.fill("input[name=name]", "Ann Operator")
+        page.fill("input[name=token]", OPERATOR)
+        page.click("button[type=submit]")
+        page.wait_for_url(server.url + "/")
+        page.screenshot(path=str(ARTIFACTS / "console-overview.png"), full_page=True)
+        page.click("nav >> text=Review")
+        item = page.locator("article.review", has=page.locator(f"a:text-is('{run_id}')"))
+        assert item.locator("text=submit (attempt 1)").is_visible()
+        assert item.locator(f"code:text-is('{run_id}/submit')").is_visible()
+        shot = item.locator("figure.shot img")
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=shot.element_handle())
+        page.screenshot(path=str(ARTIFACTS / "console-review.png"), full_page=True)
+        page.click(f"a:text-is('{run_id}')")
+        outbox = page.locator("table.outbox")
+        assert "POST" in outbox.inner_text() and "/orders" in outbox.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "console-run.png"), full_page=True)
+        page.goto(server.url + "/review")
+        item.locator("textarea[name=result]").fill('{"order_id": "checked by hand"}')
+        page.once("dialog", lambda d: d.accept())
+        item.locator("button[value=done]").click()
+        page.wait_for_selector(".flash")
+        assert "done by Ann Operator; now QUEUED" in page.inner_text(".flash")
+        page.goto(server.url + "/runs")
+        page.screenshot(path=str(ARTIFACTS / "console-runs.png"), full_page=True)
+        browser.close()
+    worker = bw.run("worker", "--once", "--db", str(server.db))
+    assert worker.returncode == 0, worker.stderr
+    run = server.store.get_run(run_id)
+    assert run is not None and run.state == "SUCCEEDED"
+    [decided] = [e for e in server.store.events(run_id) if e.decision == "human:done"]
+    assert decided.worker == "Ann Operator" and decided.detail["who"] == "Ann Operator"
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+def _seed(server: Server, prefix: str, n: int) -> None:
+    with server.store.group():
+        for i in range(n):
+            server.store.create_run(NewRun(id=f"{prefix}-{i:04d}", flow_name="bulk" if i % 2 else "other",
+                                           inputs={"i": i}, queue=f"q-{prefix}"))
+
+
+def test_without_a_session_there_is_no_page_and_no_action(server: Server) -> None:
+    """No cookie, a forged cookie or a wrong token: every page sends to the login, every action
+    is refused, and no run's data is in any answer."""
+    _seed(server, "anon", 1)
+    client = httpx.Client(base_url=server.url)
+    for path in ("/", "/runs", "/runs/anon-0000", "/review", "/runs/anon-0000/screenshot/0"):
+        answer = client.get(path)
+        assert answer.status_code == 303 and answer.headers["location"] == "/login", path
+    assert client.post("/runs/action", data={"action": "cancel", "run": "anon-0000"}).status_code == 401
+    assert client.post("/review/resolve", data={"run_id": "anon-0000", "decision": "done"}).status_code == 401
+    client.cookies.set("bw_console", "eyJuIjoiZXZlIiwiciI6Im9wZXJhdG9yIn0.forged.sig")
+    assert client.get("/runs").status_code == 303
+    refused = client.post("/login", data={"name": "eve", "token": OPERATOR + "x"})
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers
+    assert server.store.get_run("anon-0000").state == "QUEUED"  # type: ignore[union-attr]
+
+
+def test_the_read_only_role_sees_but_cannot_act_and_cross_site_posts_are_refused(server: Server) -> None:
+    """A viewer sees runs without buttons and is refused (403) when it posts anyway; an operator's
+    action from another site (Origin, Sec-Fetch-Site) or without the session's CSRF token is refused."""
+    _seed(server, "ro", 2)
+    viewer = signed_in(server, VIEWER, "vic")
+    page = viewer.get("/runs", params={"q": "ro-"})
+    assert "ro-0000" in page.text and "Cancel</button>" not in page.text and "(read-only)" in page.text
+    assert viewer.post("/runs/action", data={"action": "cancel", "run": "ro-0000", "csrf": csrf_of(page)}).status_code == 403
+    operator = signed_in(server, OPERATOR)
+    token = csrf_of(operator.get("/runs"))
+    form = {"action": "cancel", "run": "ro-0000", "csrf": token}
+    assert operator.post("/runs/action", data=form, headers={"Origin": "http://evil.example"}).status_code == 403
+    assert operator.post("/runs/action", data=form, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert operator.post("/runs/action", data={**form, "csrf": "guess"}).status_code == 403
+    assert server.store.get_run("ro-0000").state == "QUEUED"  # type: ignore[union-attr]
+    done = operator.post("/runs/action", data=form, headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"})
+    assert done.status_code == 303 and server.store.get_run("ro-0000").state == "CANCELLED"  # type: ignore[union-attr]
+
+
+def test_what_a_run_holds_is_shown_as_text_with_strict_headers(server: Server) -> None:
+    """A run whose inputs, result and error are markup shows them as text; secret inputs are
+    masked; every page has a strict CSP, no framing, and is not cached."""
+    evil = "<script>alert(1)</script>"
+    server.store.create_run(NewRun(id="xss-1", flow_name=evil, inputs={"note": evil, "password": "s3cret-pw"},
+                                   secret_fields=("password",)))
+    operator = signed_in(server, OPERATOR)
+    for path in ("/runs/xss-1", "/runs?q=xss-1"):
+        page = operator.get(path)
+        assert page.status_code == 200
+        assert evil not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+        assert "s3cret-pw" not in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["cache-control"] == "no-store"
+        assert "<script>" not in page.text.replace('<script src="/static/console.js" defer></script>', "")
+
+
+def test_filters_search_pages_and_bulk_cancel_on_a_thousand_runs_are_fast(server: Server) -> None:
+    """With 1,000 runs: filtering, searching, paging and cancelling a page of 50 selected runs
+    each answer in well under a second."""
+    _seed(server, "k", 1000)
+    operator = signed_in(server, OPERATOR)
+    took = {}
+
+    def timed(name: str, call: Any) -> httpx.Response:
+        start = time.perf_counter()
+        answer = call()
+        took[name] = time.perf_counter() - start
+        return answer
+
+    page = timed("filter", lambda: operator.get("/runs", params={"queue": "q-k", "flow": "bulk", "state": "QUEUED"}))
+    assert "500 runs" in page.text
+    assert "1 runs" in timed("search", lambda: operator.get("/runs", params={"q": "k-0777"})).text
+    last = timed("page", lambda: operator.get("/runs", params={"queue": "q-k", "page": "20"}))
+    assert "k-0000" in last.text and "page 20 of 20" in last.text
+    ids = re.findall(r'name="run" value="(k-\d+)"', page.text)
+    assert len(ids) == 50
+    done = timed("bulk cancel", lambda: operator.post("/runs/action", data={
+        "action": "cancel", "run": ids, "csrf": csrf_of(page), "back": "/runs"}))
+    assert done.status_code == 303 and "50+runs+cancelled" in done.headers["location"]
+    assert server.store.search_runs(state="CANCELLED", queue="q-k", flow="bulk")[1] == 50  # type: ignore[arg-type]
+    assert max(took.values()) < 1.0, took
+    print("console timings:", {k: f"{v * 1000:.0f} ms" for k, v in took.items()})
