@@ -23,6 +23,7 @@ from browserworker.console.auth import load_keys
 from browserworker.store import SQLStore, open_store
 from browserworker.store.records import NewRun
 from conftest import BW, ROOT
+from stores import any_store, store_target  # noqa: F401
 
 pytestmark = [pytest.mark.browser]
 
@@ -214,3 +215,27 @@ def test_filters_search_pages_and_bulk_cancel_on_a_thousand_runs_are_fast(server
     assert server.store.search_runs(state="CANCELLED", queue="q-k", flow="bulk")[1] == 50  # type: ignore[arg-type]
     assert max(took.values()) < 1.0, took
     print("console timings:", {k: f"{v * 1000:.0f} ms" for k, v in took.items()})
+
+
+def test_every_page_renders_and_acts_on_both_stores(any_store: SQLStore, tmp_path: Path) -> None:
+    """Over SQLite and PostgreSQL alike, every page renders for an operator and a cancel from
+    the runs page is journaled with her name."""
+    import asyncio
+
+    any_store.create_run(NewRun(id="both-1", flow_name="f", inputs={"n": 1}, queue="q"))
+    keys, _ = load_keys(tmp_path / "keys", {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR,
+                                            "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER})
+    app = create_app(any_store, keys, evidence_dir=tmp_path / "evidence", recordings_dir=tmp_path)
+
+    async def use() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+            assert (await client.post("/login", data={"name": "ann", "token": OPERATOR})).status_code == 303
+            for path in ("/", "/runs?state=QUEUED&flow=f&queue=q&q=both", "/runs/both-1", "/review"):
+                assert (await client.get(path)).status_code == 200, path
+            page = await client.get("/runs/both-1")
+            done = await client.post("/runs/action", data={"action": "cancel", "run": "both-1", "csrf": csrf_of(page)})
+            assert done.status_code == 303
+
+    asyncio.run(use())
+    [cancelled] = [e for e in any_store.events("both-1") if e.decision == "cancelled"]
+    assert cancelled.worker == "ann"

@@ -144,9 +144,9 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 def same_origin(request: Request) -> bool:
     """Whether a POST comes from the console's own pages: ``Sec-Fetch-Site`` (when the browser
-    sends it) is same-origin or none, and ``Origin`` (when sent) is the console's own."""
+    sends it) is same-origin, and ``Origin`` (when sent) is the console's own."""
     site = request.headers.get("sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
+    if site is not None and site != "same-origin":
         return False
     origin = request.headers.get("origin")
     if origin is None:
