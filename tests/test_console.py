@@ -239,3 +239,47 @@ def test_every_page_renders_and_acts_on_both_stores(any_store: SQLStore, tmp_pat
     asyncio.run(use())
     [cancelled] = [e for e in any_store.events("both-1") if e.decision == "cancelled"]
     assert cancelled.worker == "ann"
+
+
+def test_the_console_command_prints_new_tokens_once_and_keeps_only_their_hashes(tmp_path: Path) -> None:
+    """`browserworker console` refuses a non-loopback --host without a token from the
+    environment; at its first start it prints two new tokens once and keeps only their hashes,
+    in a 0600 file; the printed operator token signs in; a second start prints none."""
+    import json
+    import signal
+
+    bw = BW(db=tmp_path / "browserworker.db")
+    assert bw.run("migrate", "--db", str(bw.db)).returncode == 0
+    refused = bw.run("console", "--db", str(bw.db), "--host", "0.0.0.0")
+    assert refused.returncode == 2 and "not a loopback address" in refused.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    printed = []
+    for _ in range(2):
+        proc = bw.start("console", "--db", str(bw.db), "--port", str(port))
+        assert proc.stderr is not None
+        lines = []
+        while not lines or "browserworker console on" not in lines[-1]:
+            lines.append(proc.stderr.readline())
+            assert lines[-1], lines
+        printed.append([line.rsplit(" ", 1)[1].strip() for line in lines if "token (shown once" in line])
+        if len(printed) == 1:
+            operator = printed[0][0]
+            client = httpx.Client(base_url=f"http://127.0.0.1:{port}")
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    answer = client.post("/login", data={"name": "ann", "token": operator})
+                    break
+                except httpx.ConnectError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            assert answer.status_code == 303 and client.get("/").status_code == 200
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    assert len(printed[0]) == 2 and printed[1] == []
+    keys = tmp_path / "browserworker.db.console-keys"
+    assert keys.stat().st_mode & 0o777 == 0o600
+    text = keys.read_text()
+    assert all(token not in text for token in printed[0]) and set(json.loads(text)["hashes"]) == {"operator", "viewer"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -25,12 +26,12 @@ def console_command(host: str, port: int, recordings_dir: Path) -> None:
     $BROWSERWORKER_CONSOLE_READONLY_TOKEN (sees only); without them, tokens are generated at
     first start, printed once, and only their hashes kept (a 0600 file beside the database).
     """
-    from ..console import check_host, keys_file, load_keys, serve
+    from ..console import ENV_TOKEN, check_host, keys_file, load_keys, serve
 
+    check_host(host, bool(os.environ.get(ENV_TOKEN)))  # refused before any token is made
     s = session()
-    store = s.store(create=False)  # a missing database is refused before any token is made
+    store = s.store(create=False)  # and a missing database too
     keys, fresh = load_keys(keys_file(s.db, s.is_url))
-    check_host(host, keys)
     for role, token in (("operator", fresh.operator), ("read-only", fresh.viewer)):
         if token:
             click.echo(f"console {role} token (shown once, keep it): {token}", err=True)

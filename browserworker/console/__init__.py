@@ -12,9 +12,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..store.base import Store
-from .auth import Keys, Tokens, load_keys
+from .auth import ENV_TOKEN, Keys, Tokens, load_keys
 
-__all__ = ["Tokens", "check_host", "keys_file", "load_keys", "serve"]
+__all__ = ["ENV_TOKEN", "Tokens", "check_host", "keys_file", "load_keys", "serve"]
 
 
 def keys_file(db: str, is_url: bool) -> Path:
@@ -25,13 +25,14 @@ def keys_file(db: str, is_url: bool) -> Path:
     return path.parent / f"{path.name}.console-keys"
 
 
-def check_host(host: str, keys: Keys) -> None:
-    """Refuse to listen beyond this machine unless the operator token was set explicitly."""
+def check_host(host: str, explicit: bool) -> None:
+    """Refuse to listen beyond this machine unless the operator token was set ``explicit``-ly
+    (in the environment)."""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback and not keys.explicit:
+    if not loopback and not explicit:
         raise UsageError(f"--host {host} is not a loopback address: set $BROWSERWORKER_CONSOLE_TOKEN (and "
                          "$BROWSERWORKER_CONSOLE_READONLY_TOKEN) explicitly, and put TLS in front of it")
 
@@ -42,6 +43,6 @@ def serve(store: Store, keys: Keys, *, host: str, port: int, evidence_dir: Path,
 
     from .app import create_app
 
-    check_host(host, keys)
+    check_host(host, keys.explicit)
     app = create_app(store, keys, evidence_dir=evidence_dir, recordings_dir=recordings_dir)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)

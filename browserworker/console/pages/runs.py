@@ -56,8 +56,8 @@ def _detail(c: Any, run_id: str) -> dict[str, Any] | None:
     run = c.store.get_run(run_id)
     if run is None:
         return None
-    view = mask(journal_view(c.store, run), run)
-    shots = screenshots(view)
+    raw = journal_view(c.store, run)
+    shots, view = screenshots(raw), mask(raw, run)  # the files as the journal names them; the page masked
     return {"run": run, "view": view, "shots": list(enumerate(shots)),
             "recordings": recordings_of(run.id, c.recordings_dir), "terminal": run.state in TERMINAL_RUN_STATES,
             "timeline": _timeline(view)}
