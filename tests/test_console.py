@@ -218,8 +218,8 @@ def test_filters_search_pages_and_bulk_cancel_on_a_thousand_runs_are_fast(server
 
 
 def test_every_page_renders_and_acts_on_both_stores(any_store: SQLStore, tmp_path: Path) -> None:
-    """Over SQLite and PostgreSQL alike, every page renders for an operator and a cancel from
-    the runs page is journaled with her name."""
+    """Over SQLite and PostgreSQL alike, every page renders for an operator, a live refresh gets
+    the page's live region alone, and a cancel from a run's page is journaled with her name."""
     import asyncio
 
     any_store.create_run(NewRun(id="both-1", flow_name="f", inputs={"n": 1}, queue="q"))
@@ -232,6 +232,8 @@ def test_every_page_renders_and_acts_on_both_stores(any_store: SQLStore, tmp_pat
             assert (await client.post("/login", data={"name": "ann", "token": OPERATOR})).status_code == 303
             for path in ("/", "/runs?state=QUEUED&flow=f&queue=q&q=both", "/runs/both-1", "/review"):
                 assert (await client.get(path)).status_code == 200, path
+            live = await client.get("/", headers={"X-Refresh": "1"})  # what the page's script re-fetches
+            assert live.text.startswith('<div id="live"') and "<html" not in live.text
             page = await client.get("/runs/both-1")
             done = await client.post("/runs/action", data={"action": "cancel", "run": "both-1", "csrf": csrf_of(page)})
             assert done.status_code == 303

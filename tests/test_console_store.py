@@ -3,6 +3,8 @@ cancels journaled with who, the activity chart's counts and masking of secrets."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from browserworker import jobs
 from browserworker.activity import activity
 from browserworker.evidence import mask
@@ -77,3 +79,29 @@ def test_mask_hides_secret_inputs_everywhere(any_store: SQLStore) -> None:
     assert run is not None
     masked = mask({"url": "https://x/?p=hunter22", "password": "hunter22", "headers": {"Set-Cookie": "s=1"}}, run)
     assert masked == {"url": "https://x/?p=[redacted]", "password": "[redacted]", "headers": {"Set-Cookie": "[redacted]"}}
+
+
+def test_only_files_the_journal_names_inside_the_evidence_dir_are_served(tmp_path: Path) -> None:
+    """screenshot_file serves a PNG the journal names only inside the evidence directory (not
+    a path that climbs out of it, nor another kind of file); recordings_of finds a run's
+    recordings and only the traces their meta.json lists inside them."""
+    import json
+
+    from browserworker.evidence import recordings_of, screenshot_file
+
+    evidence = tmp_path / "db.evidence"
+    (evidence / "r1").mkdir(parents=True)
+    (evidence / "r1" / "submit-1.png").write_bytes(b"\x89PNG")
+    (tmp_path / "outside.png").write_bytes(b"\x89PNG")
+    (evidence / "r1" / "notes.txt").write_text("x")
+    assert screenshot_file(str(evidence / "r1" / "submit-1.png"), evidence) == (evidence / "r1" / "submit-1.png").resolve()
+    assert screenshot_file(str(evidence / ".." / "outside.png"), evidence) is None
+    assert screenshot_file(str(evidence / "r1" / "notes.txt"), evidence) is None
+    rec = tmp_path / "recordings" / "place-order"
+    (rec / "trace").mkdir(parents=True)
+    (rec / "trace" / "0001-submit.zip").write_bytes(b"PK")
+    (rec / "meta.json").write_text(json.dumps({"run_id": "r1", "status": "complete",
+                                               "traces": ["trace/0001-submit.zip", "../../outside.png"]}))
+    [found] = recordings_of("r1", tmp_path / "recordings")
+    assert found.name == "place-order" and [t.name for t in found.traces] == ["0001-submit.zip"]
+    assert recordings_of("r2", tmp_path / "recordings") == []
