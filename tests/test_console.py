@@ -77,9 +77,10 @@ def csrf_of(page: httpx.Response) -> str:
 
 
 def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Server, shop: Any, run_id: str) -> None:
-    """A run killed with the order's reply lost is parked for review; an operator signs in,
-    sees it with its screenshot and outbox, presses Done with a result; the decision is
-    journaled with her name, a worker finishes the run, and the shop holds exactly one order."""
+    """A run killed with the order's reply lost is parked for review; an operator signs in (the
+    overview refreshes itself when a run arrives), sees it with its screenshot and outbox,
+    presses Done with a result; the decision is journaled with her name, a worker finishes
+    the run, and the shop holds exactly one order. No page logs a script or CSP error."""
     from playwright.sync_api import sync_playwright
 
     bw = BW(db=server.db)
@@ -92,6 +93,9 @@ def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Serv
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(find_chromium()))
         page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []  # a CSP violation, a script error
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(server.url + "/review")
         assert page.url.endswith("/login")
         page.fill("input[name=name]", "Ann Operator")
@@ -99,6 +103,8 @@ def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Serv
         page.click("button[type=submit]")
         page.wait_for_url(server.url + "/")
         page.screenshot(path=str(ARTIFACTS / "console-overview.png"), full_page=True)
+        server.store.create_run(NewRun(id=f"{run_id}-later", flow_name="later", inputs={}, queue="arrived-later"))
+        page.wait_for_selector("a:text-is('arrived-later')", timeout=15_000)  # the page refreshed itself
         page.click("nav >> text=Review")
         item = page.locator("article.review", has=page.locator(f"a:text-is('{run_id}')"))
         assert item.locator("text=submit (attempt 1)").is_visible()
@@ -119,6 +125,7 @@ def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Serv
         page.goto(server.url + "/runs")
         page.screenshot(path=str(ARTIFACTS / "console-runs.png"), full_page=True)
         browser.close()
+    assert not errors, errors
     worker = bw.run("worker", "--once", "--db", str(server.db))
     assert worker.returncode == 0, worker.stderr
     run = server.store.get_run(run_id)
