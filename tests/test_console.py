@@ -167,6 +167,8 @@ def test_the_read_only_role_sees_but_cannot_act_and_cross_site_posts_are_refused
     page = viewer.get("/runs", params={"q": "ro-"})
     assert "ro-0000" in page.text and "Cancel</button>" not in page.text and "(read-only)" in page.text
     assert viewer.post("/runs/action", data={"action": "cancel", "run": "ro-0000", "csrf": csrf_of(page)}).status_code == 403
+    assert viewer.post("/review/resolve", data={"run_id": "ro-0001", "step": "s", "decision": "failed",
+                                                "csrf": csrf_of(page)}).status_code == 403
     operator = signed_in(server, OPERATOR)
     token = csrf_of(operator.get("/runs"))
     form = {"action": "cancel", "run": "ro-0000", "csrf": token}
