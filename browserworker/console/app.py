@@ -90,7 +90,7 @@ async def logout(request: Request) -> Response:
     form = await request.form()
     if not same_origin(request) or not check_csrf(login_of(request), form.get("csrf")):
         raise HTTPException(403, "cross-site request refused")
-    response = redirect("/login")
+    response = redirect(request, "/login")
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
 

@@ -30,6 +30,7 @@ ENV_TOKEN = "BROWSERWORKER_CONSOLE_TOKEN"
 ENV_READONLY_TOKEN = "BROWSERWORKER_CONSOLE_READONLY_TOKEN"
 COOKIE = "bw_console"
 SESSION_SECONDS = 12 * 3600
+NOTE_SECONDS = 120  # a note after an action is shown for this long
 ROLES = ("operator", "viewer")
 _ENV = {"operator": ENV_TOKEN, "viewer": ENV_READONLY_TOKEN}
 _MIN_TOKEN = 16
@@ -67,6 +68,20 @@ class Keys:
         self.hashes = hashes
         self.explicit = explicit  # the operator token came from the environment
         self._cookies = URLSafeTimedSerializer(secret, salt="browserworker-console-session")
+        self._notes = URLSafeTimedSerializer(secret, salt="browserworker-console-note")
+
+    def note(self, text: str) -> str:
+        """``text`` signed, to show once after a redirect (a page shows no text it did not write)."""
+        return self._notes.dumps(text)
+
+    def read_note(self, signed: str | None) -> str | None:
+        if not signed:
+            return None
+        try:
+            text: Any = self._notes.loads(signed, max_age=NOTE_SECONDS)
+        except BadSignature:
+            return None
+        return text if isinstance(text, str) else None
 
     def role_of(self, token: str) -> str | None:
         """The role whose token this is (compared in constant time), or None."""

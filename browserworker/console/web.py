@@ -73,7 +73,7 @@ def render(request: Request, page: str, template: str, status: int = 200, **cont
     """``template`` inside the layout, or alone for a live refresh (``X-Refresh: 1``)."""
     c = console(request)
     context.update(request=request, login=getattr(request.state, "login", None), nav=c.nav, page=page,
-                   flash=request.query_params.get("done"))
+                   flash=c.keys.read_note(request.query_params.get("done")))
     if request.headers.get("x-refresh") == "1":
         return HTMLResponse(c.env.get_template(template).render(context), status)
     return HTMLResponse(c.env.get_template("layout.html").render(context, body=template), status)
@@ -93,7 +93,10 @@ async def act(request: Request) -> tuple[Login, FormData]:
     return login, form
 
 
-def redirect(path: str, message: str | None = None) -> RedirectResponse:
-    """303 to ``path`` (one of the console's own), with a one-line ``message`` to show."""
+def redirect(request: Request, path: str, message: str | None = None) -> RedirectResponse:
+    """303 to ``path`` (one of the console's own), with a one-line ``message`` to show there
+    (signed: a link made elsewhere cannot put words on a page)."""
+    if not message:
+        return RedirectResponse(path, 303)
     sep = "&" if "?" in path else "?"
-    return RedirectResponse(f"{path}{sep}{urlencode({'done': message})}" if message else path, 303)
+    return RedirectResponse(f"{path}{sep}{urlencode({'done': console(request).keys.note(message)})}", 303)

@@ -47,8 +47,8 @@ async def resolve(request: Request) -> Response:
         decision, value = jobs.parse_decision(str(form.get("decision")), result)
         run = await read(jobs.resolve, console(request).store, run_id, step, decision, result=value, who=login.name)
     except UsageError as exc:
-        return redirect("/review", f"not resolved: {exc}")
-    return redirect("/review", f"run {run.id}: {step} {decision.replace('_', ' ')} by {login.name}; now {run.state}")
+        return redirect(request, "/review", f"not resolved: {exc}")
+    return redirect(request, "/review", f"run {run.id}: {step} {decision.replace('_', ' ')} by {login.name}; now {run.state}")
 
 
 PAGE = Page("review", "Review", "/review", [

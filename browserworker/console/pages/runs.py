@@ -123,12 +123,12 @@ async def runs_action(request: Request) -> Response:
         raise HTTPException(400, "unknown action")
     ids = [str(v) for v in form.getlist("run")][:1000]
     if not ids:
-        return redirect(_back(form), "nothing selected")
+        return redirect(request, _back(form), "nothing selected")
     try:
         outcomes = await read(_apply, console(request).store, action, ids, login.name)
     except UsageError as exc:
-        return redirect(_back(form), str(exc))
-    return redirect(_back(form), summary(action, outcomes))
+        return redirect(request, _back(form), str(exc))
+    return redirect(request, _back(form), summary(action, outcomes))
 
 
 def _back(form: Any) -> str:
