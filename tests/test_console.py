@@ -181,12 +181,23 @@ def test_the_read_only_role_sees_but_cannot_act_and_cross_site_posts_are_refused
 
 
 def test_what_a_run_holds_is_shown_as_text_with_strict_headers(server: Server) -> None:
-    """A run whose inputs, result and error are markup shows them as text; secret inputs are
-    masked; every page has a strict CSP, no framing, and is not cached; a link cannot put
+    """A run whose flow, inputs, step id, result and error are markup shows them as text; secret
+    inputs are masked, in the result too; every page has a strict CSP, no framing, and is not cached; a link cannot put
     words of its own on a page (the note after an action is signed)."""
     evil = "<script>alert(1)</script>"
-    server.store.create_run(NewRun(id="xss-1", flow_name=evil, inputs={"note": evil, "password": "s3cret-pw"},
-                                   secret_fields=("password",)))
+    from browserworker.states import AttemptState, RunState
+    from browserworker.store.records import Owner
+
+    store = server.store
+    store.create_run(NewRun(id="xss-1", flow_name=evil, inputs={"note": evil, "password": "s3cret-pw"},
+                            secret_fields=("password",)))
+    run = store.claim_run("xss-1", Owner("w", "h", 1), 30)
+    assert run is not None
+    attempt = store.begin_attempt("xss-1", run.lease_epoch, evil, "action", f"xss-1/{evil}", "fp")
+    store.finish_attempt(attempt, run.lease_epoch, AttemptState.SUCCEEDED, decided_by="return",
+                         result={"said": evil, "echo": "s3cret-pw"})
+    store.set_run_state("xss-1", run.lease_epoch, RunState.RUNNING)
+    store.set_run_state("xss-1", run.lease_epoch, RunState.FAILED, error=evil)
     operator = signed_in(server, OPERATOR)
     for path in ("/runs/xss-1", "/runs?q=xss-1"):
         page = operator.get(path)
@@ -197,6 +208,8 @@ def test_what_a_run_holds_is_shown_as_text_with_strict_headers(server: Server) -
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
         assert page.headers["x-frame-options"] == "DENY" and page.headers["cache-control"] == "no-store"
         assert "<script>" not in page.text.replace('<script src="/static/console.js" defer></script>', "")
+    result = operator.get("/runs/xss-1").text
+    assert "said&#34;: &#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;" in result  # the result, as it is
     assert "call 555" not in operator.get("/runs", params={"done": "Your session expired: call 555"}).text
 
 

@@ -4,6 +4,7 @@ every action passes (signed in, allowed to act, same origin, the session's CSRF 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -41,11 +42,16 @@ class Console:
     def __post_init__(self) -> None:
         self.env = Environment(loader=PackageLoader("browserworker.console", "templates"), autoescape=True,
                                trim_blocks=True, lstrip_blocks=True)
-        self.env.filters.update(when=_when, age=format_age, query=_query)
+        self.env.filters.update(when=_when, age=format_age, query=_query, pretty=_pretty)
 
 
 def _when(ts: float | None) -> str:
     return "-" if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _pretty(value: Any) -> str:
+    """JSON as a person reads it (the page escapes it: ``<`` shows as ``<``)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
 def _query(params: dict[str, Any], **changes: Any) -> str:
