@@ -101,7 +101,11 @@ def cancel_many(store: Store, run_ids: Sequence[str], *, who: str | None = None)
 
 def requeue_many(store: Store, run_ids: Sequence[str], *, who: str | None = None) -> dict[str, str]:
     """:func:`requeue` each run, in one transaction: ``"requeued"`` or ``"error: ..."`` per id."""
-    return _each(store, run_ids, lambda rid: requeue(store, rid, who=who) and "requeued")
+    def one(rid: str) -> str:
+        requeue(store, rid, who=who)
+        return "requeued"
+
+    return _each(store, run_ids, one)
 
 
 def _each(store: Store, run_ids: Sequence[str], act: Callable[[str], object]) -> dict[str, str]:

@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -105,7 +105,7 @@ async def error(request: Request, exc: Exception) -> Response:
 
 def create_app(store: Store, keys: Keys, *, evidence_dir: Path, recordings_dir: Path) -> ASGIApp:
     """The console over ``store`` (which the caller closes), signed in with ``keys``."""
-    routes: list = [Route("/login", login_form, methods=["GET"]), Route("/login", login, methods=["POST"]),
+    routes: list[BaseRoute] = [Route("/login", login_form, methods=["GET"]), Route("/login", login, methods=["POST"]),
                     Route("/logout", logout, methods=["POST"]), Mount("/static", StaticFiles(directory=STATIC))]
     for page in PAGES:
         routes += page.routes
