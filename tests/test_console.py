@@ -274,10 +274,16 @@ def test_the_console_command_prints_new_tokens_once_and_keeps_only_their_hashes(
     import json
     import signal
 
+    from click.testing import CliRunner
+
+    from browserworker.cli import main
+
     bw = BW(db=tmp_path / "browserworker.db")
-    assert bw.run("migrate", "--db", str(bw.db)).returncode == 0
-    refused = bw.run("console", "--db", str(bw.db), "--host", "0.0.0.0")
-    assert refused.returncode == 2 and "not a loopback address" in refused.stderr
+    open_store(bw.db).close()
+    refused = CliRunner().invoke(main, ["console", "--db", str(bw.db), "--host", "0.0.0.0"], env={
+        "BROWSERWORKER_CONSOLE_TOKEN": None})
+    assert refused.exit_code == 2 and "not a loopback address" in refused.output
+    assert not (tmp_path / "browserworker.db.console-keys").exists()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
