@@ -12,7 +12,8 @@ modules are one concern each:
 - :mod:`.ops`: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``, ``migrate``;
 - :mod:`.sessions`: ``sessions``, ``sessions drop``;
 - :mod:`.limits`: ``limits`` (budgets of limit keys);
-- :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``.
+- :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``;
+- :mod:`.console`: ``console`` (the operator console).
 
 Exit codes of ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing
 written), 3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost or store
@@ -22,7 +23,7 @@ run SUCCEEDED but a verifier failed its self-test.
 
 from __future__ import annotations
 
-from . import execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands on main)
+from . import console, execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands on main)
 from .app import main
 
 __all__ = ["main"]
