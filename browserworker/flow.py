@@ -179,6 +179,12 @@ class Effect(Step):
     fingerprint_fn: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None
     verifier: VerifyFn | None = field(default=None, repr=False)
     counter: CountFn | None = field(default=None, repr=False)
+    approve: bool | Callable[[BaseModel], bool] = False
+    approve_timeout: float | None = None  # seconds an approval may wait (None: BROWSERWORKER_APPROVAL_TTL)
+
+    def needs_approval(self, inputs: BaseModel) -> bool:
+        """Whether a person must approve this effect's dispatch for these (validated) inputs."""
+        return bool(self.approve(inputs)) if callable(self.approve) else bool(self.approve)
 
     def count(self, fn: CountFn) -> CountFn:
         """Register a probe that counts how many times this effect landed for ``ctx.request_key``.
@@ -364,6 +370,8 @@ class Flow(Generic[InputsT]):
         dispatch: Callable[[Request], bool] | str | None = None,
         retries: int = 0,
         fingerprint: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None,
+        approve: bool | Callable[[BaseModel], bool] = False,
+        approve_timeout: float | None = None,
     ) -> Callable[[StepFn], Effect]: ...
 
     def effect(
@@ -377,6 +385,8 @@ class Flow(Generic[InputsT]):
         dispatch: Callable[[Request], bool] | str | None = None,
         retries: int = 0,
         fingerprint: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None,
+        approve: bool | Callable[[BaseModel], bool] = False,
+        approve_timeout: float | None = None,
     ) -> Effect | Callable[[StepFn], Effect]:
         """Register a side effect: its intent is journaled before it runs."""
 
@@ -384,6 +394,8 @@ class Flow(Generic[InputsT]):
             if settle < 0:
                 raise FlowDefinitionError(f"{_where(f)}: settle must be >= 0 seconds")
             _check_rule(_where(f), "dispatch=", dispatch)
+            if approve_timeout is not None and approve_timeout <= 0:
+                raise FlowDefinitionError(f"{_where(f)}: approve_timeout must be > 0 seconds")
             eff = Effect(
                 id=id or f.__name__,
                 fn=f,
@@ -393,6 +405,8 @@ class Flow(Generic[InputsT]):
                 dispatch=dispatch,
                 confirm=confirm,
                 fingerprint_fn=fingerprint,
+                approve=approve,
+                approve_timeout=None if approve_timeout is None else float(approve_timeout),
             )
             self._add(eff)
             return eff

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from playwright.async_api import Request, Response, Route
@@ -40,6 +40,9 @@ from .gate_outbox import GateOutbox
 from .journal import RunJournal
 from .routes import ContextRoute
 from .store.records import AttemptRecord
+
+if TYPE_CHECKING:
+    from .approval_gate import ApprovalCheck
 
 __all__ = ["DispatchGate"]
 
@@ -81,11 +84,14 @@ class DispatchGate:
         self._socket: object = None
         self._settled = asyncio.Event()
         self._settled.set()
+        self.approval: ApprovalCheck | None = None  # an approve= effect's check, before each dispatch commit
 
     def arm(self, attempt: AttemptRecord) -> None:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
         lets every request through untouched: nothing of the effect has run yet."""
         self.attempt = attempt
+        if self.approval is not None:
+            self.approval.attempt = attempt
         self.detector.arm()
         if self.shared_workers_allowed:
             self.detector.detect("SHAREDWORKER", "*", "shared workers are allowed in this browser: what they send "
@@ -240,6 +246,9 @@ class DispatchGate:
             return
         faults.hit("dispatch_held", self.effect.id)  # the request waits in the browser until we answer
         faults.hit("lease_expired_while_alive", self.effect.id)  # chaos pauses here past the lease
+        if not await self.approved(request.method, request.url, _post_data(request), request.headers):
+            await self._abort(route, request, self.refusal or _NOT_APPROVED)
+            return
         outbox_id = await self.commit(request.method, request.url, HELD)
         if outbox_id is None:
             await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
@@ -256,6 +265,17 @@ class DispatchGate:
         self.extensions.notify("dispatched", self.attempt, request.method, request.url)
         await route.fallback()  # to the network, or to a replay router registered before the gate
         faults.hit("after_dispatch", self.effect.id)
+
+    async def approved(self, method: str, url: str, body: str | None, headers: dict[str, str]) -> bool:
+        """An approve= effect's request may go on: approved with this fingerprint (True), or held
+        for a person and then refused (False: parked, rejected or expired; nothing leaves)."""
+        if self.approval is None:
+            return True
+        try:
+            return await self.approval.allow(method, url, body, headers)
+        except (LeaseLost, StoreError) as exc:
+            self.refusal = exc
+            return False
 
     async def commit(self, method: str, url: str, channel: str) -> int | None:
         """The fenced dispatch commit; None (and ``refusal`` set) if it failed: nothing may leave."""
@@ -300,6 +320,16 @@ class DispatchGate:
         assert self.attempt is not None  # only an armed gate releases requests
         self.extensions.notify("response", self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
+
+_NOT_APPROVED = RuntimeError("the request waits for approval: not sent")
+
+
+def _post_data(request: Request) -> str | None:
+    try:
+        return request.post_data
+    except Exception:  # a binary body: its fingerprint is of the method and URL, it is shown as absent
+        return None
+
 
 def _chain_root(request: Request) -> Request:
     while request.redirected_from is not None:

@@ -30,6 +30,10 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
         gate.refused(method, url, why)
         raise why
     faults.hit("dispatch_held", gate.effect.id)
+    if not await gate.approved(method, url, None, {}):
+        why = gate.refusal or RuntimeError("the request waits for approval: not sent")
+        gate.refused(method, url, why)
+        raise why
     outbox_id = await gate.commit(method, url, API)
     if outbox_id is None or not gate.holds():
         why = gate.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
