@@ -130,24 +130,24 @@ class ApprovalCheck:
         self.hold = approval_hold()
         self.attempt: AttemptRecord | None = None  # set when the gate is armed
         self._session: CDPSession | None = None
+        self.password_fields: list[str] = []
 
     async def _redactor(self) -> Redactor:
         from .recording.redact import Redactor
 
         inputs = self.scope.inputs
         red = Redactor.for_run(self.scope.flow.secret_fields(), dict(inputs))
-        pairs: list[list[str]] = []
-        try:  # what is typed into the page's password fields is secret too
-            reply = await asyncio.wait_for(self._cdp("Runtime.evaluate", {
-                "expression": "JSON.stringify([...document.querySelectorAll('input[type=password]')]"
-                              ".map(e => [e.name || e.id || '', e.value || '']))", "returnByValue": True}), _CDP_WAIT)
-            pairs = json.loads(reply["result"]["value"])
-        except Exception:  # the page is gone: the names and inputs still apply
-            pass
-        red.add_fields(name for name, _ in pairs)
-        red.values.extend(v for _, v in pairs if len(v) >= 4 and v not in red.values)
-        red.values.sort(key=len, reverse=True)
+        red.add_fields(self.password_fields)
         return red
+
+    async def look(self) -> None:
+        """Before the effect runs: the names of the page's password fields (masked in the
+        request shown; while the page submits it runs no script to ask)."""
+        try:
+            self.password_fields = await asyncio.wait_for(self.page.eval_on_selector_all(
+                "input[type=password]", "els => els.flatMap(e => [e.name, e.id]).filter(Boolean)"), _CDP_WAIT)
+        except Exception:  # no page to look at: the secret inputs and the usual names still apply
+            self.password_fields = []
 
     async def allow(self, method: str, url: str, body: str | None, headers: dict[str, str]) -> bool:
         """Whether the request may go on now; False (``parked`` set) if it must not be sent."""

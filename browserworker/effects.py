@@ -102,6 +102,8 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     faults.hit("after_intent_commit", step.id)
     await ext.emit("before_step", ctx, step, p.context)
     check = gate.approval = ApprovalCheck(scope, step, p.page) if step.needs_approval(scope.inputs) else None
+    if check is not None:
+        await check.look()
     gate.arm(attempt)
     await installing  # the route is in place before the effect runs
     raised: BaseException | None = None
