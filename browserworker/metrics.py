@@ -199,6 +199,11 @@ class OpsSnapshot:
     def unknown_open(self) -> int:
         return sum(q.unknown for q in self.queues)
 
+    @property
+    def awaiting_approval(self) -> int:
+        """Runs waiting for a person to approve an effect's request (not failures, not claimable)."""
+        return self.states.get("AWAITING_APPROVAL", 0)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["duplicates_prevented"] = [{"flow": f, "step": s, "by": b, "count": n}
@@ -207,6 +212,7 @@ class OpsSnapshot:
             data[key] = {k: {"count": h.count, "sum": round(h.sum, 3), "buckets": {str(b): c for b, c in h.buckets}}
                          for k, h in getattr(self, key).items()}
         data["unknown_open"] = self.unknown_open
+        data["awaiting_approval"] = self.awaiting_approval
         return data
 
 
@@ -357,7 +363,11 @@ def _queue_families(snap: OpsSnapshot) -> Iterator[Metric]:
         age.add_metric([q.name], q.oldest_ready_age or 0.0)
         if q.max_depth is not None:
             limit.add_metric([q.name], q.max_depth)
-    yield from (runs, depth, ready, age, limit)
+    awaiting = GaugeMetricFamily("browserworker_runs_awaiting_approval",
+                                 "Runs waiting for a person to approve an effect's request.", labels=["queue"])
+    for q in snap.queues:
+        awaiting.add_metric([q.name], q.states.get("AWAITING_APPROVAL", 0))
+    yield from (runs, depth, ready, age, limit, awaiting)
 
 
 def _unknown_families(snap: OpsSnapshot) -> Iterator[Metric]:
