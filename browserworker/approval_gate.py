@@ -33,13 +33,18 @@ from .store.records import AttemptRecord
 if TYPE_CHECKING:  # the recording package imports the engine: imported where used
     from .recording.redact import Redactor
 
-__all__ = ["VOLATILE_FIELDS", "ApprovalCheck", "approval_hold", "approval_ttl", "describe_request", "request_fingerprint"]
+__all__ = ["VOLATILE_FIELDS", "ApprovalCheck", "approval_hold", "approval_ttl", "describe_request", "needs_approval", "request_fingerprint"]
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_HOLD = 10.0
 _POLL = 0.2
 _CDP_WAIT = 5.0
 _BODY_MAX = 4000
+
+
+def needs_approval(effect: Effect, inputs: Any) -> bool:
+    """Whether a person must approve ``effect``'s dispatch for these (validated) inputs."""
+    return bool(effect.approve(inputs)) if callable(effect.approve) else bool(effect.approve)
 
 
 def approval_ttl(effect: Effect) -> float:
@@ -120,17 +125,27 @@ class Parked:
 class ApprovalCheck:
     """One armed effect attempt's approval check (see the module docstring)."""
 
-    def __init__(self, scope: Any, effect: Effect, page: Page) -> None:
+    def __init__(self, scope: Any, effect: Effect, page: Page, gate: Any) -> None:
         self.scope = scope
+        self.gate = gate
         self.effect = effect
         self.page = page
         self.journal = scope.journal
         self.parked: Parked | None = None
         self.stopped = asyncio.Event()  # set once a request was refused for want of approval
+        self.abandoned = False  # the effect function ended while a request was held: stop holding
         self.hold = approval_hold()
-        self.attempt: AttemptRecord | None = None  # set when the gate is armed
         self._session: CDPSession | None = None
         self.password_fields: list[str] = []
+
+    @classmethod
+    async def of(cls, scope: Any, effect: Effect, page: Page, gate: Any) -> ApprovalCheck | None:
+        """The check for an attempt of ``effect``, if it needs approval for these inputs."""
+        if not needs_approval(effect, scope.inputs):
+            return None
+        check = cls(scope, effect, page, gate)
+        await check.look()
+        return check
 
     async def _redactor(self) -> Redactor:
         from .recording.redact import Redactor
@@ -190,7 +205,7 @@ class ApprovalCheck:
                 return self._park("pending", approval)
             if not self.journal.alive:
                 raise LeaseLost("the run's lease was lost while it waited for approval")
-            if time.time() >= deadline:
+            if time.time() >= deadline or self.abandoned:
                 return self._park("pending", approval)
             await asyncio.sleep(_POLL)
             again = await self.journal.astore.call(store.approvals.get, approval.id)
@@ -232,5 +247,6 @@ class ApprovalCheck:
         return False
 
     def journal_attempt(self) -> AttemptRecord:
-        assert self.attempt is not None
-        return self.attempt
+        attempt: AttemptRecord | None = self.gate.attempt  # the gate is armed
+        assert attempt is not None
+        return attempt

@@ -101,18 +101,13 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     ctx = scope.step_context(p.page, step.id, attempt, fp, p.results)
     faults.hit("after_intent_commit", step.id)
     await ext.emit("before_step", ctx, step, p.context)
-    check = gate.approval = ApprovalCheck(scope, step, p.page) if step.needs_approval(scope.inputs) else None
-    if check is not None:
-        await check.look()
+    check = gate.approval = await ApprovalCheck.of(scope, step, p.page, gate)
     gate.arm(attempt)
     await installing  # the route is in place before the effect runs
     raised: BaseException | None = None
     value: Any = None
     try:
-        if check is None:
-            value = await in_own_task(step.fn(ctx))
-        else:
-            value = await _until_parked(step.fn(ctx), check)
+        value = await (in_own_task(step.fn(ctx)) if check is None else _until_parked(step.fn(ctx), check))
     except LeaseLost:
         raise
     except Exception as exc:
@@ -157,6 +152,7 @@ async def _until_parked(step: Any, check: ApprovalCheck) -> Any:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return None
+    check.abandoned = True  # it gave up waiting (a timeout of its own): a held request is parked, not sent
     return task.result()
 
 

@@ -35,7 +35,7 @@ from .errors import LeaseLost, StoreError
 from .flow import Effect
 from .detection import Detector
 from .extensions import Extensions
-from .gate_channels import api_call, socket_message
+from .gate_channels import api_call, approved, socket_message
 from .gate_outbox import GateOutbox
 from .journal import RunJournal
 from .routes import ContextRoute
@@ -90,8 +90,6 @@ class DispatchGate:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
         lets every request through untouched: nothing of the effect has run yet."""
         self.attempt = attempt
-        if self.approval is not None:
-            self.approval.attempt = attempt
         self.detector.arm()
         if self.shared_workers_allowed:
             self.detector.detect("SHAREDWORKER", "*", "shared workers are allowed in this browser: what they send "
@@ -246,9 +244,8 @@ class DispatchGate:
             return
         faults.hit("dispatch_held", self.effect.id)  # the request waits in the browser until we answer
         faults.hit("lease_expired_while_alive", self.effect.id)  # chaos pauses here past the lease
-        if not await self.approved(request.method, request.url, _post_data(request), request.headers):
-            await self._abort(route, request, self.refusal or _NOT_APPROVED)
-            return
+        if not await approved(self, request.method, request.url, _post_data(request), request.headers):
+            return await self._abort(route, request, self.refusal or _NOT_APPROVED)
         outbox_id = await self.commit(request.method, request.url, HELD)
         if outbox_id is None:
             await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
@@ -265,17 +262,6 @@ class DispatchGate:
         self.extensions.notify("dispatched", self.attempt, request.method, request.url)
         await route.fallback()  # to the network, or to a replay router registered before the gate
         faults.hit("after_dispatch", self.effect.id)
-
-    async def approved(self, method: str, url: str, body: str | None, headers: dict[str, str]) -> bool:
-        """An approve= effect's request may go on: approved with this fingerprint (True), or held
-        for a person and then refused (False: parked, rejected or expired; nothing leaves)."""
-        if self.approval is None:
-            return True
-        try:
-            return await self.approval.allow(method, url, body, headers)
-        except (LeaseLost, StoreError) as exc:
-            self.refusal = exc
-            return False
 
     async def commit(self, method: str, url: str, channel: str) -> int | None:
         """The fenced dispatch commit; None (and ``refusal`` set) if it failed: nothing may leave."""

@@ -1,6 +1,8 @@
 """The dispatch gate on the two channels a route never sees: ``page.request`` / ``context.request``
 calls and the WebSocket messages a page sends. Each is journaled like a held request (the
-fenced dispatch commit) before it goes on; if that commit fails it never leaves."""
+fenced dispatch commit) before it goes on; if that commit fails it never leaves. Before that
+commit, every channel asks :func:`approved` (an ``approve=`` effect's person, see
+:mod:`browserworker.approval_gate`)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ from typing import TYPE_CHECKING
 from playwright.async_api import APIResponse
 
 from . import faults
-from .errors import LeaseLost
+from .errors import LeaseLost, StoreError
 from .routes import SOCKET, ApiSend
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gate import DispatchGate
 
-__all__ = ["API", "WEBSOCKET", "api_call", "socket_message"]
+__all__ = ["API", "WEBSOCKET", "api_call", "approved", "socket_message"]
 
 API, WEBSOCKET = "api", "websocket"
 
@@ -30,7 +32,7 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
         gate.refused(method, url, why)
         raise why
     faults.hit("dispatch_held", gate.effect.id)
-    if not await gate.approved(method, url, None, {}):
+    if not await approved(gate, method, url, None, {}):
         why = gate.refusal or RuntimeError("the request waits for approval: not sent")
         gate.refused(method, url, why)
         raise why
@@ -73,3 +75,15 @@ async def socket_message(gate: DispatchGate, url: str, message: str | bytes, for
     assert gate.attempt is not None
     gate.extensions.notify("dispatched", gate.attempt, SOCKET, url)
     forward()
+
+
+async def approved(gate: DispatchGate, method: str, url: str, body: str | None, headers: dict[str, str]) -> bool:
+    """An approve= effect's request may go on: approved with this fingerprint (True), or held
+    for a person and then refused (False: parked, rejected or expired; nothing leaves)."""
+    if gate.approval is None:
+        return True
+    try:
+        return await gate.approval.allow(method, url, body, headers)
+    except (LeaseLost, StoreError) as exc:
+        gate.refusal = exc
+        return False

@@ -46,8 +46,9 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
                        "-" if q.max_depth is None else str(q.max_depth))
     console.print(queues)
     console.print(f"runs: {_counts(snap.states)}", highlight=False)
-    if snap.awaiting_approval:
-        console.print(f"awaiting approval: {snap.awaiting_approval} (browserworker approvals)", highlight=False)
+    if snap.states.get("AWAITING_APPROVAL"):
+        console.print(f"awaiting approval: {snap.states['AWAITING_APPROVAL']} (browserworker approvals)",
+                      highlight=False)
     dup = sum(snap.duplicates_prevented.values())
     by: dict[str, int] = {}
     for (_, _, who), n in snap.duplicates_prevented.items():
