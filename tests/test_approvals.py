@@ -112,3 +112,22 @@ def test_a_rejected_request_never_reaches_the_shop(bw: BW, shop: Any, pg_url: st
     [attempt] = [a for a in shown["journal"] if a["step_id"] == "submit"]
     assert attempt["state"] == "FAILED_BEFORE_SEND" and attempt["dispatched_at"] is None
     assert shop.orders(f"{run_id}/submit") == []
+
+
+def test_approved_while_the_worker_holds_the_page_sends_the_held_request(bw: BW, shop: Any) -> None:
+    """A decision within the hold: the worker that holds the page lets the very request it
+    held go (no park, no second page): the run SUCCEEDS with one attempt and one order."""
+    run_id = f"ah-{uuid.uuid4().hex[:8]}"
+    running = bw.start("run", str(FLOW), "--db", str(bw.db), "--run-id", run_id, "--input", f"base_url={shop.url}",
+                       "--input", "item=tea", env={"BROWSERWORKER_APPROVAL_HOLD": "60"})
+    try:
+        wait_for(bw.db, lambda s: s.approvals.waiting())
+        assert bw.run("approve", run_id, "submit", "--db", str(bw.db)).returncode == 0
+        assert running.wait(timeout=60) == 0
+    finally:
+        if running.poll() is None:
+            sigkill(running)
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+    shown = bw.show(run_id)
+    assert [a["state"] for a in shown["journal"] if a["step_id"] == "submit"] == ["SUCCEEDED"]
+    assert shown["run"]["state"] == "SUCCEEDED"
