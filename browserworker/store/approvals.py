@@ -7,6 +7,7 @@ an approval past its ``expires_at`` ends like a rejection with the reason ``expi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,6 @@ class ApprovalRecord:
 
     @classmethod
     def from_row(cls, row: Row) -> ApprovalRecord:
-        import json
-
         return cls(id=int(row["id"]), run_id=row["run_id"], step_id=row["step_id"], attempt_no=int(row["attempt_no"]),
                    request_key=row["request_key"], fingerprint=row["fingerprint"],
                    summary=json.loads(row["summary_json"]), screenshot=row["screenshot"], state=row["state"],

@@ -26,7 +26,7 @@ class ReviewManager(Manager):
         self.runs = runs
 
     def cancel(self, run_id: str) -> str:
-        """Cancel a run: queued or waiting for review → CANCELLED now ('cancelled'); leased or
+        """Cancel a run: queued or waiting for review or approval → CANCELLED now ('cancelled'); leased or
         running → asked to stop at its next step boundary ('requested'); else its state."""
         now = self.c.now()
         with self.c.transaction() as tx:
