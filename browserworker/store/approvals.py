@@ -128,6 +128,8 @@ class ApprovalManager(Manager):
             before = self._fence(tx, run_id, epoch, "park for approval")
             approval = tx.one("get_approval", {"id": approval_id})
             assert approval is not None
+            if approval["state"] == "SUPERSEDED":  # the step's live approval decides
+                approval = tx.one("latest_approval", {"run_id": run_id, "step_id": approval["step_id"]}) or approval
             state = approval["state"]
             if state == "PENDING" and approval["expires_at"] < now:
                 state = self._expire(tx, approval, now)
@@ -235,7 +237,7 @@ def _run_after(state: str, approval: Row | dict[str, Any]) -> tuple[RunState, st
     """Where a parked run goes for its approval's state, and its error."""
     if state == "PENDING":
         return RunState.AWAITING_APPROVAL, None
-    if state == "APPROVED":
+    if state in ("APPROVED", "SUPERSEDED"):  # superseded with nothing live: a new attempt asks anew
         return RunState.QUEUED, None
     if state == "EXPIRED":
         return RunState.FAILED, f"the approval of {approval['step_id']} expired: nothing was sent"
