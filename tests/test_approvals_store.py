@@ -115,10 +115,13 @@ def test_a_run_that_dies_waiting_is_reclaimed_to_the_wait(any_store: SQLStore) -
     """A holder that dies while its request waits: the reclaimer sends the run to
     AWAITING_APPROVAL, not the queue (its attempt is still undispatched); once approved it is
     queued; without a pending approval an expired lease is queued as before."""
-    run, attempt = leased(any_store, "r6", ttl=0.01)
+    run, attempt = leased(any_store, "r6", ttl=0.5)
     ask(any_store, run)
-    time.sleep(0.05)  # the lease's 10 ms must run out
-    [back] = any_store.reclaim_expired(skew=0.0, max_lease_losses=5)
+    deadline = time.monotonic() + 10
+    while not (reclaimed := any_store.reclaim_expired(skew=0.0, max_lease_losses=5)):
+        assert time.monotonic() < deadline, "the lease was never reclaimed"
+        time.sleep(0.05)
+    [back] = reclaimed
     assert back.state == RunState.AWAITING_APPROVAL
     assert any_store.get_attempt(attempt.id).dispatched_at is None
     approvals.approve(any_store, "r6", "submit", who="alice")
