@@ -35,7 +35,7 @@ from .errors import LeaseLost, StoreError
 from .flow import Effect
 from .detection import Detector
 from .extensions import Extensions
-from .gate_channels import api_call, approved, socket_message
+from .gate_channels import NOT_APPROVED, api_call, approved, socket_message
 from .gate_outbox import GateOutbox
 from .journal import RunJournal
 from .routes import ContextRoute
@@ -245,7 +245,7 @@ class DispatchGate:
         faults.hit("dispatch_held", self.effect.id)  # the request waits in the browser until we answer
         faults.hit("lease_expired_while_alive", self.effect.id)  # chaos pauses here past the lease
         if not await approved(self, request.method, request.url, _post_data(request), request.headers):
-            return await self._abort(route, request, self.refusal or _NOT_APPROVED)
+            return await self._abort(route, request, self.refusal or NOT_APPROVED)
         outbox_id = await self.commit(request.method, request.url, HELD)
         if outbox_id is None:
             await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
@@ -306,8 +306,6 @@ class DispatchGate:
         assert self.attempt is not None  # only an armed gate releases requests
         self.extensions.notify("response", self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
-
-_NOT_APPROVED = RuntimeError("the request waits for approval: not sent")
 
 
 def _post_data(request: Request) -> str | None:

@@ -18,9 +18,10 @@ from .routes import SOCKET, ApiSend
 if TYPE_CHECKING:  # pragma: no cover
     from .gate import DispatchGate
 
-__all__ = ["API", "WEBSOCKET", "api_call", "approved", "socket_message"]
+__all__ = ["API", "NOT_APPROVED", "WEBSOCKET", "api_call", "approved", "socket_message"]
 
 API, WEBSOCKET = "api", "websocket"
+NOT_APPROVED = RuntimeError("the request waits for approval: not sent")  # why the gate refused it
 
 
 async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> APIResponse:
@@ -33,7 +34,7 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
         raise why
     faults.hit("dispatch_held", gate.effect.id)
     if not await approved(gate, method, url, None, {}):
-        why = gate.refusal or RuntimeError("the request waits for approval: not sent")
+        why = gate.refusal or NOT_APPROVED
         gate.refused(method, url, why)
         raise why
     outbox_id = await gate.commit(method, url, API)
@@ -66,6 +67,9 @@ async def socket_message(gate: DispatchGate, url: str, message: str | bytes, for
         gate.refused(SOCKET, url, gate.refusal or LeaseLost("the run's lease is lost"))
         return
     faults.hit("dispatch_held", gate.effect.id)
+    if not await approved(gate, SOCKET, url, message if isinstance(message, str) else None, {}):
+        gate.refused(SOCKET, url, gate.refusal or NOT_APPROVED)  # dropped: the page's socket stays open
+        return
     outbox_id = await gate.commit(SOCKET, url, WEBSOCKET)
     if outbox_id is None or not gate.holds():
         gate.refusal = gate.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
