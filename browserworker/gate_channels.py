@@ -34,7 +34,7 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
         raise why
     faults.hit("dispatch_held", gate.effect.id)
     if not await approved(gate, method, url, None, {}):
-        why = gate.refusal or NOT_APPROVED
+        why = gate.refusal or RuntimeError(str(NOT_APPROVED))  # raised into the effect: its own instance
         gate.refused(method, url, why)
         raise why
     outbox_id = await gate.commit(method, url, API)
