@@ -114,20 +114,27 @@ def test_a_rejected_request_never_reaches_the_shop(bw: BW, shop: Any, pg_url: st
     assert shop.orders(f"{run_id}/submit") == []
 
 
-def test_approved_while_the_worker_holds_the_page_sends_the_held_request(bw: BW, shop: Any) -> None:
-    """A decision within the hold: the worker that holds the page lets the very request it
-    held go (no park, no second page): the run SUCCEEDS with one attempt and one order."""
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_decision_while_the_worker_holds_the_page(bw: BW, shop: Any, decision: str) -> None:
+    """A decision within the hold reaches the worker that holds the page: approved, it lets the
+    very request it held go (one attempt, one order, SUCCEEDED); rejected, it drops it (the
+    attempt FAILED_BEFORE_SEND, the run FAILED, no order)."""
     run_id = f"ah-{uuid.uuid4().hex[:8]}"
     running = bw.start("run", str(FLOW), "--db", str(bw.db), "--run-id", run_id, "--input", f"base_url={shop.url}",
                        "--input", "item=tea", env={"BROWSERWORKER_APPROVAL_HOLD": "60"})
     try:
         wait_for(bw.db, lambda s: s.approvals.waiting())
-        assert bw.run("approve", run_id, "submit", "--db", str(bw.db)).returncode == 0
-        assert running.wait(timeout=60) == 0
+        assert bw.run(decision, run_id, "submit", "--db", str(bw.db)).returncode == 0
+        assert running.wait(timeout=60) == (0 if decision == "approve" else 1)
     finally:
         if running.poll() is None:
             sigkill(running)
-    assert len(shop.orders(f"{run_id}/submit")) == 1
     shown = bw.show(run_id)
-    assert [a["state"] for a in shown["journal"] if a["step_id"] == "submit"] == ["SUCCEEDED"]
-    assert shown["run"]["state"] == "SUCCEEDED"
+    [attempt] = [a for a in shown["journal"] if a["step_id"] == "submit"]
+    if decision == "approve":
+        assert len(shop.orders(f"{run_id}/submit")) == 1
+        assert (attempt["state"], shown["run"]["state"]) == ("SUCCEEDED", "SUCCEEDED")
+    else:
+        assert shop.orders(f"{run_id}/submit") == []
+        assert (attempt["state"], attempt["decided_by"]) == ("FAILED_BEFORE_SEND", "approval_rejected")
+        assert shown["run"]["state"] == "FAILED" and attempt["dispatched_at"] is None
