@@ -66,7 +66,7 @@ def test_ask_park_approve_queues_the_run_once(any_store: SQLStore) -> None:
 
 def test_reject_fails_a_parked_run_and_unknowns_are_refused(any_store: SQLStore) -> None:
     """Rejecting a parked run's approval ends the run FAILED with who and why; an unknown run
-    or a step with no approval is a clear usage error."""
+    or a step with no approval is a clear usage error; a parked run can be cancelled."""
     run, _ = leased(any_store, "r2")
     asked = ask(any_store, run)
     any_store.approvals.park(run.id, run.lease_epoch, asked.id)
@@ -79,6 +79,10 @@ def test_reject_fails_a_parked_run_and_unknowns_are_refused(any_store: SQLStore)
     failed = any_store.get_run("r2")
     assert failed is not None and failed.state == RunState.FAILED
     assert failed.error is not None and "rejected by bob: wrong amount" in failed.error
+    other, _ = leased(any_store, "r2b")
+    any_store.approvals.park(other.id, other.lease_epoch, ask(any_store, other).id)
+    assert any_store.cancel("r2b") == "cancelled"  # a parked run can be cancelled like a queued one
+    assert approvals.list_approvals(any_store) == []
 
 
 def test_a_changed_request_supersedes_even_an_approved_one(any_store: SQLStore) -> None:

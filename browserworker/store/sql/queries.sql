@@ -277,7 +277,7 @@ WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING')
 
 -- name: cancel_queued
 UPDATE runs SET state = 'CANCELLED', finished_at = :now, updated_at = :now, owner = NULL, lease_expires_at = NULL
-WHERE id = :id AND state IN ('QUEUED', 'NEEDS_REVIEW', 'AWAITING_APPROVAL')
+WHERE id = :id AND (state IN ('QUEUED', 'NEEDS_REVIEW') OR state = 'AWAITING_APPROVAL')
 
 -- name: request_cancel
 UPDATE runs SET cancel_requested = 1, updated_at = :now WHERE id = :id AND state IN ('LEASED', 'RUNNING')
