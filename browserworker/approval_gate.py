@@ -174,14 +174,7 @@ class ApprovalCheck:
         store = self.journal.store
         run_id, step_id = self.journal.run_id, self.effect.id
         live: ApprovalRecord | None = await self.journal.astore.call(store.approvals.current, run_id, step_id)
-        if live is not None and live.fingerprint == fp:
-            if live.state == "APPROVED":
-                await self.journal.decide_step(step_id, attempt.attempt_no, "approval_used",
-                                               {"approval": live.id, "fingerprint": fp, "by": live.decided_by})
-                return True
-            if live.state in ("REJECTED", "EXPIRED"):
-                return self._park("rejected" if live.state == "REJECTED" else "expired", live)
-        if live is None or live.state != "PENDING" or live.fingerprint != fp:
+        if live is None or live.fingerprint != fp:  # never asked, or asked about another request
             summary = describe_request(method, url, body, headers, await self._redactor())
             shot = await self._screenshot(f"{step_id}-{attempt.attempt_no}-approval")
             live = await self.journal.request_approval(attempt, fp, summary, shot, approval_ttl(self.effect))
