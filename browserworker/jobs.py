@@ -7,7 +7,8 @@ it writes, so a refused call leaves the store untouched.
 from __future__ import annotations
 
 import getpass
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,8 @@ from .states import AttemptState, RunState
 from .store.base import Store
 from .store.records import NewRun, RunRecord
 
-__all__ = ["ReviewItem", "cancel", "enqueue", "manage_limits", "resolve", "review_items"]
+__all__ = ["ReviewItem", "cancel", "cancel_many", "enqueue", "manage_limits", "parse_decision", "requeue",
+           "requeue_many", "resolve", "review_items"]
 
 _QUEUE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -77,10 +79,44 @@ def manage_limits(open_store: Callable[[bool], Store], action: str = "list", key
     return open_store(False).limits()
 
 
-def cancel(store: Store, run_id: str) -> str:
+def cancel(store: Store, run_id: str, *, who: str | None = None) -> str:
     """Cancel a run: 'cancelled' (it was queued or in review), 'requested' (it stops at its
-    next step boundary, never between an effect's intent and its outcome), or its final state."""
-    return store.cancel(run_id)
+    next step boundary, never between an effect's intent and its outcome), or its final state.
+    ``who`` (a person's name) is journaled with the cancel."""
+    return store.cancel(run_id, who=who)
+
+
+def requeue(store: Store, run_id: str, *, who: str | None = None) -> RunRecord:
+    """Put a FAILED or CANCELLED run back in its queue with its id and journal (its SUCCEEDED
+    steps are skipped, its effects keep their request keys); the decision and ``who`` are
+    journaled. :class:`UsageError` for a run in any other state (nothing written)."""
+    return store.requeue(run_id, who=who or _who())
+
+
+def cancel_many(store: Store, run_ids: Sequence[str], *, who: str | None = None) -> dict[str, str]:
+    """:func:`cancel` each run, in one transaction: each id's outcome, or ``"error: ..."``
+    for an id that could not be cancelled (the others are)."""
+    return _each(store, run_ids, lambda rid: cancel(store, rid, who=who))
+
+
+def requeue_many(store: Store, run_ids: Sequence[str], *, who: str | None = None) -> dict[str, str]:
+    """:func:`requeue` each run, in one transaction: ``"requeued"`` or ``"error: ..."`` per id."""
+    def one(rid: str) -> str:
+        requeue(store, rid, who=who)
+        return "requeued"
+
+    return _each(store, run_ids, one)
+
+
+def _each(store: Store, run_ids: Sequence[str], act: Callable[[str], object]) -> dict[str, str]:
+    outcomes: dict[str, str] = {}
+    with store.group():  # isolated: a refused id rolls back only itself
+        for rid in dict.fromkeys(run_ids):
+            try:
+                outcomes[rid] = str(act(rid))
+            except UsageError as exc:
+                outcomes[rid] = f"error: {exc}"
+    return outcomes
 
 
 @dataclass(frozen=True)
@@ -120,6 +156,21 @@ def review_items(store: Store, limit: int = 100) -> list[ReviewItem]:
             items.append(ReviewItem(run.id, run.flow_name, a.step_id, a.attempt_no, a.request_key,
                                     a.request_fingerprint, run.error, evidence))
     return items
+
+
+def parse_decision(decision: str | None, result_json: str | None) -> tuple[str, Any]:
+    """A reviewer's decision (done, not_done, failed) and the JSON result that may go with
+    ``done``, checked: :class:`UsageError` says what is wrong."""
+    if decision is None:
+        raise UsageError("say what happened: --done, --not-done or --failed")
+    if decision not in ("done", "not_done", "failed"):
+        raise UsageError(f"unknown decision {decision!r}: done, not_done or failed")
+    if result_json is not None and decision != "done":
+        raise UsageError("--result goes with --done")
+    try:
+        return decision, json.loads(result_json) if result_json is not None else None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--result is not valid JSON: {exc.msg}") from exc
 
 
 def resolve(store: Store, run_id: str, step_id: str, decision: str, *, result: Any = None,

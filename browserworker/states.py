@@ -53,10 +53,11 @@ RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     # parked until a person approves (QUEUED) or rejects (FAILED), or the approval expires (FAILED)
     RunState.AWAITING_APPROVAL: frozenset({RunState.QUEUED, RunState.FAILED, RunState.CANCELLED}),
     RunState.SUCCEEDED: frozenset(),
-    RunState.FAILED: frozenset(),
-    RunState.CANCELLED: frozenset(),
+    RunState.FAILED: frozenset({RunState.QUEUED}),
+    RunState.CANCELLED: frozenset({RunState.QUEUED}),
 }
-"""Each run state and the states it may move to."""
+"""Each run state and the states it may move to (FAILED and CANCELLED only by a person's
+requeue: :func:`browserworker.jobs.requeue`)."""
 
 _ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
     AttemptState.RUNNING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),

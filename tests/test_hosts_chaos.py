@@ -80,6 +80,27 @@ class Fleet:
         runs = self.read(lambda: self.store.list_runs(limit=100_000)) or []
         return {r.id: r.lease_epoch for r in runs if r.owner_host == name and r.state in LIVE}
 
+    def where(self, held: dict[str, int]) -> str:
+        """Each of ``held`` as the store has it now, and the database's sessions (for a failure)."""
+        lines = []
+        for run_id, epoch in held.items():
+            try:
+                r = self.store.get_run(run_id)
+                lines.append(f"{run_id} (held at epoch {epoch}): " + ("gone" if r is None else
+                             f"{r.state} epoch {r.lease_epoch} owner {r.owner} expires "
+                             f"{(r.lease_expires_at or 0) - time.time():+.1f}s"))
+            except StoreError as exc:
+                lines.append(f"{run_id}: the store failed: {exc}")
+        try:
+            with self.store.connector.pool.connection() as conn:  # type: ignore[attr-defined]
+                for row in conn.execute("SELECT application_name, state, wait_event_type, wait_event, "
+                                        "now() - state_change AS for, left(query, 80) AS query "
+                                        "FROM pg_stat_activity WHERE datname = current_database()").fetchall():
+                    lines.append(f"  session {dict(row)}")
+        except Exception as exc:  # noqa: BLE001 - diagnostics only
+            lines.append(f"  (sessions not read: {exc})")
+        return "\n".join(lines)
+
     def taken_from(self, held: dict[str, int]) -> bool:
         """Every one of ``held`` has moved on to a later lease (reclaimed) or ended."""
         runs = [self.read(lambda i=run_id: self.store.get_run(i)) for run_id in held]
@@ -136,7 +157,10 @@ def freeze(fleet: Fleet, name: str) -> tuple[dict[str, int], float]:
     host = fleet.hosts[name]
     host.stop()
     began, held = time.monotonic(), fleet.held(name)
-    wait_for(lambda: fleet.taken_from(held), 30, f"{name}'s runs reclaimed while it is frozen")
+    try:
+        wait_for(lambda: fleet.taken_from(held), 30, f"{name}'s runs reclaimed while it is frozen")
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n{fleet.where(held)}") from None
     assert host.stopped
     host.cont()
     return held, time.monotonic() - began

@@ -13,7 +13,8 @@ modules are one concern each:
 - :mod:`.sessions`: ``sessions``, ``sessions drop``;
 - :mod:`.limits`: ``limits`` (budgets of limit keys);
 - :mod:`.approvals`: ``approvals``, ``approve``, ``reject``;
-- :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``.
+- :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``;
+- :mod:`.console`: ``console`` (the operator console).
 
 Exit codes of ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing
 written), 3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost or store
@@ -23,7 +24,7 @@ run SUCCEEDED but a verifier failed its self-test, 8 AWAITING_APPROVAL.
 
 from __future__ import annotations
 
-from . import approvals, execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands on main)
+from . import approvals, console, execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands)
 from .app import main
 
 __all__ = ["main"]

@@ -3,8 +3,6 @@ and ``queue`` (a queue's depth limit). Each reads or changes the store and print
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .. import jobs
@@ -64,21 +62,9 @@ def review(as_json: bool) -> None:
 def resolve(run_id: str, step: str, decision: str | None, result_json: str | None, as_json: bool) -> None:
     """Decide an UNKNOWN step of a NEEDS_REVIEW run; the decision (who, when) is journaled
     and the run is re-queued (or ends FAILED)."""
-    decided, result = _decision(decision, result_json)
+    decided, result = jobs.parse_decision(decision, result_json)
     run = jobs.resolve(session().store(create=False), run_id, step, decided, result=result)
     emit(run_summary(run), as_json, lambda: click.echo(resolve_line(run)))
-
-
-def _decision(decision: str | None, result_json: str | None) -> tuple[str, object]:
-    """The decision of a ``resolve`` and its ``--result``, checked."""
-    if decision is None:
-        raise UsageError("say what happened: --done, --not-done or --failed")
-    if result_json is not None and decision != "done":
-        raise UsageError("--result goes with --done")
-    try:
-        return decision, json.loads(result_json) if result_json is not None else None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--result is not valid JSON: {exc.msg}") from exc
 
 
 @main.command()

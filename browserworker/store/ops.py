@@ -145,6 +145,11 @@ class OpsManager(Manager):
         return (0, 0) if row is None else (int(row["total"]), int(row["recent"]))
 
     @read_only
+    def event_times(self, since: float) -> list[tuple[str, float]]:
+        """``("lease_expired" | "duplicate_prevented", at)`` of each such event since ``since``."""
+        return [(str(r["what"]), float(r["at"])) for r in self.c.read("ops_event_times", {"since": since})]
+
+    @read_only
     def reconciliations(self) -> list[Reconciliation]:
         return self._rows(Reconciliation, "ops_reconciliations")
 

@@ -18,6 +18,10 @@ __all__ = ["ReviewManager"]
 _DECIDED = {"done": AttemptState.SUCCEEDED, "not_done": AttemptState.NOT_DONE, "failed": AttemptState.FAILED}
 
 
+def _by(who: str | None) -> dict[str, Any] | None:
+    return None if who is None else {"who": who}
+
+
 class ReviewManager(Manager):
     """Cancels and human decisions (unfenced by epoch: conditioned on the run's state)."""
 
@@ -25,22 +29,40 @@ class ReviewManager(Manager):
         super().__init__(connector)
         self.runs = runs
 
-    def cancel(self, run_id: str) -> str:
-        """Cancel a run: queued or waiting for review or approval → CANCELLED now ('cancelled'); leased or
-        running → asked to stop at its next step boundary ('requested'); else its state."""
+    def cancel(self, run_id: str, *, who: str | None = None) -> str:
+        """Cancel a run: queued or waiting for review or approval → CANCELLED now ('cancelled');
+        leased or running → asked to stop at its next step boundary ('requested'); else its state.
+        ``who`` (a person) is journaled with the event."""
         now = self.c.now()
         with self.c.transaction() as tx:
             before = tx.one("lock_run", {"id": run_id})
             if before is None:
                 raise UsageError(f"no run {run_id!r}")
             if tx.execute("cancel_queued", {"id": run_id, "now": now}) == 1:
-                self._event(tx, run_id, "run_state", now=now, from_state=before["state"], to_state=RunState.CANCELLED,
-                            decision="cancelled")
+                self._event(tx, run_id, "run_state", now=now, worker=who, from_state=before["state"],
+                            to_state=RunState.CANCELLED, decision="cancelled", detail=_by(who))
                 return "cancelled"
             if tx.execute("request_cancel", {"id": run_id, "now": now}) == 1:
-                self._event(tx, run_id, "cancel_requested", now=now, decision="cancel_requested")
+                self._event(tx, run_id, "cancel_requested", now=now, worker=who, decision="cancel_requested",
+                            detail=_by(who))
                 return "requested"
         return str(before["state"])
+
+    def requeue(self, run_id: str, *, who: str) -> RunRecord:
+        """Put a FAILED or CANCELLED run back in its queue, as it is (same id, journal and request
+        keys: what SUCCEEDED is skipped); ``who`` is journaled. :class:`UsageError` in any other state."""
+        now = self.c.now()
+        with self.c.transaction() as tx:
+            before = tx.one("lock_run", {"id": run_id})
+            if before is None:
+                raise UsageError(f"no run {run_id!r}")
+            if tx.execute("requeue_ended", {"id": run_id, "now": now}) != 1:
+                raise UsageError(f"run {run_id} is {before['state']}: only FAILED or CANCELLED runs are requeued")
+            self._event(tx, run_id, "run_state", now=now, worker=who, from_state=before["state"],
+                        to_state=RunState.QUEUED, decision="requeued", detail=_by(who))
+        requeued = self.runs.get_run(run_id)
+        assert requeued is not None
+        return requeued
 
     def resolve(self, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str) -> RunRecord:
         """A person's decision on an UNKNOWN step of a NEEDS_REVIEW run.

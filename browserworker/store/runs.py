@@ -54,6 +54,24 @@ class RunManager(Manager):
             rows = self.c.read("list_runs_in_state", {"state": str(state), "limit": limit})
         return [RunRecord.from_row(r) for r in rows]
 
+    @read_only
+    def search_runs(self, *, state: RunState | None = None, flow: str | None = None, queue: str | None = None,
+                    text: str | None = None, limit: int = 50, offset: int = 0) -> tuple[list[RunRecord], int]:
+        """One page of runs (newest first) in ``state``, of ``flow``, on ``queue``, whose id is
+        or starts with ``text`` or that journaled the request key ``text`` (None: any), and
+        how many runs pass the filter in all."""
+        params: dict[str, object] = {
+            "state": None if state is None else str(state), "flow": flow, "queue": queue, "text": text,
+            "prefix": None if text is None else text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"}
+        rows = self.c.read("search_runs", {**params, "limit": limit, "offset": offset})
+        total = self.c.read_one("count_runs", params)
+        return [RunRecord.from_row(r) for r in rows], 0 if total is None else int(total["n"])
+
+    @read_only
+    def run_flows(self) -> dict[str, int]:
+        """Each flow that has runs, and how many."""
+        return {r["flow_name"]: int(r["n"]) for r in self.c.read("run_flows", {})}
+
     def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
                   takeover_epoch: int | None = None) -> RunRecord | None:
         """Atomically lease a run; None if someone else holds it. Bumps the lease epoch.

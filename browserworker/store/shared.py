@@ -50,6 +50,8 @@ class SQLStore:
         self.create_run = runs.create_run
         self.get_run = runs.get_run
         self.list_runs = runs.list_runs
+        self.search_runs = runs.search_runs
+        self.run_flows = runs.run_flows
         self.claim_run = runs.claim_run
         self.heartbeat = runs.heartbeat
         self.cancel_requested = runs.cancel_requested
@@ -88,6 +90,7 @@ class SQLStore:
         self.mark_worker = fleet.mark_worker
         self.workers = fleet.workers
         self.cancel = review.cancel
+        self.requeue = review.requeue
         self.resolve = review.resolve
         self.runs_needing_review = review.runs_needing_review
 
@@ -99,6 +102,7 @@ class SQLStore:
         self.duplicates_prevented = ops.duplicates_prevented
         self.lease_expiries = ops.lease_expiries
         self.reconciliations = ops.reconciliations
+        self.event_times = ops.event_times
         self.queue_waits = ops.queue_waits
         self.worker_loads = ops.worker_loads
         self.live_workers = ops.live_workers

@@ -49,6 +49,24 @@ SELECT * FROM runs ORDER BY created_at DESC, id LIMIT :limit
 -- name: list_runs_in_state
 SELECT * FROM runs WHERE state = :state ORDER BY created_at DESC, id LIMIT :limit
 
+-- name: _run_filter
+-- (A fragment of the console's run queries, not a query.) Each filter NULL matches every run;
+-- :text is a run id, the start of one (:prefix, LIKE-escaped with '!'), or a request key.
+(state = :state OR :state IS NULL) AND (flow_name = :flow OR :flow IS NULL) AND (queue = :queue OR :queue IS NULL)
+AND (id = :text OR id LIKE :prefix ESCAPE '!' OR id IN (SELECT run_id FROM attempts WHERE request_key = :text)
+     OR :text IS NULL)
+
+-- name: search_runs
+-- One page of the runs that pass the filter, newest first.
+SELECT * FROM runs WHERE {_run_filter} ORDER BY created_at DESC, id LIMIT :limit OFFSET :offset
+
+-- name: count_runs
+SELECT COUNT(*) AS n FROM runs WHERE {_run_filter}
+
+-- name: run_flows
+-- The flows that have runs (the console's filter choices).
+SELECT flow_name, COUNT(*) AS n FROM runs GROUP BY flow_name ORDER BY flow_name
+
 -- name: claim_run
 -- Take a run that is queued, whose lease expired (beyond the skew tolerance), or whose
 -- owner was proven dead at epoch :takeover_epoch. Bumps the epoch: every write of the
@@ -279,6 +297,13 @@ WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING')
 UPDATE runs SET state = 'CANCELLED', finished_at = :now, updated_at = :now, owner = NULL, lease_expires_at = NULL
 WHERE id = :id AND (state IN ('QUEUED', 'NEEDS_REVIEW') OR state = 'AWAITING_APPROVAL')
 
+-- name: requeue_ended
+-- An operator puts a FAILED or CANCELLED run back in its queue, with its id, journal and request
+-- keys: SUCCEEDED steps are skipped, and a run that was ever leased reconciles its journal first.
+UPDATE runs SET state = 'QUEUED', error = NULL, finished_at = NULL, cancel_requested = 0, lease_losses = 0,
+    needs_reconcile = CASE WHEN lease_epoch > 0 THEN 1 ELSE needs_reconcile END, updated_at = :now
+WHERE id = :id AND state IN ('FAILED', 'CANCELLED')
+
 -- name: request_cancel
 UPDATE runs SET cancel_requested = 1, updated_at = :now WHERE id = :id AND state IN ('LEASED', 'RUNNING')
 
@@ -383,6 +408,14 @@ JOIN events f ON f.id = (
 WHERE (d.kind = 'lease_expired' OR (d.kind = 'lease_claimed' AND d.decision IN ('lease_expired', 'owner_dead')))
   -- implied by the line above; spelled out so that the planner reads the partial index events_lost
   AND (d.kind = 'lease_expired' OR d.decision IN ('lease_expired', 'owner_dead'))
+
+-- name: ops_event_times
+-- When each lost lease found by the reclaimer, and each UNKNOWN effect proven landed (a duplicate
+-- prevented), happened since :since (the console's activity chart).
+SELECT 'lease_expired' AS what, at FROM events WHERE kind = 'lease_expired' AND at > :since
+UNION ALL
+SELECT 'duplicate_prevented' AS what, at FROM events
+WHERE kind = 'attempt_state' AND from_state = 'UNKNOWN' AND to_state = 'SUCCEEDED' AND at > :since
 
 -- name: ops_dispatch_ages
 -- How long each run started in (:lo, :hi] had waited in its queue (seconds).

@@ -1,0 +1,36 @@
+"""The console's pages. Each is one module here with a :data:`PAGE` (its nav entry and its
+routes) and one template in ``templates/``; :data:`PAGES` lists them in nav order.
+
+Adding a page (an Approvals page, say): write ``pages/approvals.py`` with its handlers and
+``PAGE = Page("approvals", "Approvals", "/approvals", [Route(...)])``, its template
+``templates/approvals.html``, and add it to :data:`PAGES` below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from starlette.routing import BaseRoute
+
+__all__ = ["PAGES", "Page"]
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of the console: its name, its title in the nav, its path, its routes."""
+
+    name: str
+    title: str
+    path: str
+    routes: list[BaseRoute] = field(default_factory=list)
+    in_nav: bool = True
+
+
+def _pages() -> list[Page]:
+    from . import overview, review, runs
+
+    # the place of an Approvals page: after review (approvals.PAGE)
+    return [overview.PAGE, runs.PAGE, review.PAGE]
+
+
+PAGES: list[Page] = _pages()
