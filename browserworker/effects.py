@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import faults
+from .approval_gate import ApprovalCheck
 from .errors import LeaseLost, StoreError
 from .flow import Effect, StepContext
 from .gate import DispatchGate
@@ -100,21 +101,26 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     ctx = scope.step_context(p.page, step.id, attempt, fp, p.results)
     faults.hit("after_intent_commit", step.id)
     await ext.emit("before_step", ctx, step, p.context)
+    check = gate.approval = await ApprovalCheck.of(scope, step, p.page, gate)
     gate.arm(attempt)
     await installing  # the route is in place before the effect runs
     raised: BaseException | None = None
     value: Any = None
     try:
-        value = await in_own_task(step.fn(ctx))
+        value = await (in_own_task(step.fn(ctx)) if check is None else _until_parked(step.fn(ctx), check))
     except LeaseLost:
         raise
     except Exception as exc:
         raised = exc
     finally:
         await gate.remove()
+        if check is not None:
+            await check.close()
     journal.check()
     _refused(journal, step, gate)
     faults.hit("before_outcome_commit", step.id)
+    if check is not None and check.parked is not None and not gate.dispatched:
+        await _not_approved(scope, step, attempt, check)
     finished = await _outcome(scope, step, p, ctx, attempt, gate, raised, value)
     if finished.state == AttemptState.SUCCEEDED:
         return finished.result
@@ -131,6 +137,43 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     if failures > step.retries:
         raise Stop("failed", f"effect {step.id} {finished.state} ({finished.decided_by}): {finished.error}")
     raise Again(f"retrying {step.id} ({finished.state})", backoff(failures))
+
+
+async def _until_parked(step: Any, check: ApprovalCheck) -> Any:
+    """Await the step function, but stop it once the gate refused its request for want of
+    approval (it would only wait for an answer that never comes)."""
+    task = asyncio.ensure_future(step)
+    stopped = asyncio.ensure_future(check.stopped.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+    check.abandoned = True  # it gave up waiting (a timeout of its own): a held request is parked, not sent
+    return task.result()
+
+
+async def _not_approved(scope: RunScope, step: Effect, attempt: AttemptRecord, check: ApprovalCheck) -> None:
+    """The attempt's request was not sent: it waits for a person (the run is parked), or a
+    person rejected it, or its approval expired (the run fails, whatever ``retries=`` says)."""
+    assert check.parked is not None
+    kind, approval = check.parked.kind, check.parked.approval
+    evidence = {"approval": approval.id, "fingerprint": approval.fingerprint, "screenshot": approval.screenshot,
+                "request": approval.summary}
+    error = None if kind == "pending" else (approval.reason or kind)
+    done = await scope.journal.finish(attempt, AttemptState.FAILED_BEFORE_SEND, decided_by=f"approval_{kind}",
+                                      evidence=evidence, error=error)
+    await scope.extensions.emit("outcome", done)
+    if kind == "pending":
+        scope.parked_approval = approval.id
+        raise Stop("approval", f"effect {step.id} waits for approval {approval.id}: nothing was sent")
+    who = f" by {approval.decided_by}" if kind == "rejected" and approval.decided_by else ""
+    raise Stop("failed", f"effect {step.id}: its approval was {kind}{who}"
+                         + (f" ({approval.reason})" if approval.reason and kind == "rejected" else "")
+                         + "; nothing was sent")
 
 
 def _refused(journal: RunJournal, step: Effect, gate: DispatchGate) -> None:

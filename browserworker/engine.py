@@ -61,12 +61,12 @@ class Engine:
                   extensions: Sequence[object] = ()) -> RunRecord:
         """Lease ``run`` and execute it to its end in this process; returns the final run.
 
-        A terminal or NEEDS_REVIEW run is returned as it is. Setting ``stop`` hands the run
+        A terminal, NEEDS_REVIEW or AWAITING_APPROVAL run is returned as it is (so is one parked for approval). Setting ``stop`` hands the run
         back (QUEUED) at its next step boundary. A run whose key's budget holds it (or that a
         site throttled) waits for the budget, with a notice. ``extensions`` hear this run only.
         Raises :class:`~browserworker.errors.LeaseLost` if another owner takes the run away.
         """
-        if run.state in TERMINAL_RUN_STATES or run.state == RunState.NEEDS_REVIEW:
+        if run.state in TERMINAL_RUN_STATES or run.state in (RunState.NEEDS_REVIEW, RunState.AWAITING_APPROVAL):
             return run
         ext = self.extensions_for(extensions)
         astore = AsyncStore(self.store)

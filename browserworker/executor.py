@@ -101,7 +101,7 @@ class Executor:
             self._starting = self._ending = None
             if left:
                 await asyncio.gather(*left, return_exceptions=True)
-        if final.state != RunState.QUEUED:
+        if final.state not in (RunState.QUEUED, RunState.AWAITING_APPROVAL):
             await self.extensions.emit("run_finished", final)
         return final
 
@@ -115,6 +115,12 @@ class Executor:
             if outcome.kind in _ENDINGS:
                 state, decision = _ENDINGS[outcome.kind]
                 return await self._finish(state, outcome.reason, decision)
+            if outcome.kind == "approval":
+                assert self.scope.parked_approval is not None
+                await self._started()
+                parked = await self.journal.park(self.scope.parked_approval)
+                self.log.info("run waits for approval", approval=self.scope.parked_approval, state=str(parked.state))
+                return parked
             if outcome.kind in ("released", "throttled"):
                 self.throttled = outcome.kind == "throttled"
                 released = await self.journal.release(decision=outcome.kind)

@@ -9,7 +9,6 @@ effect landed.
 
 from __future__ import annotations
 
-import fnmatch
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -23,6 +22,7 @@ from .canonical import canonical_json, fingerprint_of
 from . import budgets, context_options, session_options
 from .budgets import LimitKey
 from .context_options import ContextOptions
+from .dispatch_rules import ChannelRequest, is_dispatch, matches, parse_rule
 from .session_options import SessionKey
 from .errors import FlowDefinitionError, InputError
 
@@ -179,6 +179,8 @@ class Effect(Step):
     fingerprint_fn: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None
     verifier: VerifyFn | None = field(default=None, repr=False)
     counter: CountFn | None = field(default=None, repr=False)
+    approve: bool | Callable[[BaseModel], bool] = False  # a person approves each dispatch (docs/approvals.md)
+    approve_timeout: float | None = None  # seconds an approval may wait (None: BROWSERWORKER_APPROVAL_TTL)
 
     def count(self, fn: CountFn) -> CountFn:
         """Register a probe that counts how many times this effect landed for ``ctx.request_key``.
@@ -211,47 +213,6 @@ class Effect(Step):
         if verdict is None or isinstance(verdict, Verdict):
             return verdict
         return Verdict.done() if verdict else Verdict.not_done("confirm rejected the response")
-
-
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_METHOD_RULE = re.compile(r"^([A-Z]+(?:\|[A-Z]+)*)\s+(\S.*)$")
-
-
-def parse_rule(rule: str) -> tuple[frozenset[str] | None, str]:
-    """``"glob"`` → (None: any method, glob); ``"POST glob"`` / ``"POST|PUT glob"`` → (methods, glob)."""
-    found = _METHOD_RULE.match(rule.strip())
-    if found:
-        return frozenset(found.group(1).split("|")), found.group(2).strip()
-    return None, rule.strip()
-
-
-def matches(rule: Callable[[Request], bool] | str, method: str, url: str, request: Any = None) -> bool:
-    """Whether a request matches a rule: a URL glob (any method), ``"METHOD glob"``, or a predicate.
-
-    A predicate is given the Playwright request, or for a WebSocket message or an API-request
-    call (which have none) a :class:`ChannelRequest` with the same ``method`` and ``url``.
-    """
-    if isinstance(rule, str):
-        methods, glob = parse_rule(rule)
-        return (methods is None or method.upper() in methods) and fnmatch.fnmatchcase(url, glob)
-    return bool(rule(request if request is not None else ChannelRequest(method.upper(), url)))  # type: ignore[arg-type]
-
-
-def is_dispatch(rule: Callable[[Request], bool] | str | None, method: str, url: str, request: Any = None) -> bool:
-    """Whether a request counts as "sent": by default any method but GET/HEAD/OPTIONS; with a
-    rule, what the rule matches (see :func:`matches`: a glob matches every method)."""
-    if rule is None:
-        return method.upper() not in _SAFE_METHODS
-    return matches(rule, method, url, request)
-
-
-@dataclass(frozen=True)
-class ChannelRequest:
-    """What a ``dispatch=``/``sends=`` predicate sees of a request that is not a browser request
-    (a WebSocket message: method ``"WEBSOCKET"``; a ``page.request`` call)."""
-
-    method: str
-    url: str
 
 
 def _check_rule(where: str, what: str, rule: object) -> None:
@@ -364,6 +325,8 @@ class Flow(Generic[InputsT]):
         dispatch: Callable[[Request], bool] | str | None = None,
         retries: int = 0,
         fingerprint: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None,
+        approve: bool | Callable[[BaseModel], bool] = False,
+        approve_timeout: float | None = None,
     ) -> Callable[[StepFn], Effect]: ...
 
     def effect(
@@ -377,6 +340,8 @@ class Flow(Generic[InputsT]):
         dispatch: Callable[[Request], bool] | str | None = None,
         retries: int = 0,
         fingerprint: Callable[[BaseModel, Mapping[str, Any]], Any] | None = None,
+        approve: bool | Callable[[BaseModel], bool] = False,
+        approve_timeout: float | None = None,
     ) -> Effect | Callable[[StepFn], Effect]:
         """Register a side effect: its intent is journaled before it runs."""
 
@@ -384,6 +349,8 @@ class Flow(Generic[InputsT]):
             if settle < 0:
                 raise FlowDefinitionError(f"{_where(f)}: settle must be >= 0 seconds")
             _check_rule(_where(f), "dispatch=", dispatch)
+            if approve_timeout is not None and approve_timeout <= 0:
+                raise FlowDefinitionError(f"{_where(f)}: approve_timeout must be > 0 seconds")
             eff = Effect(
                 id=id or f.__name__,
                 fn=f,
@@ -393,6 +360,7 @@ class Flow(Generic[InputsT]):
                 dispatch=dispatch,
                 confirm=confirm,
                 fingerprint_fn=fingerprint,
+                approve=approve, approve_timeout=None if approve_timeout is None else float(approve_timeout),
             )
             self._add(eff)
             return eff

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from playwright.async_api import Request, Response, Route
@@ -35,11 +35,14 @@ from .errors import LeaseLost, StoreError
 from .flow import Effect
 from .detection import Detector
 from .extensions import Extensions
-from .gate_channels import api_call, socket_message
+from .gate_channels import NOT_APPROVED, api_call, approved, socket_message
 from .gate_outbox import GateOutbox
 from .journal import RunJournal
 from .routes import ContextRoute
 from .store.records import AttemptRecord
+
+if TYPE_CHECKING:
+    from .approval_gate import ApprovalCheck
 
 __all__ = ["DispatchGate"]
 
@@ -81,6 +84,7 @@ class DispatchGate:
         self._socket: object = None
         self._settled = asyncio.Event()
         self._settled.set()
+        self.approval: ApprovalCheck | None = None  # an approve= effect's check, before each dispatch commit
 
     def arm(self, attempt: AttemptRecord) -> None:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
@@ -240,6 +244,8 @@ class DispatchGate:
             return
         faults.hit("dispatch_held", self.effect.id)  # the request waits in the browser until we answer
         faults.hit("lease_expired_while_alive", self.effect.id)  # chaos pauses here past the lease
+        if not await approved(self, request.method, request.url, _post_data(request), request.headers):
+            return await self._abort(route, request, self.refusal or NOT_APPROVED)
         outbox_id = await self.commit(request.method, request.url, HELD)
         if outbox_id is None:
             await self._abort(route, request, self.refusal or LeaseLost("the run's lease is lost"))
@@ -300,6 +306,14 @@ class DispatchGate:
         assert self.attempt is not None  # only an armed gate releases requests
         self.extensions.notify("response", self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
+
+
+def _post_data(request: Request) -> str | None:
+    try:
+        return request.post_data
+    except Exception:  # a binary body: its fingerprint is of the method and URL, it is shown as absent
+        return None
+
 
 def _chain_root(request: Request) -> Request:
     while request.redirected_from is not None:

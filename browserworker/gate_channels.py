@@ -1,6 +1,8 @@
 """The dispatch gate on the two channels a route never sees: ``page.request`` / ``context.request``
 calls and the WebSocket messages a page sends. Each is journaled like a held request (the
-fenced dispatch commit) before it goes on; if that commit fails it never leaves."""
+fenced dispatch commit) before it goes on; if that commit fails it never leaves. Before that
+commit, every channel asks :func:`approved` (an ``approve=`` effect's person, see
+:mod:`browserworker.approval_gate`)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,16 @@ from typing import TYPE_CHECKING
 from playwright.async_api import APIResponse
 
 from . import faults
-from .errors import LeaseLost
+from .errors import LeaseLost, StoreError
 from .routes import SOCKET, ApiSend
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gate import DispatchGate
 
-__all__ = ["API", "WEBSOCKET", "api_call", "socket_message"]
+__all__ = ["API", "NOT_APPROVED", "WEBSOCKET", "api_call", "approved", "socket_message"]
 
 API, WEBSOCKET = "api", "websocket"
+NOT_APPROVED = RuntimeError("the request waits for approval: not sent")  # why the gate refused it
 
 
 async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> APIResponse:
@@ -30,6 +33,10 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
         gate.refused(method, url, why)
         raise why
     faults.hit("dispatch_held", gate.effect.id)
+    if not await approved(gate, method, url, None, {}):
+        why = gate.refusal or RuntimeError(str(NOT_APPROVED))  # raised into the effect: its own instance
+        gate.refused(method, url, why)
+        raise why
     outbox_id = await gate.commit(method, url, API)
     if outbox_id is None or not gate.holds():
         why = gate.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
@@ -60,6 +67,9 @@ async def socket_message(gate: DispatchGate, url: str, message: str | bytes, for
         gate.refused(SOCKET, url, gate.refusal or LeaseLost("the run's lease is lost"))
         return
     faults.hit("dispatch_held", gate.effect.id)
+    if not await approved(gate, SOCKET, url, message if isinstance(message, str) else None, {}):
+        gate.refused(SOCKET, url, gate.refusal or NOT_APPROVED)  # dropped: the page's socket stays open
+        return
     outbox_id = await gate.commit(SOCKET, url, WEBSOCKET)
     if outbox_id is None or not gate.holds():
         gate.refusal = gate.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
@@ -69,3 +79,15 @@ async def socket_message(gate: DispatchGate, url: str, message: str | bytes, for
     assert gate.attempt is not None
     gate.extensions.notify("dispatched", gate.attempt, SOCKET, url)
     forward()
+
+
+async def approved(gate: DispatchGate, method: str, url: str, body: str | None, headers: dict[str, str]) -> bool:
+    """An approve= effect's request may go on: approved with this fingerprint (True), or held
+    for a person and then refused (False: parked, rejected or expired; nothing leaves)."""
+    if gate.approval is None:
+        return True
+    try:
+        return await gate.approval.allow(method, url, body, headers)
+    except (LeaseLost, StoreError) as exc:
+        gate.refusal = exc
+        return False

@@ -17,6 +17,7 @@ from .errors import LeaseLost
 from .leases import Lease, LeaseSettings
 from .states import AttemptState, RunState
 from .store.aio import AsyncStore
+from .store.approvals import ApprovalRecord
 from .store.records import AttemptRecord, OutboxRecord, Owner, RunRecord
 
 __all__ = ["RunJournal"]
@@ -127,6 +128,23 @@ class RunJournal:
         await self._fenced(self.store.record_event, self.run_id, "decision", step_id=step_id,
                            attempt_no=attempt_no, worker=self.worker, epoch=self.epoch, decision=decision,
                            detail=detail)
+
+    # -- approvals -------------------------------------------------------------------------
+
+    async def request_approval(self, attempt: AttemptRecord, fingerprint: str, summary: dict[str, Any],
+                               screenshot: str | None, ttl: float) -> ApprovalRecord:
+        """Ask a person to approve the request with ``fingerprint`` (the step's live approval of
+        the same fingerprint is returned as it is; one of another is superseded)."""
+        return await self._fenced(self.store.approvals.request, self.run_id, self.epoch, attempt.step_id,
+                                  attempt.attempt_no, attempt.request_key, fingerprint, summary,
+                                  screenshot=screenshot, ttl=ttl, worker=self.worker)
+
+    async def park(self, approval_id: int) -> RunRecord:
+        """Hand the run over to the decision on ``approval_id`` (AWAITING_APPROVAL, or QUEUED /
+        FAILED if decided meanwhile); returns it as it now is."""
+        self.lease.ending = True
+        return await self._fenced(self.store.approvals.park, self.run_id, self.epoch, approval_id,
+                                  worker=self.worker)
 
     # -- the gate: what left, and what came back ----------------------------------------------
 

@@ -1,10 +1,9 @@
 """Queue-health metrics, computed from the store so that they survive restarts.
 
-:func:`snapshot` reads everything an operator needs in one pass of cheap, indexed queries
-(the typed reads of :mod:`browserworker.store.ops`): queue depth and age, runs by state,
-lease expiries, worker health, UNKNOWN attempts per effect step, reconciliation latency,
-duplicate-prevention decisions and queue-age histograms. ``status``, ``health`` and the
-Prometheus exposition (``metrics``, ``worker --metrics-port``) all render that snapshot.
+:func:`snapshot` reads everything an operator needs in one pass of cheap, indexed queries (the typed
+reads of :mod:`browserworker.store.ops`): queue depth and age, runs by state (awaiting approval too), lease
+expiries, worker health, UNKNOWN attempts per effect step, reconciliation latency, duplicate-prevention decisions
+and queue-age histograms. ``status``, ``health`` and ``metrics`` (``worker --metrics-port``) render that snapshot.
 
 Counters (``*_total``) are counts of journaled events, so they never reset when a worker
 restarts; Prometheus' ``rate()``/``increase()`` turn them into rates.
@@ -349,7 +348,9 @@ def _queue_families(snap: OpsSnapshot) -> Iterator[Metric]:
                             "Age of the oldest claimable QUEUED run (0 when none).", labels=["queue"])
     limit = GaugeMetricFamily("browserworker_queue_max_depth", "The queue's backpressure limit, where one is set.",
                               labels=["queue"])
+    awaiting = GaugeMetricFamily("browserworker_runs_awaiting_approval", "Runs waiting for approval.", labels=["queue"])
     for q in snap.queues:
+        awaiting.add_metric([q.name], q.states.get("AWAITING_APPROVAL", 0))
         for state, n in q.states.items():
             runs.add_metric([q.name, state], n)
         depth.add_metric([q.name], q.queued)
@@ -357,7 +358,7 @@ def _queue_families(snap: OpsSnapshot) -> Iterator[Metric]:
         age.add_metric([q.name], q.oldest_ready_age or 0.0)
         if q.max_depth is not None:
             limit.add_metric([q.name], q.max_depth)
-    yield from (runs, depth, ready, age, limit)
+    yield from (runs, depth, ready, age, limit, awaiting)
 
 
 def _unknown_families(snap: OpsSnapshot) -> Iterator[Metric]:

@@ -14,7 +14,7 @@ from .metrics import OpsSnapshot
 
 __all__ = ["backup_line", "check_lines", "migrate_line", "print_status", "restore_lines"]
 
-_STATE_ORDER = ("QUEUED", "LEASED", "RUNNING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
+_STATE_ORDER = ("QUEUED", "LEASED", "RUNNING", "NEEDS_REVIEW", "AWAITING_APPROVAL", "SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def _counts(runs: dict[str, int]) -> str:
@@ -46,6 +46,9 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
                        "-" if q.max_depth is None else str(q.max_depth))
     console.print(queues)
     console.print(f"runs: {_counts(snap.states)}", highlight=False)
+    if snap.states.get("AWAITING_APPROVAL"):
+        console.print(f"awaiting approval: {snap.states['AWAITING_APPROVAL']} (browserworker approvals)",
+                      highlight=False)
     dup = sum(snap.duplicates_prevented.values())
     by: dict[str, int] = {}
     for (_, _, who), n in snap.duplicates_prevented.items():

@@ -77,6 +77,7 @@ class RunScope:
     evidence_dir: Path | None = None
     shared_workers_allowed: bool = False
     restored_at: float | None = None  # the run was restored from a backup (see reconcile.restore_gap)
+    parked_approval: int | None = None  # the approval the run waits for (a pass ended "approval")
 
     def step_context(self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str,
                      results: Mapping[str, Any]) -> StepContext[Any]:

@@ -18,10 +18,11 @@ class RunState(StrEnum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     NEEDS_REVIEW = "NEEDS_REVIEW"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
 
 
 TERMINAL_RUN_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
-"""States a run never leaves by itself (NEEDS_REVIEW waits for a person instead)."""
+"""States a run never leaves by itself (NEEDS_REVIEW and AWAITING_APPROVAL wait for a person instead)."""
 
 
 class AttemptState(StrEnum):
@@ -45,10 +46,12 @@ class AttemptState(StrEnum):
 RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.QUEUED: frozenset({RunState.LEASED, RunState.CANCELLED}),
     RunState.LEASED: frozenset({RunState.RUNNING, RunState.QUEUED, RunState.LEASED, RunState.CANCELLED,
-                                RunState.NEEDS_REVIEW, RunState.FAILED}),
+                                RunState.NEEDS_REVIEW, RunState.FAILED, RunState.AWAITING_APPROVAL}),
     RunState.RUNNING: frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.NEEDS_REVIEW,
-                                 RunState.QUEUED, RunState.LEASED}),
+                                 RunState.QUEUED, RunState.LEASED, RunState.AWAITING_APPROVAL}),
     RunState.NEEDS_REVIEW: frozenset({RunState.QUEUED, RunState.FAILED, RunState.CANCELLED}),
+    # parked until a person approves (QUEUED) or rejects (FAILED), or the approval expires (FAILED)
+    RunState.AWAITING_APPROVAL: frozenset({RunState.QUEUED, RunState.FAILED, RunState.CANCELLED}),
     RunState.SUCCEEDED: frozenset(),
     RunState.FAILED: frozenset({RunState.QUEUED}),
     RunState.CANCELLED: frozenset({RunState.QUEUED}),

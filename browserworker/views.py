@@ -154,13 +154,15 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
         if detail:
             console.print(escape(f"  {'':<{width}}   {detail}"), soft_wrap=True, highlight=False)
     decisions = [e for e in view["events"] if e["decision"] and e["kind"] in ("attempt_state", "decision",
-                                                                              "lease_claimed", "run_state")]
+                                                                              "lease_claimed", "run_state",
+                                                                              "approval")]
     if decisions:
         console.print("[bold]decisions[/bold]")
         for e in decisions:
             step = f" {e['step_id']}#{e['attempt_no']}" if e["step_id"] else ""
             move = f" {e['from_state']}->{e['to_state']}" if e["to_state"] else ""
-            console.print(escape(f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}"
+            who = f" by {e['worker']}" if e["kind"] == "approval" and e["decision"].startswith("human:") else ""
+            console.print(escape(f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}{who}"
                                  f"{' (epoch ' + str(e['lease_epoch']) + ')' if e['lease_epoch'] else ''}"),
                           soft_wrap=True)
 

@@ -40,6 +40,7 @@ __all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats"]
 log = structlog.get_logger("browserworker.worker")
 
 _PAST_EDGE = 0.01  # seconds past a lease's expiry (plus skew) at which the reclaimer wakes for it
+_EXPIRE_EVERY = 5.0  # seconds between two looks for approvals past their expiry
 _MIN_GAP = 0.05  # the least time between two reclaims woken by an expiry
 
 
@@ -115,6 +116,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._active: dict[asyncio.Task[None], LeasedRun | None] = {}
         self._settled = asyncio.Event()  # a run's end was committed: its slot is free
+        self._expire_at = 0.0  # when (monotonic) to look for expired approvals next
         self.log = log.bind(worker_id=self.owner.worker)
 
     @property
@@ -264,6 +266,12 @@ class Worker:
         for run in runs:
             self.stats.reclaimed += 1
             self.log.warning("reclaimed a lost lease", run_id=run.id, state=str(run.state))
+        if time.monotonic() >= self._expire_at:  # approvals past their time end like a rejection
+            self._expire_at = time.monotonic() + _EXPIRE_EVERY
+            try:
+                await astore.call(self.store.approvals.expire_due)
+            except StoreError as exc:
+                self.log.warning("expiring approvals failed", error=str(exc))
         try:
             expires_in = await astore.call(self.store.next_expiry_in)
         except StoreError:

@@ -12,18 +12,19 @@ modules are one concern each:
 - :mod:`.ops`: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``, ``migrate``;
 - :mod:`.sessions`: ``sessions``, ``sessions drop``;
 - :mod:`.limits`: ``limits`` (budgets of limit keys);
+- :mod:`.approvals`: ``approvals``, ``approve``, ``reject``;
 - :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``;
 - :mod:`.console`: ``console`` (the operator console).
 
 Exit codes of ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing
 written), 3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost or store
 failure; resume with ``--run-id``), 6 (``enqueue``) the queue is full, 7 (``--record``) the
-run SUCCEEDED but a verifier failed its self-test.
+run SUCCEEDED but a verifier failed its self-test, 8 AWAITING_APPROVAL.
 """
 
 from __future__ import annotations
 
-from . import console, execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands on main)
+from . import approvals, console, execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands)
 from .app import main
 
 __all__ = ["main"]

@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 T = TypeVar("T")
 
-RUN_EXIT_CODES = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.NEEDS_REVIEW: 3, RunState.CANCELLED: 4}
+RUN_EXIT_CODES = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.NEEDS_REVIEW: 3, RunState.CANCELLED: 4,
+                  RunState.AWAITING_APPROVAL: 8}
 EXIT_VERIFIER_BROKEN = 7
 
 
@@ -59,7 +60,8 @@ def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, le
 
     Exit codes: 0 SUCCEEDED, 1 FAILED, 2 bad usage/input/flow (nothing written),
     3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost, store failure),
-    7 with --record: the run SUCCEEDED but a verifier failed its self-test (verifier BROKEN).
+    7 with --record: the run SUCCEEDED but a verifier failed its self-test (verifier BROKEN),
+    8 AWAITING_APPROVAL (``browserworker approve``, then a worker or ``run --run-id`` dispatches it).
     """
     if trace and not record_name:
         raise UsageError("--trace needs --record NAME")

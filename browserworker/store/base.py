@@ -18,6 +18,7 @@ from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, Ru
 from .wakeups import Wakeups
 
 if TYPE_CHECKING:
+    from .approvals import ApprovalManager
     from .sessions import SessionManager
     from ..budgets import Budget
     from .ops import (DuplicatePrevented, LiveLease, QueueBacklog, QueueWait, Reconciliation, RestoreFence,
@@ -51,6 +52,8 @@ class Store(Protocol):
 
     #: saved login sessions (:mod:`browserworker.store.sessions`)
     sessions: SessionManager
+    #: requests held for a person's decision (:mod:`browserworker.store.approvals`)
+    approvals: ApprovalManager
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch): leases and fences are measured by it."""

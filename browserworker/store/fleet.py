@@ -154,6 +154,8 @@ class FleetManager(Manager):
         with self.c.transaction() as tx:
             if tx.one("lock_run_if_free", {"id": row["id"]}) is None:  # its owner is writing: next pass
                 return False
+            if not to_review and tx.one("pending_approval_of_run", {"run_id": row["id"]}) is not None:
+                state = RunState.AWAITING_APPROVAL  # it died waiting for a person: the run waits on
             if tx.execute(query, {"id": row["id"], "epoch": row["lease_epoch"], "state": str(state), "error": error,
                                   "now": now, **extra}) != 1:
                 return False

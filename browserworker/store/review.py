@@ -30,8 +30,8 @@ class ReviewManager(Manager):
         self.runs = runs
 
     def cancel(self, run_id: str, *, who: str | None = None) -> str:
-        """Cancel a run: queued or waiting for review → CANCELLED now ('cancelled'); leased or
-        running → asked to stop at its next step boundary ('requested'); else its state.
+        """Cancel a run: queued or waiting for review or approval → CANCELLED now ('cancelled');
+        leased or running → asked to stop at its next step boundary ('requested'); else its state.
         ``who`` (a person) is journaled with the event."""
         now = self.c.now()
         with self.c.transaction() as tx:

@@ -8,6 +8,7 @@ its concern, so a call costs no more than a method of one class would.
 
 from __future__ import annotations
 
+from .approvals import ApprovalManager
 from .connector import Connector
 from .fleet import FleetManager
 from .journal import JournalManager
@@ -37,6 +38,8 @@ class SQLStore:
         #: saved login sessions (:mod:`browserworker.sessions` seals what they hold)
         self.sessions = SessionManager(connector)
         self.budgets = LimitManager(connector)
+        #: requests held for a person's decision (:mod:`browserworker.approvals`)
+        self.approvals = ApprovalManager(connector, self.runs)
         self._bind_runs(self.runs)
         self._bind_journal(self.journal)
         self._bind_fleet(self.fleet, self.review)

@@ -295,7 +295,7 @@ WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING')
 
 -- name: cancel_queued
 UPDATE runs SET state = 'CANCELLED', finished_at = :now, updated_at = :now, owner = NULL, lease_expires_at = NULL
-WHERE id = :id AND state IN ('QUEUED', 'NEEDS_REVIEW')
+WHERE id = :id AND (state IN ('QUEUED', 'NEEDS_REVIEW') OR state = 'AWAITING_APPROVAL')
 
 -- name: requeue_ended
 -- An operator puts a FAILED or CANCELLED run back in its queue, with its id, journal and request
@@ -545,3 +545,64 @@ FROM limits ORDER BY key
 -- How many times keys were paused by a Retry-After, by key (the metric's counter).
 SELECT runs.limit_key AS key, COUNT(*) AS n FROM events JOIN runs ON runs.id = events.run_id
 WHERE events.kind = 'limit_paused' GROUP BY runs.limit_key ORDER BY runs.limit_key
+
+-- Approvals (store/approvals.py): a request held for a person's decision before it dispatches.
+
+-- name: insert_approval
+INSERT INTO approvals (run_id, step_id, attempt_no, request_key, fingerprint, summary_json, screenshot, state,
+                       worker, created_at, expires_at)
+VALUES (:run_id, :step_id, :attempt_no, :request_key, :fingerprint, :summary_json, :screenshot, 'PENDING',
+        :worker, :now, :expires_at)
+
+-- name: get_approval
+SELECT * FROM approvals WHERE id = :id
+
+-- name: latest_approval
+-- The step's live approval: the newest not superseded.
+SELECT * FROM approvals WHERE run_id = :run_id AND step_id = :step_id AND state <> 'SUPERSEDED'
+ORDER BY id DESC LIMIT 1
+
+-- name: pending_approval_of_run
+SELECT id FROM approvals WHERE run_id = :run_id AND state = 'PENDING' LIMIT 1
+
+-- name: decide_approval
+-- A decision on a PENDING approval (approved, rejected, expired, superseded): once only.
+UPDATE approvals SET state = :state, decided_at = :now, decided_by = :who, reason = :reason
+WHERE id = :id AND state = 'PENDING'
+
+-- name: supersede_approval
+-- A request that changed since it was asked about (or approved): the old row no longer counts.
+UPDATE approvals SET state = 'SUPERSEDED', reason = :reason WHERE id = :id AND state IN ('PENDING', 'APPROVED')
+
+-- name: approvals_waiting
+SELECT approvals.*, runs.flow_name AS flow_name, runs.state AS run_state FROM approvals
+JOIN runs ON runs.id = approvals.run_id
+WHERE approvals.state = 'PENDING' AND runs.state IN ('AWAITING_APPROVAL', 'QUEUED', 'LEASED', 'RUNNING')
+ORDER BY approvals.created_at, approvals.id LIMIT :limit
+
+-- name: approvals_due
+SELECT id, run_id, step_id, attempt_no FROM approvals WHERE state = 'PENDING' AND expires_at < :now
+ORDER BY expires_at LIMIT :limit
+
+-- name: approvals_of_run
+SELECT * FROM approvals WHERE run_id = :run_id ORDER BY id
+
+-- name: park_run
+-- The lease holder parks its run for a decision (AWAITING_APPROVAL), or queues it (approved
+-- meanwhile) or fails it (rejected, expired); the epoch is bumped so the holder is fenced off.
+UPDATE runs
+SET state = :state, owner = NULL, lease_expires_at = NULL, lease_epoch = lease_epoch + 1, error = :error,
+    finished_at = CASE WHEN :state = 'FAILED' THEN :now ELSE finished_at END,
+    needs_reconcile = CASE WHEN :state = 'FAILED' THEN 0 ELSE needs_reconcile END, updated_at = :now
+WHERE id = :id AND lease_epoch = :epoch AND state IN ('LEASED', 'RUNNING')
+
+-- name: approved_run
+-- A decision on a parked run: approved → QUEUED, rejected or expired → FAILED.
+UPDATE runs
+SET state = :state, error = :error, updated_at = :now,
+    finished_at = CASE WHEN :state = 'FAILED' THEN :now ELSE finished_at END,
+    needs_reconcile = CASE WHEN :state = 'FAILED' THEN 0 ELSE needs_reconcile END
+WHERE id = :id AND state = 'AWAITING_APPROVAL'
+
+-- name: count_awaiting_approval
+SELECT COUNT(*) AS n FROM runs WHERE state = 'AWAITING_APPROVAL'
