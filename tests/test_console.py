@@ -315,3 +315,59 @@ def test_the_console_command_prints_new_tokens_once_and_keeps_only_their_hashes(
     assert keys.stat().st_mode & 0o777 == 0o600
     text = keys.read_text()
     assert all(token not in text for token in printed[0]) and set(json.loads(text)["hashes"]) == {"operator", "viewer"}
+
+
+def test_an_operator_approves_one_effect_and_rejects_another(server: Server, shop: Any, run_id: str) -> None:
+    """Two runs of an approve=True effect wait with their request and a screenshot (the secret
+    item masked on the page); the read-only role cannot decide; an operator approves one in
+    Chromium and rejects the other over HTTP: a worker sends the approved order once, the
+    rejected run is FAILED with who and why, and the shop never sees its order."""
+    from playwright.sync_api import sync_playwright
+
+    bw = BW(db=server.db)
+    flow = str(ROOT / "tests" / "flows" / "approved_order.py")
+    yes, no = f"{run_id}-yes", f"{run_id}-no"
+    for rid, item in ((yes, "secret-tea-7f3a"), (no, "secret-cake-91b2")):
+        parked = bw.run("run", flow, "--db", str(server.db), "--run-id", rid, "--input", f"base_url={shop.url}",
+                        "--input", f"item={item}", env={"BROWSERWORKER_APPROVAL_HOLD": "0"})
+        assert parked.returncode == 8, parked.stderr  # left awaiting approval
+    viewer = signed_in(server, VIEWER, "vic")
+    listed = viewer.get("/approvals")
+    assert listed.status_code == 200 and yes in listed.text and no in listed.text
+    assert "secret-tea-7f3a" not in listed.text and "secret-cake-91b2" not in listed.text
+    assert "Approve: send it" not in listed.text
+    refused = viewer.post("/approvals/decide", data={"csrf": csrf_of(viewer.get("/runs")), "run_id": no,
+                                                     "step": "submit", "decision": "approve"},
+                          headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"})
+    assert refused.status_code == 403
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(find_chromium()))
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(server.url + "/login")
+        page.fill("input[name=name]", "Ann Operator")
+        page.fill("input[name=token]", OPERATOR)
+        page.click("button[type=submit]")
+        page.wait_for_url(server.url + "/")
+        page.click("nav >> text=Approvals")
+        item = page.locator("article.review", has=page.locator(f"a:text-is('{yes}')"))
+        assert f"POST {shop.url}/orders" in item.inner_text()
+        shot = item.locator("figure.shot img")
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=shot.element_handle())
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "console-approvals.png"), full_page=True)
+        page.once("dialog", lambda d: d.accept())
+        item.locator("button[value=approve]").click()
+        page.wait_for_selector(".flash")
+        assert f"run {yes}: submit approved by Ann Operator" in page.inner_text(".flash")
+        browser.close()
+    operator = signed_in(server, OPERATOR, "Bob Operator")
+    rejected = operator.post("/approvals/decide", data={
+        "csrf": csrf_of(operator.get("/approvals")), "run_id": no, "step": "submit", "decision": "reject",
+        "reason": "wrong shop"}, headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"})
+    assert rejected.status_code == 303
+    worker = bw.run("worker", "--once", "--db", str(server.db))
+    assert worker.returncode == 0, worker.stderr
+    done, failed = server.store.get_run(yes), server.store.get_run(no)
+    assert done is not None and done.state == "SUCCEEDED"
+    assert failed is not None and failed.state == "FAILED" and "rejected by Bob Operator: wrong shop" in (failed.error or "")
+    assert len(shop.orders(f"{yes}/submit")) == 1 and shop.orders(f"{no}/submit") == []

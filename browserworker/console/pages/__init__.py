@@ -1,9 +1,9 @@
 """The console's pages. Each is one module here with a :data:`PAGE` (its nav entry and its
 routes) and one template in ``templates/``; :data:`PAGES` lists them in nav order.
 
-Adding a page (an Approvals page, say): write ``pages/approvals.py`` with its handlers and
-``PAGE = Page("approvals", "Approvals", "/approvals", [Route(...)])``, its template
-``templates/approvals.html``, and add it to :data:`PAGES` below.
+Adding a page: write ``pages/NAME.py`` with its handlers and
+``PAGE = Page("name", "Title", "/path", [Route(...)])``, its template ``templates/NAME.html``,
+and add it to :data:`PAGES` below (``pages/approvals.py`` is a small example).
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ class Page:
 
 
 def _pages() -> list[Page]:
-    from . import overview, review, runs
+    from . import approvals, overview, review, runs
 
-    # the place of an Approvals page: after review (approvals.PAGE)
-    return [overview.PAGE, runs.PAGE, review.PAGE]
+    return [overview.PAGE, runs.PAGE, review.PAGE, approvals.PAGE]
 
 
 PAGES: list[Page] = _pages()

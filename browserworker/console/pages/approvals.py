@@ -5,8 +5,6 @@ operator's name, as ``browserworker approve`` / ``reject`` do."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -53,10 +51,6 @@ async def decide(request: Request) -> Response:
     except UsageError as exc:
         return redirect(request, "/approvals", f"not decided: {exc}")
     return redirect(request, "/approvals", f"run {run_id}: {step} {decision}d by {login.name}")
-
-
-def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(str(k), str(v)) for k, v in summary.items()]
 
 
 PAGE = Page("approvals", "Approvals", "/approvals", [

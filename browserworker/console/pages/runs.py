@@ -22,7 +22,8 @@ from . import Page
 __all__ = ["PAGE"]
 
 PER_PAGE = 50
-CANCELLABLE = frozenset({RunState.QUEUED, RunState.LEASED, RunState.RUNNING, RunState.NEEDS_REVIEW})
+CANCELLABLE = frozenset({RunState.QUEUED, RunState.LEASED, RunState.RUNNING, RunState.NEEDS_REVIEW,
+                         RunState.AWAITING_APPROVAL})
 REQUEUEABLE = frozenset({RunState.FAILED, RunState.CANCELLED})
 
 
