@@ -8,6 +8,7 @@ import shutil
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,12 @@ from browserworker.console.app import create_app
 from browserworker.console.auth import load_keys
 from browserworker.store import SQLStore, open_store
 from browserworker.store.records import NewRun
-from conftest import BW, ROOT
+from browserworker.approvals import list_approvals
+from browserworker.jobs import enqueue
+from browserworker.loader import load_flow
+from conftest import BW, ROOT, sigkill
+from fleet import start_worker
+from test_crash import wait_until_gone
 from stores import any_store, store_target  # noqa: F401
 
 pytestmark = [pytest.mark.browser]
@@ -317,20 +323,32 @@ def test_the_console_command_prints_new_tokens_once_and_keeps_only_their_hashes(
     assert all(token not in text for token in printed[0]) and set(json.loads(text)["hashes"]) == {"operator", "viewer"}
 
 
-def test_an_operator_approves_one_effect_and_rejects_another(server: Server, shop: Any, run_id: str) -> None:
+def test_an_operator_approves_one_effect_and_rejects_another(server: Server, shop: Any, run_id: str,
+                                                             tmp_path: Path) -> None:
     """Two runs of an approve=True effect wait with their request and a screenshot (the secret
-    item masked on the page); the read-only role cannot decide; an operator approves one in
-    Chromium and rejects the other over HTTP: a worker sends the approved order once, the
-    rejected run is FAILED with who and why, and the shop never sees its order."""
+    item masked on the page): one held by a worker that is SIGKILLed while it waits, one parked.
+    The read-only role cannot decide; an operator approves the first in Chromium and rejects the
+    other over HTTP: another worker sends the approved order once, the rejected run is FAILED
+    with who and why, and the shop never sees its order."""
     from playwright.sync_api import sync_playwright
 
     bw = BW(db=server.db)
-    flow = str(ROOT / "tests" / "flows" / "approved_order.py")
+    flow = ROOT / "tests" / "flows" / "approved_order.py"
     yes, no = f"{run_id}-yes", f"{run_id}-no"
-    for rid, item in ((yes, "secret-tea-7f3a"), (no, "secret-cake-91b2")):
-        parked = bw.run("run", flow, "--db", str(server.db), "--run-id", rid, "--input", f"base_url={shop.url}",
-                        "--input", f"item={item}", env={"BROWSERWORKER_APPROVAL_HOLD": "0"})
-        assert parked.returncode == 8, parked.stderr  # left awaiting approval
+    enqueue(server.store, load_flow(flow), {"base_url": shop.url, "item": "secret-tea-7f3a"}, run_id=yes)
+    tag = uuid.uuid4().hex
+    holder = start_worker(server.db, env={"BROWSERWORKER_APPROVAL_HOLD": "300", "BW_TEST_TAG": tag},
+                          log=tmp_path / "holder.log")
+    deadline = time.monotonic() + 60
+    while not any(a.run_id == yes for a in list_approvals(server.store)):
+        assert time.monotonic() < deadline and holder.poll() is None, "the worker never asked for approval"
+        time.sleep(0.05)
+    sigkill(holder)
+    wait_until_gone(tag)
+    assert shop.orders(f"{yes}/submit") == []
+    parked = bw.run("run", str(flow), "--db", str(server.db), "--run-id", no, "--input", f"base_url={shop.url}",
+                    "--input", "item=secret-cake-91b2", env={"BROWSERWORKER_APPROVAL_HOLD": "0"})
+    assert parked.returncode == 8, parked.stderr  # left awaiting approval
     viewer = signed_in(server, VIEWER, "vic")
     listed = viewer.get("/approvals")
     assert listed.status_code == 200 and yes in listed.text and no in listed.text
