@@ -9,11 +9,11 @@ setup:
 demo: setup
 	.venv/bin/python scripts/demo.py
 
-# Two pytest workers (pytest-xdist), each running whole test files: the suite waits on
-# browsers, processes and leases more than it computes.
+# Two pytest workers (pytest-xdist) that take tests from each other's share when idle: the
+# suite waits on browsers, processes and leases more than it computes.
 test: setup
 	@scripts/postgres.sh
-	.venv/bin/python -m pytest -n 2 --dist loadfile
+	.venv/bin/python -m pytest -n 2 --dist worksteal
 
 # The site in docs/ (mkdocs.yml): `docs` builds it strictly and serves it; `docs-build` only builds.
 docs: docs-build
