@@ -19,6 +19,7 @@ from .wakeups import Wakeups
 
 if TYPE_CHECKING:
     from .approvals import ApprovalManager
+    from .console_sessions import ConsoleSessionManager
     from .sessions import SessionManager
     from ..budgets import Budget
     from .ops import (DuplicatePrevented, LiveLease, QueueBacklog, QueueWait, Reconciliation, RestoreFence,
@@ -54,6 +55,8 @@ class Store(Protocol):
     sessions: SessionManager
     #: requests held for a person's decision (:mod:`browserworker.store.approvals`)
     approvals: ApprovalManager
+    #: who is signed in to the console (:mod:`browserworker.store.console_sessions`)
+    console_sessions: ConsoleSessionManager
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch): leases and fences are measured by it."""

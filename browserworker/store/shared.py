@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .approvals import ApprovalManager
 from .connector import Connector
+from .console_sessions import ConsoleSessionManager
 from .fleet import FleetManager
 from .journal import JournalManager
 from .limits import LimitManager
@@ -40,6 +41,8 @@ class SQLStore:
         self.budgets = LimitManager(connector)
         #: requests held for a person's decision (:mod:`browserworker.approvals`)
         self.approvals = ApprovalManager(connector, self.runs)
+        #: who is signed in to the console (:mod:`browserworker.console.auth`)
+        self.console_sessions = ConsoleSessionManager(connector)
         self._bind_runs(self.runs)
         self._bind_journal(self.journal)
         self._bind_fleet(self.fleet, self.review)

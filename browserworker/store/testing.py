@@ -11,7 +11,7 @@ from typing import Any
 from .base import Store
 from .shared import SQLStore
 
-__all__ = ["RUN_TIMES", "backdate", "backdate_attempts", "backdate_events", "backdate_limit", "backdate_worker", "forget_lease"]
+__all__ = ["RUN_TIMES", "backdate", "backdate_attempts", "backdate_console_sessions", "backdate_events", "backdate_limit", "backdate_worker", "forget_lease"]
 
 #: the time columns of a run that :func:`backdate` moves
 RUN_TIMES = ("lease_expires_at", "not_before", "created_at", "started_at", "finished_at")
@@ -35,6 +35,11 @@ def backdate(store: Store, run_id: str, seconds: float, *, column: str = "lease_
 def backdate_attempts(store: Store, seconds: float, *, id: int | None = None, state: str | None = None) -> int:
     """Move ``finished_at`` of the attempts with ``id`` and/or in ``state`` into the past; how many."""
     return _write(store, "testing_backdate_attempts", id=id, state=state, seconds=seconds)
+
+
+def backdate_console_sessions(store: Store, seconds: float) -> int:
+    """Move the expiry of every console session ``seconds`` into the past; how many."""
+    return _write(store, "testing_backdate_console_sessions", seconds=seconds)
 
 
 def backdate_events(store: Store, run_id: str, kind: str, seconds: float) -> int:

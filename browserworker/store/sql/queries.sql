@@ -606,3 +606,29 @@ WHERE id = :id AND state = 'AWAITING_APPROVAL'
 
 -- name: count_awaiting_approval
 SELECT COUNT(*) AS n FROM runs WHERE state = 'AWAITING_APPROVAL'
+
+-- Console sessions (store/console_sessions.py): who is signed in to the console, until when.
+
+-- name: console_session_create
+INSERT INTO console_sessions (id_hash, name, role, token_key, created_at, expires_at)
+VALUES (:id_hash, :name, :role, :token_key, :now, :expires_at)
+
+-- name: console_session_get
+-- A live session: its row, while it has not expired.
+SELECT * FROM console_sessions WHERE id_hash = :id_hash AND expires_at > :now
+
+-- name: console_session_end
+DELETE FROM console_sessions WHERE id_hash = :id_hash
+
+-- name: console_session_end_name
+-- Sign out everywhere: every session of one name in one role.
+DELETE FROM console_sessions WHERE name = :name AND role = :role
+
+-- name: console_session_end_stale
+-- Sessions that expired, or were made with a token that is no longer the role's.
+DELETE FROM console_sessions
+WHERE expires_at <= :now OR (role = 'operator' AND token_key <> :operator) OR (role = 'viewer' AND token_key <> :viewer)
+   OR role NOT IN ('operator', 'viewer')
+
+-- name: console_session_count
+SELECT COUNT(*) AS n FROM console_sessions

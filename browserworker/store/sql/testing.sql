@@ -30,3 +30,7 @@ UPDATE runs SET state = 'QUEUED', owner = NULL, lease_expires_at = NULL WHERE id
 -- name: testing_backdate_limit
 -- Move a limit key's pause end and its bucket's last refill :seconds into the past.
 UPDATE limits SET paused_until = paused_until - :seconds, refilled_at = refilled_at - :seconds WHERE key = :key
+
+-- name: testing_backdate_console_sessions
+-- Move the expiry of every console session :seconds into the past.
+UPDATE console_sessions SET expires_at = expires_at - :seconds
