@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -15,7 +14,7 @@ from .session import session
 @main.command("console")
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (beyond loopback only with $BROWSERWORKER_CONSOLE_TOKEN set).")
+              help="Address to listen on (beyond loopback only with both tokens set in the environment).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8470, show_default=True, help="Port to listen on.")
 @click.option("--recordings", "recordings_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("recordings"), show_default=True, help="Where recordings of runs are (run --record).")
@@ -25,10 +24,11 @@ def console_command(host: str, port: int, recordings_dir: Path) -> None:
     Tokens: $BROWSERWORKER_CONSOLE_TOKEN (operator: sees and acts) and
     $BROWSERWORKER_CONSOLE_READONLY_TOKEN (sees only); without them, tokens are generated at
     first start, printed once, and only their hashes kept (a 0600 file beside the database).
+    A token is at least 16 characters; beyond loopback both must be set.
     """
-    from ..console import ENV_TOKEN, check_host, keys_file, load_keys, serve
+    from ..console import check_start, keys_file, load_keys, serve
 
-    check_host(host, bool(os.environ.get(ENV_TOKEN)))  # refused before any token is made
+    check_start(host)  # a refused start writes nothing: no keys file, no database
     s = session()
     store = s.store(create=False)  # and a missing database too
     keys, fresh = load_keys(keys_file(s.db, s.is_url))

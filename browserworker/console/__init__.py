@@ -8,13 +8,14 @@ needs a login (:mod:`.auth`); each page is one module of :mod:`.pages` and one t
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
 from ..errors import UsageError
 from ..store.base import Store
-from .auth import ENV_TOKEN, Keys, Tokens, load_keys
+from .auth import ENV_READONLY_TOKEN, ENV_TOKEN, Keys, Tokens, check_tokens, load_keys
 
-__all__ = ["ENV_TOKEN", "Tokens", "check_host", "keys_file", "load_keys", "serve"]
+__all__ = ["ENV_READONLY_TOKEN", "ENV_TOKEN", "Tokens", "check_host", "check_start", "keys_file", "load_keys", "serve"]
 
 
 def keys_file(db: str, is_url: bool) -> Path:
@@ -26,15 +27,23 @@ def keys_file(db: str, is_url: bool) -> Path:
 
 
 def check_host(host: str, explicit: bool) -> None:
-    """Refuse to listen beyond this machine unless the operator token was set ``explicit``-ly
-    (in the environment)."""
+    """Refuse to listen beyond this machine unless both tokens were set ``explicit``-ly (in the
+    environment): a token generated and printed on a terminal is too easy to lose track of."""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if not loopback and not explicit:
-        raise UsageError(f"--host {host} is not a loopback address: set $BROWSERWORKER_CONSOLE_TOKEN (and "
-                         "$BROWSERWORKER_CONSOLE_READONLY_TOKEN) explicitly, and put TLS in front of it")
+        raise UsageError(f"--host {host} is not a loopback address: set ${ENV_TOKEN} and "
+                         f"${ENV_READONLY_TOKEN} explicitly, and put TLS in front of it")
+
+
+def check_start(host: str, environ: dict[str, str] | None = None) -> None:
+    """Everything that refuses a start and needs no file and no database: the tokens given in
+    the environment, and the address to listen on. Called first, so a refused start writes nothing."""
+    env = os.environ if environ is None else environ
+    check_tokens(env)
+    check_host(host, bool(env.get(ENV_TOKEN) and env.get(ENV_READONLY_TOKEN)))
 
 
 def serve(store: Store, keys: Keys, *, host: str, port: int, evidence_dir: Path, recordings_dir: Path) -> None:
@@ -44,5 +53,6 @@ def serve(store: Store, keys: Keys, *, host: str, port: int, evidence_dir: Path,
     from .app import create_app
 
     check_host(host, keys.explicit)
+    store.console_sessions.end_stale({role: keys.token_key(role) for role in keys.hashes})  # a changed token's
     app = create_app(store, keys, evidence_dir=evidence_dir, recordings_dir=recordings_dir)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)

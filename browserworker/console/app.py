@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
@@ -15,7 +16,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..store.base import Store
-from .auth import COOKIE, SESSION_SECONDS, Keys, check_csrf, same_origin
+from .auth import COOKIE, SESSION_SECONDS, Keys, check_csrf, end_session, same_origin, session_of, start_session
 from .pages import PAGES
 from .web import Console, login_of, redirect, render
 
@@ -33,10 +34,12 @@ _NAME = re.compile(r"^[\w.@ -]{1,64}$")
 
 class Guard:
     """ASGI middleware: security headers on every response, ``no-store`` on all but the static
-    files, and a signed-in session for every path but the login and the static files."""
+    files, and a signed-in session for every path but the login and the static files (its
+    row in the store looked up, a read)."""
 
-    def __init__(self, app: ASGIApp, keys: Keys) -> None:
+    def __init__(self, app: ASGIApp, store: Store, keys: Keys) -> None:
         self.app = app
+        self.store = store
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -53,7 +56,8 @@ class Guard:
             await send(message)
 
         request = Request(scope)
-        login = self.keys.login(request)
+        login = await run_in_threadpool(session_of, self.store, self.keys, request) \
+            if COOKIE in request.cookies else None
         scope.setdefault("state", {})["login"] = login
         if login is None and not path.startswith(OPEN_PATHS):
             if scope["method"] in ("GET", "HEAD"):
@@ -70,7 +74,7 @@ async def login_form(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    """Sign in with a name and a token; the session cookie carries the name and the role."""
+    """Sign in with a name and a token: a session row in the store, and a cookie naming it."""
     c: Console = request.app.state.console
     if not same_origin(request):
         raise HTTPException(403, "cross-site request refused")
@@ -81,15 +85,21 @@ async def login(request: Request) -> Response:
         why = "unknown token" if role is None else "a name is 1-64 letters, digits, spaces, '.', '@', '_' or '-'"
         return render(request, "login", "login.html", status=403, error=why, name=name if _NAME.match(name) else "")
     response = RedirectResponse("/", 303)
-    response.set_cookie(COOKIE, c.keys.session_cookie(name, role), max_age=SESSION_SECONDS, httponly=True,
+    cookie = await run_in_threadpool(start_session, c.store, c.keys, name, role)
+    response.set_cookie(COOKIE, cookie, max_age=SESSION_SECONDS, httponly=True,
                         samesite="strict", secure=request.url.scheme == "https", path="/")
     return response
 
 
 async def logout(request: Request) -> Response:
+    """Sign out: the session's row is deleted (with ``everywhere``, every session of this name
+    and role), so the cookie is worth nothing wherever a copy of it is."""
+    c: Console = request.app.state.console
     form = await request.form()
-    if not same_origin(request) or not check_csrf(login_of(request), form.get("csrf")):
+    login = login_of(request)
+    if not same_origin(request) or not check_csrf(login, form.get("csrf")):
         raise HTTPException(403, "cross-site request refused")
+    await run_in_threadpool(end_session, c.store, login, everywhere=form.get("everywhere") == "1")
     response = redirect(request, "/login")
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
@@ -112,6 +122,6 @@ def create_app(store: Store, keys: Keys, *, evidence_dir: Path, recordings_dir: 
     app = Starlette(routes=routes, exception_handlers={HTTPException: error, 500: error})
     app.state.console = Console(store, keys, evidence_dir, recordings_dir,
                                 nav=[(p.name, p.title, p.path) for p in PAGES if p.in_nav])
-    return Guard(app, keys)
+    return Guard(app, store, keys)
 
 

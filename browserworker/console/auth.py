@@ -4,8 +4,10 @@ Two roles: ``operator`` (sees and acts) and ``viewer`` (sees, cannot act). Each 
 ``$BROWSERWORKER_CONSOLE_TOKEN`` / ``$BROWSERWORKER_CONSOLE_READONLY_TOKEN``, else one
 generated at first start and printed once. Only SHA-256 hashes of generated tokens are kept,
 with the key that signs session cookies, in a file readable by its owner alone (0600). A
-login sets a signed, HttpOnly, SameSite=Strict cookie with the operator's name, the role and a
-per-session CSRF token; a changed token ends the sessions made with the old one.
+login records a session in the store (``console_sessions``: name, role, which token, expiry)
+and sets a signed, HttpOnly, SameSite=Strict cookie with the session's id and a per-session
+CSRF token. A cookie counts only while its row is there: signing out deletes the row (or all
+rows of one's name and role), and a changed token ends the sessions made with the old one.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 
 from ..errors import UsageError
+from ..store.base import Store
 
-__all__ = ["COOKIE", "ENV_READONLY_TOKEN", "ENV_TOKEN", "Keys", "Login", "Tokens", "load_keys", "same_origin"]
+__all__ = ["COOKIE", "ENV_READONLY_TOKEN", "ENV_TOKEN", "MIN_TOKEN", "Keys", "Login", "Tokens", "check_tokens",
+           "end_session", "load_keys", "same_origin", "session_of", "start_session"]
 
 ENV_TOKEN = "BROWSERWORKER_CONSOLE_TOKEN"
 ENV_READONLY_TOKEN = "BROWSERWORKER_CONSOLE_READONLY_TOKEN"
@@ -33,7 +37,7 @@ SESSION_SECONDS = 12 * 3600
 NOTE_SECONDS = 120  # a note after an action is shown for this long
 ROLES = ("operator", "viewer")
 _ENV = {"operator": ENV_TOKEN, "viewer": ENV_READONLY_TOKEN}
-_MIN_TOKEN = 16
+MIN_TOKEN = 16  # characters of a token given in the environment, at least
 
 
 def _hash(token: str) -> str:
@@ -50,11 +54,12 @@ class Tokens:
 
 @dataclass(frozen=True)
 class Login:
-    """A signed-in person: name, role and the session's CSRF token."""
+    """A signed-in person: name, role, the session's CSRF token and its id (for signing out)."""
 
     name: str
     role: str
     csrf: str
+    session: str
 
     @property
     def can_act(self) -> bool:
@@ -66,7 +71,7 @@ class Keys:
 
     def __init__(self, hashes: dict[str, str], secret: str, *, explicit: bool) -> None:
         self.hashes = hashes
-        self.explicit = explicit  # the operator token came from the environment
+        self.explicit = explicit  # both tokens came from the environment
         self._cookies = URLSafeTimedSerializer(secret, salt="browserworker-console-session")
         self._notes = URLSafeTimedSerializer(secret, salt="browserworker-console-note")
 
@@ -92,12 +97,15 @@ class Keys:
                 found = role
         return found
 
-    def session_cookie(self, name: str, role: str) -> str:
-        return self._cookies.dumps({"n": name, "r": role, "c": secrets.token_urlsafe(24),
-                                    "k": self.hashes[role][:16]})
+    def token_key(self, role: str) -> str:
+        """Which token ``role`` has now (the start of its hash): a session made with another ended."""
+        return self.hashes[role][:16]
 
-    def login(self, request: Request) -> Login | None:
-        """The session of ``request``'s cookie, if it is signed, fresh and its token still current."""
+    def cookie(self, session_id: str, csrf: str) -> str:
+        return self._cookies.dumps({"s": session_id, "c": csrf})
+
+    def read_cookie(self, request: Request) -> tuple[str, str] | None:
+        """The session id and CSRF token of ``request``'s cookie, if it is signed and fresh."""
         raw = request.cookies.get(COOKIE)
         if not raw:
             return None
@@ -105,35 +113,74 @@ class Keys:
             data: Any = self._cookies.loads(raw, max_age=SESSION_SECONDS)
         except BadSignature:
             return None
-        role = data.get("r") if isinstance(data, dict) else None
-        if role not in self.hashes or not hmac.compare_digest(str(data.get("k")), self.hashes[role][:16]):
+        if not isinstance(data, dict) or not isinstance(data.get("s"), str) or not isinstance(data.get("c"), str):
             return None
-        return Login(str(data["n"]), role, str(data["c"]))
+        return data["s"], data["c"]
+
+
+def start_session(store: Store, keys: Keys, name: str, role: str) -> str:
+    """Sign ``name`` in as ``role``: a new session row, and the cookie that names it."""
+    store.console_sessions.end_stale({r: keys.token_key(r) for r in keys.hashes})
+    session_id = secrets.token_urlsafe(32)
+    store.console_sessions.create(session_id, name, role, keys.token_key(role), SESSION_SECONDS)
+    return keys.cookie(session_id, secrets.token_urlsafe(24))
+
+
+def session_of(store: Store, keys: Keys, request: Request) -> Login | None:
+    """Who ``request``'s cookie signs in: its session row must be there, unexpired, and made
+    with its role's current token. A read: looking a session up writes nothing."""
+    found = keys.read_cookie(request)
+    if found is None:
+        return None
+    session_id, csrf = found
+    row = store.console_sessions.get(session_id)
+    if row is None or row.role not in keys.hashes or not hmac.compare_digest(row.token_key, keys.token_key(row.role)):
+        return None
+    return Login(row.name, row.role, csrf, session_id)
+
+
+def end_session(store: Store, login: Login, *, everywhere: bool = False) -> int:
+    """Sign ``login`` out: its session, or (``everywhere``) every session of its name and role."""
+    if everywhere:
+        return store.console_sessions.end_all(login.name, login.role)
+    return int(store.console_sessions.end(login.session))
+
+
+def check_tokens(environ: dict[str, str] | None = None) -> None:
+    """Refuse tokens given in the environment that are too short, or the same for both roles
+    (a :class:`UsageError`; nothing is read or written)."""
+    env = os.environ if environ is None else environ
+    for role in ROLES:
+        token = env.get(_ENV[role])
+        if token and len(token) < MIN_TOKEN:
+            raise UsageError(f"${_ENV[role]} is too short: use at least {MIN_TOKEN} random characters")
+    if env.get(ENV_TOKEN) and env.get(ENV_TOKEN) == env.get(ENV_READONLY_TOKEN):
+        raise UsageError(f"${ENV_TOKEN} and ${ENV_READONLY_TOKEN} must differ")
 
 
 def load_keys(path: Path, environ: dict[str, str] | None = None) -> tuple[Keys, Tokens]:
     """The console's keys: tokens from the environment, else the hashes kept in ``path``
-    (created 0600 with fresh tokens when missing: those are returned, to print once)."""
+    (created 0600 with fresh tokens when missing: those are returned, to print once). Tokens
+    are checked before anything is written: a refused start leaves ``path`` as it was."""
     env = os.environ if environ is None else environ
+    check_tokens(env)
     stored = _read(path)
+    hashes = dict(stored.get("hashes", {}))
     fresh: dict[str, str] = {}
     for role in ROLES:
-        if not env.get(_ENV[role]) and role not in stored.get("hashes", {}):
+        token = env.get(_ENV[role])
+        if token:
+            hashes[role] = _hash(token)
+        elif role not in hashes:
             fresh[role] = secrets.token_urlsafe(24)
+            hashes[role] = _hash(fresh[role])
+    if hashes.get("operator") == hashes.get("viewer"):
+        raise UsageError(f"${ENV_TOKEN} and ${ENV_READONLY_TOKEN} must differ")
     if fresh or "secret" not in stored:
         stored.setdefault("hashes", {}).update({role: _hash(t) for role, t in fresh.items()})
         stored.setdefault("secret", secrets.token_urlsafe(32))
         _write(path, stored)
-    hashes = dict(stored["hashes"])
-    for role in ROLES:
-        token = env.get(_ENV[role])
-        if token:
-            if len(token) < _MIN_TOKEN:
-                raise UsageError(f"${_ENV[role]} is too short: use at least {_MIN_TOKEN} random characters")
-            hashes[role] = _hash(token)
-    if hashes.get("operator") == hashes.get("viewer"):
-        raise UsageError(f"${ENV_TOKEN} and ${ENV_READONLY_TOKEN} must differ")
-    return Keys(hashes, stored["secret"], explicit=bool(env.get(ENV_TOKEN))), \
+    return Keys(hashes, stored["secret"], explicit=bool(env.get(ENV_TOKEN) and env.get(ENV_READONLY_TOKEN))), \
         Tokens(fresh.get("operator"), fresh.get("viewer"))
 
 
