@@ -73,29 +73,27 @@ def positional(sql: str) -> str:
 
 
 def unopenable(path: Path, error: BaseException | None = None) -> str | None:
-    """Why the database file ``path`` cannot be opened for writing, in a user's words (None:
-    nothing found in the way). With ``error`` (what SQLite said), always a reason: the
-    cause found, else SQLite's own message. A missing directory is not created: a typo in
-    ``--db`` should not leave a new directory behind."""
+    """Why the database file ``path`` cannot be opened, in a user's words.
+
+    Without ``error`` (before opening): a directory, or a missing directory (not created: a
+    typo in ``--db`` should not leave a new directory behind); None if neither. With
+    ``error`` (what SQLite said when opening failed): the cause found (the file or its
+    directory not writable, or immutable), else SQLite's own message."""
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        reason = "it is a directory (give a file path inside it, e.g. " + str(path / "browserworker.db") + ")"
-    elif not parent.exists():
-        reason = f"its directory {parent} does not exist (create it first)"
-    elif not parent.is_dir():
-        reason = f"{parent} is not a directory"
-    elif path.exists() and not os.access(path, os.R_OK | os.W_OK):
-        reason = "the file is not writable by this user (or is immutable: see lsattr)"
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        reason = f"its directory {parent} is not writable by this user, or immutable (SQLite keeps its -wal and -shm files there)"
-    else:
-        reason = None
-    if reason is None and error is not None:
-        message = str(error)
-        if "readonly" in message or "read-only" in message:
-            return f"{message}: the file or its directory cannot be written (read-only mount, or immutable: see lsattr)"
-        return message
-    return reason
+        return f"it is a directory (give a file path inside it, e.g. {path / 'browserworker.db'})"
+    if not parent.exists():
+        return f"its directory {parent} does not exist (create it first)"
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if error is None:
+        return None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (f"{error}: its directory {parent} is not writable by this user, or is immutable (SQLite "
+                "creates the file and its -wal and -shm files there)")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        return f"{error}: the file is not writable by this user, or is immutable (see lsattr)"
+    return str(error)
 
 
 def _busy_timeout() -> float:
