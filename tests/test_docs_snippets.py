@@ -156,3 +156,20 @@ def test_the_sessions_page_names_the_check_after_the_login_function() -> None:
     for page in ("sessions.md", "flows.md"):
         assert "@login.check" not in (ROOT / "docs" / page).read_text()
     assert "@log_in.check" in blocks(ROOT / "docs" / "sessions.md", "python")[0]
+
+
+def test_the_sandbox_fault_knobs_are_documented_with_their_defaults(shop: Any) -> None:
+    """docs/proving.md's knob table lists every knob of the sandbox's /api/faults, each with the
+    default the running sandbox reports, and a PUT of an unknown knob is the 400 it describes."""
+    from urllib.error import HTTPError
+    from urllib.request import Request, urlopen
+
+    page = (ROOT / "docs" / "proving.md").read_text().split("## The sandbox's fault knobs", 1)[1]
+    table = dict(re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", page.split("\n## ", 1)[0], re.M))
+    live = json.loads(urlopen(f"{shop.url}/api/faults", timeout=10).read())
+    assert table == {name: json.dumps(value) for name, value in live.items()}
+    bad = Request(f"{shop.url}/api/faults", data=b'{"drop_after_comit": true}', method="PUT",
+                  headers={"Content-Type": "application/json"})
+    with pytest.raises(HTTPError) as refused:
+        urlopen(bad, timeout=10)
+    assert refused.value.code == 400 and "drop_after_comit" in refused.value.read().decode()
