@@ -27,6 +27,8 @@ from .errors import (
     UsageError,
 )
 
+from . import logs as _logs  # noqa: F401  (used as a library, it logs warnings only, as the command)
+
 # The rest is imported on first use: ``import browserworker`` (and every command that only
 # reads the store) stays light; the browser stack loads when something needs it.
 _LAZY = {

@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import FlowDefinitionError, InputError
+from .errors import FlowDefinitionError, InputError, suggest
 
 __all__ = ["ContextOptions", "check", "resolve", "secret_values"]
 
@@ -42,7 +42,8 @@ def check(options: Mapping[str, Any], where: str, error: type[Exception] = FlowD
     problems = [f"{name!r}: {_OURS[name]}" for name in options if name in _OURS]
     unknown = sorted(set(options) - _known() - set(_OURS))
     if unknown:
-        problems.append(f"not browser context options: {', '.join(map(repr, unknown))}")
+        named = ", ".join(f"{name!r}{suggest(name, _known())}" for name in unknown)
+        problems.append(f"not browser context options: {named} (Browser.new_context's arguments)")
     if problems:
         raise error(f"{where}: {'; '.join(problems)}")
     return dict(options)

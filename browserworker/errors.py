@@ -8,7 +8,20 @@ with when it stops a command: 2 a refusal (nothing written), 5 stopped without a
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import ClassVar
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the choice closest to ``word`` (``-`` read as ``_``, case
+    ignored), or ``""`` when none is close: the tail of an "unknown name" message."""
+    by_norm = {c.lower().replace("-", "_"): c for c in choices}
+    norm = word.lower().replace("-", "_")
+    if norm in by_norm and by_norm[norm] != word:
+        return f" (did you mean {by_norm[norm]!r}?)"
+    close = difflib.get_close_matches(norm, list(by_norm), n=1, cutoff=0.7)
+    return f" (did you mean {by_norm[close[0]]!r}?)" if close else ""
 
 
 class BrowserworkerError(Exception):

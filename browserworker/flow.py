@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
@@ -24,7 +24,7 @@ from .budgets import LimitKey
 from .context_options import ContextOptions
 from .dispatch_rules import ChannelRequest, is_dispatch, matches, parse_rule
 from .session_options import SessionKey
-from .errors import FlowDefinitionError, InputError
+from .errors import FlowDefinitionError, InputError, suggest
 
 if TYPE_CHECKING:  # pragma: no cover
     from playwright.async_api import Page, Request
@@ -407,30 +407,36 @@ class Flow(Generic[InputsT]):
 
     # -- inputs and fingerprints ------------------------------------------------
 
-    def validate_inputs(self, data: Mapping[str, Any]) -> BaseModel:
-        """Validate raw inputs into the flow's model; :class:`InputError` names each problem.
+    def validate_inputs(self, data: Mapping[str, Any], *, also: Sequence[str] = ()) -> BaseModel:
+        """Validate raw inputs into the flow's model; :class:`InputError` names every problem
+        (``also``: problems found before, e.g. a malformed ``--input``, reported with them).
 
         An input the model has no field for is an error too (a typo must not be dropped in
-        silence), unless the model allows extras (``model_config = ConfigDict(extra="allow")``)."""
+        silence), unless the model allows extras (``model_config = ConfigDict(extra="allow")``):
+        the message names the flow's inputs and the close match, if there is one."""
         model = self.inputs_model
+        problems = list(also)
+        checked = dict(data)
         if model.model_config.get("extra") != "allow":
             known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
             unknown = sorted(set(data) - known)
-            if unknown:
-                names = ", ".join(sorted(model.model_fields)) or "none"
-                raise InputError(f"invalid inputs for flow {self.name!r}: unknown input{'s' if len(unknown) > 1 else ''} "
-                                 f"{', '.join(map(repr, unknown))} (its inputs: {names})")
+            for key in unknown:
+                checked.pop(key)
+                problems.append(f"unknown input {key!r}{suggest(key, known)}")
         try:
-            return model.model_validate(dict(data))
+            validated = model.model_validate(checked)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(inputs)'}: {err['msg']}" for err in exc.errors()
-            )
-            raise InputError(f"invalid inputs for flow {self.name!r}: {problems}") from None
+            problems += [f"{'.'.join(str(p) for p in err['loc']) or '(inputs)'}: {err['msg']}" for err in exc.errors()]
+            validated = None
+        if problems or validated is None:
+            names = ", ".join(sorted(model.model_fields)) or "none"
+            raise InputError(f"invalid inputs for flow {self.name!r}: {'; '.join(problems)} (its inputs: {names})")
+        return validated
 
     def context_options(self, inputs: BaseModel) -> dict[str, Any]:
         """The browser context options of a run with these inputs (``Flow(context=...)``)."""
-        return context_options.resolve(self.context, inputs, f"flow {self.name!r}")
+        where = f"flow {self.name!r}" + (f" (context= at {_where(self.context)})" if callable(self.context) else "")
+        return context_options.resolve(self.context, inputs, where)
 
     def session_key(self, inputs: BaseModel) -> str | None:
         """The key of the login session a run with these inputs uses (``Flow(session=...)``), or None."""

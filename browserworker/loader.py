@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import FlowDefinitionError, FlowLoadError, InputError
+from .errors import FlowDefinitionError, FlowLoadError, InputError, suggest
 from .flow import Flow
 
 __all__ = ["LoadedFlow", "file_hash", "load_flow", "parse_inputs"]
@@ -67,9 +67,11 @@ def load_flow(path: str | Path, name: str | None = None) -> LoadedFlow:
         sys.modules.pop(module_name, None)
         where = f"{p}:{exc.lineno}" if exc.lineno else str(p)
         raise FlowLoadError(f"{where}: syntax error: {exc.msg}") from None
-    except FlowDefinitionError:
+    except FlowDefinitionError as exc:  # a Flow(...) or decorator refused: say where in the file
         sys.modules.pop(module_name, None)
-        raise
+        if str(p) in str(exc):
+            raise
+        raise type(exc)(f"{_import_error_location(p, exc)}: {exc}") from None
     except (Exception, SystemExit) as exc:  # the flow's own import-time code raised (or called sys.exit)
         sys.modules.pop(module_name, None)
         message = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())  # one line
@@ -96,8 +98,15 @@ def load_flow(path: str | Path, name: str | None = None) -> LoadedFlow:
     return LoadedFlow(flow=flow, path=p, file_hash=file_hash(p))
 
 
-def parse_inputs(pairs: Iterable[str] = (), inputs_json: str | None = None) -> dict[str, Any]:
-    """Merge ``--inputs-json`` (an object) with ``--input KEY=VALUE`` pairs (which win)."""
+def parse_inputs(pairs: Iterable[str] = (), inputs_json: str | None = None, *,
+                 fields: Iterable[str] = (), problems: list[str] | None = None) -> dict[str, Any]:
+    """Merge ``--inputs-json`` (an object) with ``--input KEY=VALUE`` pairs (which win).
+
+    ``fields`` (the flow's input names) lets a malformed key's message suggest the one
+    meant. Every malformed pair is a problem: with ``problems`` given they are appended to
+    it (to be reported with the inputs' own problems) and the rest parsed; without, one
+    :class:`InputError` names them all."""
+    fields = list(fields)
     data: dict[str, Any] = {}
     if inputs_json is not None:
         try:
@@ -107,12 +116,20 @@ def parse_inputs(pairs: Iterable[str] = (), inputs_json: str | None = None) -> d
         if not isinstance(loaded, Mapping):
             raise InputError("--inputs-json must be a JSON object, e.g. '{\"item\": \"tea\"}'")
         data.update(loaded)
+    found: list[str] = []
     for pair in pairs:
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise InputError(f"--input {pair!r} must look like KEY=VALUE")
-        if not key.isidentifier():
-            raise InputError(f"--input key {key!r} is not a valid field name")
-        data[key] = value
+            found.append(f"--input {pair!r} must look like KEY=VALUE{suggest(key, fields) if key else ''}")
+        elif not key.isidentifier():
+            found.append(f"--input key {key!r} is not a valid field name{suggest(key, fields)}")
+        else:
+            data[key] = value
+    if found and fields and not any("did you mean" in f for f in found):
+        found.append(f"the flow's inputs: {', '.join(fields)}")
+    if problems is not None:
+        problems.extend(found)
+    elif found:
+        raise InputError("; ".join(found))
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import MutableMapping
 from typing import Any
@@ -46,6 +47,19 @@ def configure_logging(level: str = "warning", *, json: bool | None = None) -> No
         logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
+
+
+def _quiet_by_default() -> None:
+    """Used as a library (no ``browserworker`` command, structlog not configured by the
+    application), log as the command does by default: warnings and errors only, to stderr
+    (``$BROWSERWORKER_LOG_LEVEL`` overrides). An application that configures structlog
+    itself, before or after, keeps its own set-up."""
+    if not structlog.is_configured():
+        level = os.environ.get("BROWSERWORKER_LOG_LEVEL", "warning").lower()
+        configure_logging(level if level in ("debug", "info", "warning", "error") else "warning")
+
+
+_quiet_by_default()
 
 
 class RunLog:

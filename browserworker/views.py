@@ -131,6 +131,25 @@ def _detail(a: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+#: the events ``show`` lists as decisions: every move of the run and of its lease (a hand-back on
+#: SIGTERM, an expiry found by a reclaimer), so each jump of the lease epoch has its reason
+_DECISION_KINDS = ("attempt_state", "decision", "lease_claimed", "lease_released", "lease_expired", "run_state",
+                   "approval")
+
+
+def _who(event: dict[str, Any]) -> str:
+    """Who made a decision, where it matters: a person's approval, the worker that handed a
+    lease back, the owner whose lease expired."""
+    if event["kind"] == "approval" and event["decision"].startswith("human:"):
+        return f" by {event['worker']}"
+    if event["kind"] == "lease_released" and event["worker"]:
+        return f" by {event['worker']}"
+    detail = event["detail"] if isinstance(event["detail"], dict) else {}
+    if event["kind"] == "lease_expired" and detail.get("previous_owner"):
+        return f" (owner {detail['previous_owner']})"
+    return ""
+
+
 def print_journal(view: dict[str, Any], console: Console) -> None:
     """``show``'s text: what came from the run (ids, inputs, results, errors) is escaped, so a
     ``[redacted]`` or a ``[1, 2]`` prints as it is instead of being read as Rich markup."""
@@ -153,15 +172,13 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
         detail = _detail(a)
         if detail:
             console.print(escape(f"  {'':<{width}}   {detail}"), soft_wrap=True, highlight=False)
-    decisions = [e for e in view["events"] if e["decision"] and e["kind"] in ("attempt_state", "decision",
-                                                                              "lease_claimed", "run_state",
-                                                                              "approval")]
+    decisions = [e for e in view["events"] if e["decision"] and e["kind"] in _DECISION_KINDS]
     if decisions:
         console.print("[bold]decisions[/bold]")
         for e in decisions:
             step = f" {e['step_id']}#{e['attempt_no']}" if e["step_id"] else ""
             move = f" {e['from_state']}->{e['to_state']}" if e["to_state"] else ""
-            who = f" by {e['worker']}" if e["kind"] == "approval" and e["decision"].startswith("human:") else ""
+            who = _who(e)
             console.print(escape(f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}{who}"
                                  f"{' (epoch ' + str(e['lease_epoch']) + ')' if e['lease_epoch'] else ''}"),
                           soft_wrap=True)
@@ -229,7 +246,18 @@ def broken_line(broken: Sequence[str]) -> str:
 
 def worker_line(worker_id: str, stats: WorkerStats) -> str:
     return (f"worker {worker_id} stopped: claimed {stats.claimed}, finished {stats.finished}, "
-            f"released {stats.released}, lease lost {stats.lease_lost}, reclaimed {stats.reclaimed}")
+            f"released {stats.released}, lease lost {stats.lease_lost}, reclaimed {stats.reclaimed}"
+            + left_line(stats.left))
+
+
+def left_line(left: dict[str, int]) -> str:
+    """What ``--once`` left queued, for the worker's closing line ("" when nothing)."""
+    parts = []
+    if left.get("delayed"):
+        parts.append(f"{left['delayed']} delayed (--delay not ended)")
+    if left.get("held"):
+        parts.append(f"{left['held']} held by a site budget or pause (browserworker limits)")
+    return f"; left queued: {', '.join(parts)}" if parts else ""
 
 
 def cancel_line(run_id: str, outcome: str) -> str | None:

@@ -17,6 +17,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -34,8 +35,9 @@ from .store.records import RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
+    from .store.base import Store
 
-__all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats"]
+__all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats", "leftovers"]
 
 log = structlog.get_logger("browserworker.worker")
 
@@ -68,6 +70,21 @@ class WorkerStats:
     lease_lost: int = 0
     reclaimed: int = 0
     errors: int = 0
+    left: dict[str, int] = field(default_factory=dict)
+    """``--once``: the QUEUED runs of its queues it left when it stopped (:func:`leftovers`)."""
+
+
+def leftovers(store: Store, queues: Sequence[str]) -> dict[str, int]:
+    """The QUEUED runs of ``queues`` that a worker with nothing left to claim leaves behind:
+    ``delayed`` (their ``--delay`` has not ended) and ``held`` (claimable by time, but a site
+    budget or a pause keeps them back). Empty when there are none."""
+    left = {"delayed": 0, "held": 0}
+    for q in store.queue_backlog(store.now()):
+        if q.queue in queues:
+            ready = q.ready or 0
+            left["delayed"] += q.queued - ready
+            left["held"] += ready
+    return {k: v for k, v in left.items() if v}
 
 
 class FlowResolver:
@@ -183,6 +200,7 @@ class Worker:
             self._settled.clear()
             claimed_any = await self._fill_slots(astore, session)
             if s.once and not self._active and not claimed_any and reclaimed:
+                self.stats.left = await astore.call(leftovers, self.store, s.queues)
                 return
             waiters: set[asyncio.Future[Any]] = set(self._active)
             if reclaiming is not None:

@@ -21,10 +21,23 @@ class Commands(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            exc.message += _input_hint(exc)
+            raise
         except BrowserworkerError as exc:
             line, code = explain(exc, current_stage(ctx))
             click.echo(line, err=True)
             ctx.exit(code)
+
+
+def _input_hint(exc: click.UsageError) -> str:
+    """A hint for ``--input KEY VALUE`` (two arguments), which click reads as an extra argument."""
+    command = exc.ctx.command if exc.ctx is not None else None
+    takes_inputs = command is not None and any(p.name == "pairs" for p in command.params)
+    if not takes_inputs or "unexpected extra argument" not in exc.message:
+        return ""
+    return ("\nHint: each --input is one KEY=VALUE argument (--input base_url=http://127.0.0.1:8800, "
+            "not --input base_url http://127.0.0.1:8800); quote a value with spaces")
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -167,7 +167,8 @@ def enqueue(flow: FlowArgs, run_id: str | None, queue: str, priority: int, delay
               help="Seconds in-flight steps may take to finish after SIGTERM/SIGINT.")
 @click.option("--max-lease-losses", type=click.IntRange(min=1), default=3, show_default=True,
               help="A run that lost its lease more often goes to NEEDS_REVIEW.")
-@click.option("--once", is_flag=True, help="Exit when the queues are empty and nothing is running.")
+@click.option("--once", is_flag=True, help="Exit when nothing is claimable now and nothing is running; runs still "
+              "delayed (--delay) or held by a site budget stay queued, and the closing line says how many.")
 @db_option
 @headed_option
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus /metrics on this port.")

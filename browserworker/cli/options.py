@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import click
 from click import ParameterSource
 
+from ..errors import InputError
 from ..leases import LeaseSettings
 from ..loader import load_flow, parse_inputs
 from ..runner import RunRequest, validate_run_id
@@ -45,11 +46,15 @@ class FlowArgs:
         """Load the flow and parse the inputs; check the run id and (with ``validate``) the
         inputs. Raises :class:`~browserworker.errors.UsageError`; nothing is written."""
         loaded = load_flow(self.file, self.name)
-        inputs = parse_inputs(self.pairs, self.inputs_json)
+        problems: list[str] = []
+        inputs = parse_inputs(self.pairs, self.inputs_json, fields=loaded.flow.inputs_model.model_fields,
+                              problems=problems)
         if run_id is not None:  # an empty --run-id "$ID" is refused, never taken for a new run
             validate_run_id(run_id)
-        if validate:
-            loaded.flow.validate_inputs(inputs)
+        if validate:  # every problem at once: the malformed pairs and the inputs' own
+            loaded.flow.validate_inputs(inputs, also=[p for p in problems if not p.startswith("the flow's")])
+        elif problems:
+            raise InputError("; ".join(problems))
         return RunRequest(loaded=loaded, inputs=inputs, run_id=run_id,
                           inputs_given=bool(self.pairs or self.inputs_json is not None))
 

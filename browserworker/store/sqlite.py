@@ -72,6 +72,30 @@ def positional(sql: str) -> str:
     return _PARAM.sub(number, sql)
 
 
+def unopenable(path: Path, error: BaseException | None = None) -> str | None:
+    """Why the database file ``path`` cannot be opened, in a user's words.
+
+    Without ``error`` (before opening): a directory, or a missing directory (not created: a
+    typo in ``--db`` should not leave a new directory behind); None if neither. With
+    ``error`` (what SQLite said when opening failed): the cause found (the file or its
+    directory not writable, or immutable), else SQLite's own message."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"it is a directory (give a file path inside it, e.g. {path / 'browserworker.db'})"
+    if not parent.exists():
+        return f"its directory {parent} does not exist (create it first)"
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if error is None:
+        return None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (f"{error}: its directory {parent} is not writable by this user, or is immutable (SQLite "
+                "creates the file and its -wal and -shm files there)")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        return f"{error}: the file is not writable by this user, or is immutable (see lsattr)"
+    return str(error)
+
+
 def _busy_timeout() -> float:
     """Seconds a write waits for another process's lock: ``BROWSERWORKER_BUSY_TIMEOUT``, else 5."""
     raw = os.environ.get(ENV_BUSY_TIMEOUT, "").strip()
@@ -102,12 +126,14 @@ class SQLiteConnector:
         if not create and not self.path.exists():
             raise StoreError(f"no database at {self.path} (nothing has run here yet; use --db to point at one)")
         self.busy_timeout = _busy_timeout() if busy_timeout is None else busy_timeout
+        refused = unopenable(self.path)
+        if refused:
+            raise StoreError(f"cannot open database {self.path}: {refused}")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
                                    check_same_thread=False)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open database {self.path}: {unopenable(self.path, exc)}") from exc
         self._setup(conn)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
@@ -119,7 +145,7 @@ class SQLiteConnector:
             self._migrate()
         except sqlite3.Error as exc:
             conn.close()
-            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open database {self.path}: {unopenable(self.path, exc)}") from exc
 
     @classmethod
     def over(cls, conn: sqlite3.Connection, path: str | os.PathLike[str]) -> SQLiteConnector:
