@@ -52,9 +52,11 @@ async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, in
         await scope.extensions.emit("step_skipped", scope.run, latest)
         return latest.result
     if await restore_gap_open(scope, step):
+        p.gap_closed()  # the verifier's turn
         return await restore_gap(scope, step, latest, p.page, p.results, fp)
     if latest is not None:
         if latest.state in (AttemptState.INTENT, AttemptState.UNKNOWN):
+            p.gap_closed()  # the verifier's turn
             recovered = await recover(scope, step, latest, p.page, p.results)
             if recovered is not REPLAY_NOW:
                 return recovered
@@ -103,6 +105,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     await ext.emit("before_step", ctx, step, p.context)
     check = gate.approval = await ApprovalCheck.of(scope, step, p.page, gate)
     gate.arm(attempt)
+    p.gap_closed()
     await installing  # the route is in place before the effect runs
     raised: BaseException | None = None
     value: Any = None
@@ -114,6 +117,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
         raised = exc
     finally:
         await gate.remove()
+        p.gap_opened(step)
         if check is not None:
             await check.close()
     journal.check()
@@ -125,6 +129,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     if finished.state == AttemptState.SUCCEEDED:
         return finished.result
     if finished.state == AttemptState.UNKNOWN:
+        await p.route.shut()  # its pages' renderers stopped: none sends as it is unloaded (see ContextRoute.shut)
         await p.context.close()  # end whatever is still in flight in this context
         raise Again(f"{step.id} dispatched but its outcome is unknown: reconciling")
     attempts = await journal.attempts()
