@@ -123,7 +123,6 @@ class StepGap:
         self.after: Step | None = None
         self.seen: list[str] = []
         self._noted: set[Request] = set()
-        self._refused: set[Request] = set()
 
     def open(self, after: Step) -> None:
         if self.after is None:

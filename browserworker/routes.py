@@ -130,13 +130,13 @@ class ContextRoute:
         (``context.set_offline``) does not keep those back; only a stopped renderer does.
 
         Stopping the renderers costs about 0.1 s; ``leave_pages=False`` only seals, for a
-        context whose effects are all decided and will not be replayed. A context whose route
-        was never put in intercepts nothing: only sealed.
+        context whose effects are all decided and will not be replayed and whose pages send
+        nothing as they are unloaded (the executor never passes it).
         """
         self.sealed = True
         if self._api_calls:  # see _api
             await asyncio.wait(list(self._api_calls), timeout=SHUT_TIMEOUT)
-        if not leave_pages or self._installed is None:
+        if not leave_pages:
             return
         await asyncio.gather(*(stop_renderer(self.context, page) for page in list(self.context.pages)))
 
