@@ -19,6 +19,7 @@ from .passes import REPLAY_NOW, Again, Pass, RunScope, Stop, backoff, in_own_tas
 from .reconcile import judge_of, recover, restore_gap, restore_gap_open
 from .recovery import THROTTLED, classify_attempt, own_failures, throttled_attempts
 from .states import AttemptState
+from .unload import disarm_unload
 from .store.records import AttemptRecord, OutboxRecord
 
 __all__ = ["MAX_THROTTLED", "run_effect"]
@@ -49,6 +50,7 @@ async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, in
     assert p.page is not None
     fp = scope.flow.fingerprint(step, scope.inputs, p.results)
     if latest is not None and latest.state == AttemptState.SUCCEEDED:
+        await _disarm(scope, step, p)
         await scope.extensions.emit("step_skipped", scope.run, latest)
         return latest.result
     if await restore_gap_open(scope, step):
@@ -65,6 +67,15 @@ async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, in
         if latest.state == AttemptState.UNKNOWN and latest.error:  # back off before an idempotent replay
             await asyncio.sleep(backoff(own_failures(await scope.journal.attempts(), step.id)))
     return await _attempt(scope, step, p, fp, gate, installing)
+
+
+async def _disarm(scope: RunScope, step: Effect, p: Pass) -> None:
+    """The effect is done: the page this pass prepared for it must not send its unload send
+    again when a later step leaves it (see :mod:`browserworker.unload`)."""
+    assert p.page is not None
+    removed = await disarm_unload(p.page)
+    if removed:
+        scope.log.info("unload listeners removed from a done effect's page", step_id=step.id, events=removed)
 
 
 async def _check_budget(scope: RunScope, step: Effect) -> None:

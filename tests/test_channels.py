@@ -267,6 +267,33 @@ def test_a_page_armed_to_send_on_pagehide_sends_once_per_effect_after_a_kill(bw:
     assert target.landings(f"{run_id}/fire") == 1
 
 
+@pytest.mark.parametrize("kill_in", ["effect", "next action"])
+def test_a_page_armed_to_send_on_pagehide_sends_once_when_a_verifier_or_an_action_leaves_it(
+        bw: BW, target: ChannelTarget, run_id: str, kill_in: str) -> None:
+    """The same page, SIGKILLed after its effect landed (in the effect, or in the action after
+    it, which leaves the page): the resumed pass loads the page again, and the effect's
+    verifier leaves it (it reads the count on a page of its own), or the effect is skipped as
+    done and the next action leaves it. Its unload listeners are removed once its effect is
+    done, so leaving it sends nothing: one landing at the target."""
+    inputs = _inputs(target, "arm-pagehide", die=kill_in == "effect")
+    if kill_in == "next action":
+        inputs += ["--input", "die_leaving=true"]
+    first = _run(bw, "channels-leaving", run_id, *inputs)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    assert target.landings(f"{run_id}/fire") == 1
+    resumed = _run(bw, "channels-leaving", run_id)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    show = bw.show(run_id)
+    assert show["run"]["state"] == "SUCCEEDED"
+    fire = _fire(show)
+    if kill_in == "effect":
+        assert (fire[0]["decided_by"], fire[0]["evidence"]["unload_listeners_removed"]) == ("verifier", ["pagehide"])
+    else:
+        assert [(a["state"], a["decided_by"]) for a in fire] == [("SUCCEEDED", "return")]
+    assert not target.wait_for(f"{run_id}/fire", 2, timeout=1.0)  # a late unload send would land now
+    assert target.landings(f"{run_id}/fire") == 1
+
+
 def test_a_send_a_timer_fires_between_steps_is_refused_and_reported(bw: BW, target: ChannelTarget,
                                                                      run_id: str) -> None:
     """An effect's click arms a timer that POSTs 400 ms later; the effect returns at once and

@@ -30,6 +30,7 @@ class Inputs(BaseModel):
     base_url: str
     channel: str
     die: bool = False
+    die_leaving: bool = False
 
 
 def _key(ctx: StepContext[Inputs]) -> str:
@@ -144,6 +145,28 @@ def _in_action(name: str, mode: Literal["warn", "fail"]) -> Flow[Inputs]:
     return flow
 
 
+async def landed_elsewhere(ctx: StepContext[Inputs]) -> Verdict:
+    """A verifier that leaves the page it is given (to read the count on a page of the target)."""
+    await ctx.page.goto(f"{ctx.inputs.base_url}/count?key={_key(ctx)}")
+    return Verdict.done() if json.loads(await ctx.page.inner_text("body"))["count"] else Verdict.not_done()
+
+
+async def leave(ctx: StepContext[Inputs]) -> None:
+    """An action after the effect that leaves the page; with ``die_leaving`` the first pass
+    then SIGKILLs its own process."""
+    await ctx.page.goto(f"{ctx.inputs.base_url}/done")
+    if ctx.inputs.die_leaving and ctx.attempt_no == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _leaving() -> Flow[Inputs]:
+    flow: Flow[Inputs] = Flow("channels-leaving", inputs=Inputs)
+    flow.step(id="open_channel")(open_channel)
+    flow.effect(id="fire", settle=0)(fire).verify(landed_elsewhere)
+    flow.step(id="leave")(leave)
+    return flow
+
+
 def _timer(name: str, mode: Literal["warn", "fail"] = "warn") -> Flow[Inputs]:
     flow: Flow[Inputs] = Flow(name, inputs=Inputs, undeclared_effects=mode)
     flow.step(id="open_channel")(open_channel)
@@ -157,6 +180,7 @@ channels_unverified = _build("channels-unverified", verified=False)
 channels_glob = _build("channels-glob", verified=True, dispatch="*/land?*")  # a URL glob: GETs too
 in_action_warn = _in_action("channels-in-action", "warn")
 in_action_fail = _in_action("channels-in-action-fail", "fail")
+channels_leaving = _leaving()
 channels_timer = _timer("channels-timer")
 channels_timer_fail = _timer("channels-timer-fail", "fail")
 popup_in_action_fail = Flow("channels-popup-in-action-fail", inputs=Inputs, undeclared_effects="fail")
