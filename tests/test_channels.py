@@ -283,6 +283,8 @@ def test_a_page_armed_to_send_on_pagehide_sends_once_when_a_verifier_or_an_actio
     assert target.landings(f"{run_id}/fire") == 1
     resumed = _run(bw, "channels-leaving", run_id)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not target.wait_for(f"{run_id}/fire", 2, timeout=1.0)  # a late unload send would land now
+    assert target.landings(f"{run_id}/fire") == 1
     show = bw.show(run_id)
     assert show["run"]["state"] == "SUCCEEDED"
     fire = _fire(show)
@@ -290,8 +292,6 @@ def test_a_page_armed_to_send_on_pagehide_sends_once_when_a_verifier_or_an_actio
         assert (fire[0]["decided_by"], fire[0]["evidence"]["unload_listeners_removed"]) == ("verifier", ["pagehide"])
     else:
         assert [(a["state"], a["decided_by"]) for a in fire] == [("SUCCEEDED", "return")]
-    assert not target.wait_for(f"{run_id}/fire", 2, timeout=1.0)  # a late unload send would land now
-    assert target.landings(f"{run_id}/fire") == 1
 
 
 def test_a_send_a_timer_fires_between_steps_is_refused_and_reported(bw: BW, target: ChannelTarget,
