@@ -33,6 +33,7 @@ async def run_action(scope: RunScope, step: Action, p: Pass) -> Any:
     guard = ActionGuard(step, mode=scope.flow.undeclared_effects, report=report)
     await ext.emit("before_step", ctx, step, p.context)
     await guard.install(p.route)
+    p.gap_closed()
     try:
         value = await in_own_task(step.fn(ctx))
     except LeaseLost:
@@ -41,6 +42,7 @@ async def run_action(scope: RunScope, step: Action, p: Pass) -> Any:
         await _failed(scope, step, p, ctx, attempt, guard, exc)
     finally:
         guard.remove()
+        p.gap_opened(step)
     if guard.seen and scope.flow.undeclared_effects == "fail":
         await _undeclared(scope, step, p, ctx, attempt, guard)
     finished = await journal.finish(attempt, AttemptState.SUCCEEDED, decided_by="return", result=jsonable(value),
@@ -70,9 +72,19 @@ async def _failed(scope: RunScope, step: Action, p: Pass, ctx: StepContext[Any],
 
 async def _undeclared(scope: RunScope, step: Action, p: Pass, ctx: StepContext[Any], attempt: AttemptRecord,
                       guard: ActionGuard) -> None:
-    """Fail mode: the action tried undeclared side effects (refused, none sent): the run fails."""
+    """Fail mode: the action tried undeclared side effects: the run fails. Refused ones were
+    not sent; what the browser let out without asking the route may have been."""
+    leaked = guard.unrefused()
+    evidence: dict[str, Any] = {"requests": guard.seen}
+    if leaked:
+        evidence["not_refused"] = leaked
     finished = await scope.journal.finish(attempt, AttemptState.FAILED, decided_by="undeclared_effect",
-                                          evidence={"requests": guard.seen})
+                                          evidence=evidence)
     await scope.extensions.emit("after_step", ctx, step, p.context, finished)
-    raise Stop("failed", f"action {step.id} tried to send what only an effect may (refused, not sent): "
-                         f"{', '.join(guard.seen)}")
+    refused = [item for item in guard.seen if item not in leaked]
+    said = []
+    if refused:
+        said.append(f"refused, not sent: {', '.join(refused)}")
+    if leaked:
+        said.append(f"let out by the browser without asking the route, so possibly sent: {', '.join(leaked)}")
+    raise Stop("failed", f"action {step.id} tried to send what only an effect may ({'; '.join(said)})")

@@ -19,6 +19,7 @@ from .passes import REPLAY_NOW, Again, Pass, RunScope, Stop, backoff, in_own_tas
 from .reconcile import judge_of, recover, restore_gap, restore_gap_open
 from .recovery import THROTTLED, classify_attempt, own_failures, throttled_attempts
 from .states import AttemptState
+from .unload import disarm_unload
 from .store.records import AttemptRecord, OutboxRecord
 
 __all__ = ["MAX_THROTTLED", "run_effect"]
@@ -49,12 +50,15 @@ async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, in
     assert p.page is not None
     fp = scope.flow.fingerprint(step, scope.inputs, p.results)
     if latest is not None and latest.state == AttemptState.SUCCEEDED:
+        await _disarm(scope, step, p)
         await scope.extensions.emit("step_skipped", scope.run, latest)
         return latest.result
     if await restore_gap_open(scope, step):
+        p.gap_closed()  # the verifier's turn
         return await restore_gap(scope, step, latest, p.page, p.results, fp)
     if latest is not None:
         if latest.state in (AttemptState.INTENT, AttemptState.UNKNOWN):
+            p.gap_closed()  # the verifier's turn
             recovered = await recover(scope, step, latest, p.page, p.results)
             if recovered is not REPLAY_NOW:
                 return recovered
@@ -63,6 +67,15 @@ async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, in
         if latest.state == AttemptState.UNKNOWN and latest.error:  # back off before an idempotent replay
             await asyncio.sleep(backoff(own_failures(await scope.journal.attempts(), step.id)))
     return await _attempt(scope, step, p, fp, gate, installing)
+
+
+async def _disarm(scope: RunScope, step: Effect, p: Pass) -> None:
+    """The effect is done: the page this pass prepared for it must not send its unload send
+    again when a later step leaves it (see :mod:`browserworker.unload`)."""
+    assert p.page is not None
+    removed = await disarm_unload(p.page)
+    if removed:
+        scope.log.info("unload listeners removed from a done effect's page", step_id=step.id, events=removed)
 
 
 async def _check_budget(scope: RunScope, step: Effect) -> None:
@@ -103,6 +116,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     await ext.emit("before_step", ctx, step, p.context)
     check = gate.approval = await ApprovalCheck.of(scope, step, p.page, gate)
     gate.arm(attempt)
+    p.gap_closed()
     await installing  # the route is in place before the effect runs
     raised: BaseException | None = None
     value: Any = None
@@ -114,6 +128,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
         raised = exc
     finally:
         await gate.remove()
+        p.gap_opened(step)
         if check is not None:
             await check.close()
     journal.check()
@@ -125,6 +140,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     if finished.state == AttemptState.SUCCEEDED:
         return finished.result
     if finished.state == AttemptState.UNKNOWN:
+        await p.route.shut()  # its pages' renderers stopped: none sends as it is unloaded (see ContextRoute.shut)
         await p.context.close()  # end whatever is still in flight in this context
         raise Again(f"{step.id} dispatched but its outcome is unknown: reconciling")
     attempts = await journal.attempts()

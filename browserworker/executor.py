@@ -26,6 +26,7 @@ from .effects import run_effect
 from .extensions import Extension, Extensions
 from .flow import Action, Effect, Flow, Step
 from .gate_outbox import watch_navigations
+from .guard import StepGap
 from .login import Login
 from .journal import RunJournal
 from .passes import Again, Pass, PassOutcome, RunScope, Stop
@@ -149,7 +150,6 @@ class Executor:
         return await self.journal.end(state, error, decision)
 
     async def _pass(self) -> PassOutcome:
-        completed = False
         options = self.flow.context_options(self.scope.inputs)
         if self.session is not None:  # the saved login's storage state, if one may be reused
             try:
@@ -158,26 +158,44 @@ class Executor:
                 return PassOutcome("failed", str(exc))
         async with self.browser.context(**options) as context:
             p = self._pass_now = Pass(context=context, route=ContextRoute(context))
+            p.gap = StepGap(p.route, self._between_steps)
             try:
                 await self.extensions.emit("context_created", context)  # before the gate's route
                 await self._open(p)
                 for step in self.flow.steps:
+                    self._undeclared_between(p)
                     p.results[step.id] = await self._step(step, p)
+                    p.gap.open(step)
+                self._undeclared_between(p)
                 # Every step succeeded: nothing more leaves this context, so the run's end is
                 # committed while the context closes, not after.
                 self._ending = asyncio.ensure_future(self._finish(RunState.SUCCEEDED, None, "all steps succeeded"))
                 self._ending.add_done_callback(self._settle)
-                completed = True
             except Again as again:
                 return PassOutcome("again", str(again), again.backoff)
             except Stop as stop:
                 return PassOutcome(stop.kind, str(stop))
             finally:
                 self._pass_now = None
-                # before the context closes (see ContextRoute.shut); the pages are left unless
-                # every step succeeded: a replay may follow, nothing may leave late
-                await p.route.shut(leave_pages=not completed)
+                p.gap.close()
+                # before the context closes (see ContextRoute.shut): its pages' renderers are
+                # stopped, so nothing leaves late and no document sends as it is unloaded
+                await p.route.shut()
         return PassOutcome("done")
+
+    def _between_steps(self, after: str, method: str, url: str, refused: bool) -> None:
+        """A page sent while no step ran (see :class:`~browserworker.guard.StepGap`): say so."""
+        what = "refused" if refused else "let through: the context's route was not in yet"
+        self.log.warning("a page sent a request between steps", after_step=after, method=method, url=url,
+                         refused=refused)
+        self.extensions.notify("notice", self.run, after, f"a page sent {method} {url} after step {after} "
+                               f"returned, before the next step ({what}); a send that belongs to a step must "
+                               "finish inside it (await what the page sends)")
+
+    def _undeclared_between(self, p: Pass) -> None:
+        """With ``undeclared_effects="fail"``, a send seen between steps fails the run."""
+        if self.flow.undeclared_effects == "fail" and p.gap is not None and p.gap.seen:
+            raise Stop("failed", f"a page sent between steps, outside any step: {', '.join(p.gap.seen)}")
 
     async def _open(self, p: Pass) -> None:
         """Route (if the first step is an effect: nothing to intercept yet), sockets, the page."""
@@ -194,6 +212,7 @@ class Executor:
         if isinstance(step, Effect):
             return await run_effect(self.scope, step, p, latest)
         if isinstance(step, Login) and self.session is not None:
+            p.gap_closed()  # a login posts its form: the step is running
             return await self.session.run(step, p)
         assert isinstance(step, Action)
         return await run_action(self.scope, step, p)

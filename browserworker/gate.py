@@ -88,7 +88,8 @@ class DispatchGate:
 
     def arm(self, attempt: AttemptRecord) -> None:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
-        lets every request through untouched: nothing of the effect has run yet."""
+        hands every request to the gap between steps (:class:`~browserworker.guard.StepGap`),
+        which lets it through unless it counts as a dispatch: nothing of the effect has run yet."""
         self.attempt = attempt
         self.detector.arm()
         if self.shared_workers_allowed:
@@ -172,8 +173,9 @@ class DispatchGate:
         if self._closed:  # claimed while armed, met only now: the attempt is already decided
             await self._abort(route, request, RuntimeError("the effect had ended before its dispatch reached the gate"))
             return
-        if self.attempt is None:
-            await route.fallback()
+        if self.attempt is None:  # not armed yet: the gap before this effect still watches
+            assert self.route_in is not None
+            await self.route_in.unheld(route, request)
             return
         if not self.effect.is_dispatch(request.method, request.url, request):
             if not await self.detector.may_navigate(request):

@@ -13,8 +13,9 @@ from playwright.async_api import BrowserContext, Page
 from pydantic import BaseModel
 
 from .extensions import Extensions
-from .flow import Flow, StepContext
+from .flow import Flow, Step, StepContext
 from .journal import RunJournal
+from .guard import StepGap
 from .routes import ContextRoute
 from .store.records import AttemptRecord, OutboxRecord, RunRecord
 
@@ -114,6 +115,18 @@ class Pass:
     route: ContextRoute
     page: Page | None = None
     results: dict[str, Any] = field(default_factory=dict)
+    gap: StepGap | None = None  # the window between steps (set by the executor)
+
+    def gap_opened(self, after: Step) -> None:
+        """``after`` has stopped watching its page (its gate removed, its guard off): the gap
+        after it starts, before its outcome is journaled."""
+        if self.gap is not None:
+            self.gap.open(after)
+
+    def gap_closed(self) -> None:
+        """The next step is in place (its guard, its armed gate): the gap before it ends."""
+        if self.gap is not None:
+            self.gap.close()
 
 
 async def in_own_task(step: Awaitable[T]) -> T:

@@ -21,6 +21,7 @@ from .observed import Looked
 from .passes import REPLAY_NOW, Again, RunScope, Stop, in_own_task, jsonable, response_evidence, safe_url
 from .recovery import default_judge, plan_recovery, settle_deadline
 from .states import AttemptState
+from .unload import disarm_unload
 from .store.records import AttemptRecord, OutboxRecord
 
 __all__ = ["judge_of", "recover", "restore_gap", "restore_gap_open", "verify"]
@@ -144,6 +145,9 @@ async def verify(scope: RunScope, step: Effect, attempt: AttemptRecord, outbox: 
     if not_before is not None:  # a not_done verdict counts only from then on
         deadline = max(deadline or 0.0, not_before)
     ctx = scope.step_context(page, step.id, attempt, attempt.request_fingerprint, results)
+    # the page this pass prepared may send on pagehide; a verifier that leaves it must not send
+    # the effect's unload send again (not done: the replay takes a new pass, a page armed anew)
+    disarmed = await disarm_unload(page)
     asked = 0
     while True:
         asked += 1
@@ -152,6 +156,8 @@ async def verify(scope: RunScope, step: Effect, attempt: AttemptRecord, outbox: 
         journal.check()
         evidence = {"verdict": verdict.kind, "reason": verdict.reason, "page_url": safe_url(page), "asked": asked,
                     "verifier": _name(step.verifier), "checked": looked.checked}
+        if disarmed:
+            evidence["unload_listeners_removed"] = disarmed
         if verdict.kind == "done":
             done = await journal.finish(attempt, AttemptState.SUCCEEDED, decided_by="verifier",
                                         result=jsonable(verdict.result), evidence=evidence)

@@ -19,8 +19,8 @@ from urllib.parse import urlencode, urlsplit
 import structlog
 from playwright.async_api import APIResponse, BrowserContext, Page, Request, Route, WebSocketRoute
 
-__all__ = ["SOCKET", "ApiCall", "ApiHandler", "ApiListener", "ContextRoute", "SocketHandler", "api_call_of", "observe_api",
-           "stop_renderer"]
+__all__ = ["SOCKET", "ApiCall", "ApiHandler", "ApiListener", "ContextRoute", "SocketHandler", "api_call_of",
+           "observe_api", "stop_renderer"]
 
 log = structlog.get_logger("browserworker.gate")
 
@@ -65,6 +65,7 @@ class ContextRoute:
         self.handler: RouteHandler | None = None
         self.api: ApiHandler | None = None
         self.socket: SocketHandler | None = None
+        self.between: RouteHandler | None = None  # the window between steps (guard.StepGap), while open
         self.claimed: dict[Request, RouteHandler] = {}
         self._installed: asyncio.Future[object] | None = None
         self._sockets: asyncio.Future[object] | None = None
@@ -80,6 +81,19 @@ class ContextRoute:
             self.api = None
         if self.socket is socket:
             self.socket = None
+
+    @property
+    def installed(self) -> bool:
+        """Whether the route is in (or being put in): the browser's requests reach it."""
+        return self._installed is not None
+
+    async def unheld(self, route: Route, request: Request) -> None:
+        """A request no holder decides (an effect's gate not armed yet): the gap between steps
+        sees it if open, else it goes on."""
+        if self.between is None:
+            await route.fallback()
+        else:
+            await self.between(route, request)
 
     def install(self) -> asyncio.Future[object]:
         """Put the route in, once; the future is done when the browser routes through it."""
@@ -110,14 +124,19 @@ class ContextRoute:
         Playwright's driver continues such a request without asking any route (one context in
         two hundred let one out under a page POSTing every 2 ms).
 
+        A stopped renderer runs no unload handlers either: closing a page or its context
+        unloads its document, and what a document sends as it is unloaded (a ``pagehide``
+        beacon, a ``keepalive`` fetch) reaches no route and no request event. Offline emulation
+        (``context.set_offline``) does not keep those back; only a stopped renderer does.
+
         Stopping the renderers costs about 0.1 s; ``leave_pages=False`` only seals, for a
-        context whose effects are all decided and will not be replayed. A context whose route
-        was never put in intercepts nothing: only sealed.
+        context whose effects are all decided and will not be replayed and whose pages send
+        nothing as they are unloaded (the executor never passes it).
         """
         self.sealed = True
         if self._api_calls:  # see _api
             await asyncio.wait(list(self._api_calls), timeout=SHUT_TIMEOUT)
-        if not leave_pages or self._installed is None:
+        if not leave_pages:
             return
         await asyncio.gather(*(stop_renderer(self.context, page) for page in list(self.context.pages)))
 
@@ -128,7 +147,7 @@ class ContextRoute:
             except Exception:  # pragma: no cover - the context is closing
                 pass
             return
-        handler = self.claimed.pop(request, None) or self.handler
+        handler = self.claimed.pop(request, None) or self.handler or self.between
         if handler is None:
             await route.fallback()
         else:

@@ -41,6 +41,15 @@ CHANNEL_PAGES: dict[str, str] = {
     "blank-popup": _GO + "<script>function go(){{const w=window.open('about:blank');"
                    "w.fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});"
                    "w.close();document.title='sent'}}</script>",
+    # unload sends armed when the page loads (autosave of a draft, a "leave" ping): they fire
+    # whenever the document is unloaded (navigated away from, closed, its context closed)
+    "arm-pagehide": "<script>addEventListener('pagehide',()=>navigator.sendBeacon('/land?key={key}','x'))</script>"
+                    "<a id=go href='/done'>go</a>",
+    "arm-keepalive": "<script>addEventListener('pagehide',()=>fetch('/land?key={key}',"
+                     "{{method:'POST',body:'x',keepalive:true}}))</script><a id=go href='/done'>go</a>",
+    # a send a timer fires after the click has returned; the title says when it fired
+    "timer": _GO + "<script>function go(){{setTimeout(()=>{{fetch('/land?key={key}',{{method:'POST',body:'x'}})"
+             ".catch(()=>{{}});document.title='fired'}},400)}}</script>",
     # two dispatches in one effect (a live preview, then the real post)
     "twice": _GO + "<script>function go(){{fetch('/preview?key={key}',{{method:'POST',body:'x'}})"
              ".then(()=>fetch('/land?key={key}',{{method:'POST',body:'x'}}))}}</script>",

@@ -244,3 +244,117 @@ def test_a_websocket_message_from_an_action_is_warned_or_refused(bw: BW, target:
     refused = _run(bw, "channels-in-action-fail", refused_id, *_inputs(target, "websocket"))
     assert refused.returncode in (0, 1), refused.stderr[-2000:]  # FAILED if the guard saw it before the outcome
     assert target.landings(f"{refused_id}/fire") == 0  # the browser is gone: nothing can land later
+
+
+@pytest.mark.parametrize("channel", ["arm-pagehide", "arm-keepalive"])
+def test_a_page_armed_to_send_on_pagehide_sends_once_per_effect_after_a_kill(bw: BW, target: ChannelTarget,
+                                                                              run_id: str, channel: str) -> None:
+    """A page that sends on every ``pagehide`` (a beacon, a keepalive fetch, armed when it
+    loads), SIGKILLed after its effect landed: the resumed pass loads the page again, its
+    verifier decides SUCCEEDED, and closing the pass's context sends nothing more (it goes
+    offline first). One landing per effect at the target."""
+    first = _run(bw, "channels", run_id, *_inputs(target, channel, die=True))
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    assert target.landings(f"{run_id}/fire") == 1
+    resumed = _run(bw, "channels", run_id)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    show = bw.show(run_id)
+    assert show["run"]["state"] == "SUCCEEDED"
+    crashed = _fire(show)[0]
+    assert (crashed["state"], crashed["decided_by"]) == ("SUCCEEDED", "verifier")
+    assert "PAGEHIDE" in {row["method"] for row in crashed["outbox"] if row["channel"] == "detected"}
+    assert not target.wait_for(f"{run_id}/fire", 2, timeout=1.0)  # a late unload send would land now
+    assert target.landings(f"{run_id}/fire") == 1
+
+
+@pytest.mark.parametrize("kill_in", ["effect", "next action"])
+def test_a_page_armed_to_send_on_pagehide_sends_once_when_a_verifier_or_an_action_leaves_it(
+        bw: BW, target: ChannelTarget, run_id: str, kill_in: str) -> None:
+    """The same page, SIGKILLed after its effect landed (in the effect, or in the action after
+    it, which leaves the page): the resumed pass loads the page again, and the effect's
+    verifier leaves it (it reads the count on a page of its own), or the effect is skipped as
+    done and the next action leaves it. Its unload listeners are removed once its effect is
+    done, so leaving it sends nothing: one landing at the target."""
+    inputs = _inputs(target, "arm-pagehide", die=kill_in == "effect")
+    if kill_in == "next action":
+        inputs += ["--input", "die_leaving=true"]
+    first = _run(bw, "channels-leaving", run_id, *inputs)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    assert target.landings(f"{run_id}/fire") == 1
+    resumed = _run(bw, "channels-leaving", run_id)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not target.wait_for(f"{run_id}/fire", 2, timeout=1.0)  # a late unload send would land now
+    assert target.landings(f"{run_id}/fire") == 1
+    show = bw.show(run_id)
+    assert show["run"]["state"] == "SUCCEEDED"
+    fire = _fire(show)
+    if kill_in == "effect":
+        assert (fire[0]["decided_by"], fire[0]["evidence"]["unload_listeners_removed"]) == ("verifier", ["pagehide"])
+    else:
+        assert [(a["state"], a["decided_by"]) for a in fire] == [("SUCCEEDED", "return")]
+
+
+def test_a_send_a_timer_fires_between_steps_is_refused_and_reported(bw: BW, target: ChannelTarget,
+                                                                     run_id: str) -> None:
+    """An effect's click arms a timer that POSTs 400 ms later; the effect returns at once and
+    its outcome commit waits for the store (the test holds its write lock), so the timer fires
+    between the steps. The send is refused at the route and reported, naming the effect; the
+    process is SIGKILLed in the next action and resumed: nothing lands, the run succeeds."""
+    proc = bw.start("run", FLOW, "--flow", "channels-timer", "--db", str(bw.db), "--run-id", run_id,
+                    *_inputs(target, "timer", die=True),
+                    env={"BROWSERWORKER_FAULTS": "before_outcome_commit:fire=stop",
+                         "BROWSERWORKER_BUSY_TIMEOUT": "30"})
+    _stopped(proc)  # the effect has clicked and returned; its outcome is not journaled yet
+    lock = sqlite3.connect(bw.db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    os.kill(proc.pid, signal.SIGCONT)
+    landed = target.wait_for(f"{run_id}/fire", 1, timeout=2.0)  # the timer fires at 0.4 s, its send is decided
+    lock.execute("ROLLBACK")
+    lock.close()
+    _, err = proc.communicate(timeout=120)
+    assert not landed, "a send fired between steps reached the target"
+    assert proc.returncode == -signal.SIGKILL, err[-2000:]
+    assert f"a page sent POST {target.url}/land?key=" in err
+    assert "after step fire returned, before the next step (refused)" in err
+    resumed = _run(bw, "channels-timer", run_id)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert bw.show(run_id)["run"]["state"] == "SUCCEEDED"
+    assert target.landings(f"{run_id}/fire") == 0
+
+
+def test_a_timer_send_between_steps_fails_a_fail_mode_run(bw: BW, target: ChannelTarget, run_id: str) -> None:
+    """With ``undeclared_effects="fail"`` the same send between steps, refused, also fails the run."""
+    proc = bw.start("run", FLOW, "--flow", "channels-timer-fail", "--db", str(bw.db), "--run-id", run_id,
+                    *_inputs(target, "timer"),
+                    env={"BROWSERWORKER_FAULTS": "before_outcome_commit:fire=stop",
+                         "BROWSERWORKER_BUSY_TIMEOUT": "30"})
+    _stopped(proc)
+    lock = sqlite3.connect(bw.db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    os.kill(proc.pid, signal.SIGCONT)
+    landed = target.wait_for(f"{run_id}/fire", 1, timeout=2.0)
+    lock.execute("ROLLBACK")
+    lock.close()
+    _, err = proc.communicate(timeout=120)
+    assert not landed
+    assert proc.returncode == 1, err[-2000:]
+    show = bw.show(run_id)
+    assert show["run"]["state"] == "FAILED"
+    assert "between steps" in show["run"]["error"]
+    assert target.landings(f"{run_id}/fire") == 0
+
+
+def test_a_self_closing_popup_in_a_fail_mode_action_fails_the_run(bw: BW, target: ChannelTarget,
+                                                                   run_id: str) -> None:
+    """A popup an action opens sends a keepalive POST and closes itself: Chromium lets that
+    POST out without asking any route, so fail mode cannot keep it back. It sees it all the
+    same (the browser's request event), and the run fails, saying it may have been sent."""
+    done = _run(bw, "channels-popup-in-action-fail", run_id, *_inputs(target, "popup"))
+    assert target.landings(f"{run_id}/fire") == 1  # what the kit cannot refuse (docs/channels.md)
+    assert done.returncode == 1, done.stderr[-2000:]
+    show = bw.show(run_id)
+    assert show["run"]["state"] == "FAILED"
+    [fire] = _fire(show)
+    assert fire["decided_by"] == "undeclared_effect"
+    assert any("/land?key=" in item for item in fire["evidence"]["not_refused"])
+    assert "possibly sent" in show["run"]["error"]

@@ -30,6 +30,7 @@ class Inputs(BaseModel):
     base_url: str
     channel: str
     die: bool = False
+    die_leaving: bool = False
 
 
 def _key(ctx: StepContext[Inputs]) -> str:
@@ -100,6 +101,33 @@ def _fire_in_action(mode: Literal["warn", "fail"]) -> Callable[[StepContext[Inpu
     return fire_in_action
 
 
+async def arm_timer(ctx: StepContext[Inputs]) -> dict:
+    """An effect whose click arms a timer that sends after the effect has returned."""
+    await ctx.page.click("#go")
+    return {"armed": True}
+
+
+async def after_timer(ctx: StepContext[Inputs]) -> None:
+    """The next action: until the timer has fired; with ``die``, the first pass then SIGKILLs
+    its own process."""
+    if ctx.attempt_no > 1:  # a resumed pass: the effect is not clicked again, nothing is armed
+        return
+    await ctx.page.wait_for_function("document.title === 'fired'", timeout=30_000)
+    if ctx.inputs.die:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def fire_popup(ctx: StepContext[Inputs]) -> None:
+    """An action opening a popup that sends a keepalive POST and closes itself; it waits
+    until the popup has closed and the target has counted what it sent."""
+    async with ctx.page.context.expect_page() as opened:
+        await ctx.page.click("#go")
+    popup = await opened.value
+    if not popup.is_closed():
+        await popup.wait_for_event("close")
+    await asyncio.to_thread(_get, f"{ctx.inputs.base_url}/wait?key={_key(ctx)}&n=1&timeout=10")
+
+
 def _build(name: str, *, verified: bool, dispatch: str | None = None) -> Flow[Inputs]:
     flow: Flow[Inputs] = Flow(name, inputs=Inputs)
     flow.step(id="open_channel")(open_channel)
@@ -117,8 +145,44 @@ def _in_action(name: str, mode: Literal["warn", "fail"]) -> Flow[Inputs]:
     return flow
 
 
+async def landed_elsewhere(ctx: StepContext[Inputs]) -> Verdict:
+    """A verifier that leaves the page it is given (to read the count on a page of the target)."""
+    await ctx.page.goto(f"{ctx.inputs.base_url}/count?key={_key(ctx)}")
+    return Verdict.done() if json.loads(await ctx.page.inner_text("body"))["count"] else Verdict.not_done()
+
+
+async def leave(ctx: StepContext[Inputs]) -> None:
+    """An action after the effect that leaves the page; with ``die_leaving`` the first pass
+    then SIGKILLs its own process."""
+    await ctx.page.goto(f"{ctx.inputs.base_url}/done")
+    if ctx.inputs.die_leaving and ctx.attempt_no == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _leaving() -> Flow[Inputs]:
+    flow: Flow[Inputs] = Flow("channels-leaving", inputs=Inputs)
+    flow.step(id="open_channel")(open_channel)
+    flow.effect(id="fire", settle=0)(fire).verify(landed_elsewhere)
+    flow.step(id="leave")(leave)
+    return flow
+
+
+def _timer(name: str, mode: Literal["warn", "fail"] = "warn") -> Flow[Inputs]:
+    flow: Flow[Inputs] = Flow(name, inputs=Inputs, undeclared_effects=mode)
+    flow.step(id="open_channel")(open_channel)
+    flow.effect(id="fire", settle=0)(arm_timer).verify(landed)
+    flow.step(id="after")(after_timer)
+    return flow
+
+
 channels = _build("channels", verified=True)
 channels_unverified = _build("channels-unverified", verified=False)
 channels_glob = _build("channels-glob", verified=True, dispatch="*/land?*")  # a URL glob: GETs too
 in_action_warn = _in_action("channels-in-action", "warn")
 in_action_fail = _in_action("channels-in-action-fail", "fail")
+channels_leaving = _leaving()
+channels_timer = _timer("channels-timer")
+channels_timer_fail = _timer("channels-timer-fail", "fail")
+popup_in_action_fail = Flow("channels-popup-in-action-fail", inputs=Inputs, undeclared_effects="fail")
+popup_in_action_fail.step(id="open_channel")(open_channel)
+popup_in_action_fail.step(id="fire")(fire_popup)
