@@ -43,7 +43,7 @@ def main(names: list[str]) -> int:
                 shop.clear_faults()
                 if knobs:
                     shop.set_faults(**knobs)
-                args = [sys.executable, "-m", "browserworker", "run", flow, "--record", f"recordings/{name}",
+                args = [sys.executable, "-m", "browserworker", "run", flow, "--record", f"recordings/{name}", "--force",
                         "--run-id", f"rec-{name}", "--db", str(Path(tmp) / "browserworker.db"),
                         "--input", f"base_url={shop.url}"]
                 for key, value in inputs.items():

@@ -131,3 +131,20 @@ def test_trace_needs_record(bw: BW) -> None:
     done = bw.run_flow("place_order.py", "--trace", "--input", "base_url=http://127.0.0.1:9", "--input", "item=x")
     assert done.returncode == 2 and "--trace needs --record" in done.stderr
     assert not bw.db.exists()
+
+
+def test_record_refuses_to_replace_an_existing_recording(bw: BW, tmp_path: Path) -> None:
+    """`run --record NAME` into a name that already holds a recording exits 2 before anything is
+    written (no run, no database, the recording untouched); `--force` is needed to replace it."""
+    existing = tmp_path / "recordings" / "place-order"
+    existing.mkdir(parents=True)
+    (existing / "meta.json").write_text('{"kept": true}')
+    done = bw.run_flow("place_order.py", "--record", "place-order", "--input", "base_url=http://127.0.0.1:9",
+                       "--input", "item=x")
+    assert done.returncode == 2, done.stderr
+    assert "already holds a recording" in done.stderr and "--force" in done.stderr
+    assert not bw.db.exists()
+    assert (existing / "meta.json").read_text() == '{"kept": true}'
+    alone = bw.run_flow("place_order.py", "--force", "--input", "base_url=http://127.0.0.1:9", "--input", "item=x")
+    assert alone.returncode == 2 and "--force needs --record" in alone.stderr
+    assert not bw.db.exists()

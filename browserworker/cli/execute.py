@@ -53,9 +53,10 @@ EXIT_VERIFIER_BROKEN = 7
 @click.option("--record", "record_name", metavar="NAME",
               help="Record the run into recordings/NAME (or a path) for offline replay in tests.")
 @click.option("--trace", is_flag=True, help="With --record: also keep a Playwright trace (screenshots) per step.")
+@click.option("--force", is_flag=True, help="With --record: replace a recording that already has that name.")
 @click.pass_context
 def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, lease: LeaseSettings, as_json: bool,
-        record_name: str | None, trace: bool) -> None:
+        record_name: str | None, trace: bool, force: bool) -> None:
     """Run FLOW_FILE to the end in this process (or resume --run-id).
 
     Exit codes: 0 SUCCEEDED, 1 FAILED, 2 bad usage/input/flow (nothing written),
@@ -65,6 +66,10 @@ def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, le
     """
     if trace and not record_name:
         raise UsageError("--trace needs --record NAME")
+    if force and not record_name:
+        raise UsageError("--force needs --record NAME")
+    if record_name and not force:
+        _refuse_overwrite(record_name)
     # opening a missing database creates it: a new run's inputs are checked before that
     request = flow.request(run_id, validate=not run_id or not session().exists())
     engine = session().engine(browser=BrowserSettings.discover(headless=not headed), lease=lease,
@@ -74,6 +79,15 @@ def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, le
                under_way=True):
         final, broken = _execute(engine, request, record, record_name, trace)
     ctx.exit(_report(engine, final, broken, as_json))
+
+
+def _refuse_overwrite(record_name: str) -> None:
+    """A recording is never replaced by accident: the tests that replay it would change meaning."""
+    from ..recording.files import recording_path
+
+    path = recording_path(record_name)
+    if path.exists():
+        raise UsageError(f"{path} already holds a recording: record under a new name, or add --force to replace it")
 
 
 def _prepare(engine: Engine, request: RunRequest, *, announce: bool) -> RunRecord:
