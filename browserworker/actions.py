@@ -64,7 +64,7 @@ async def _failed(scope: RunScope, step: Action, p: Pass, ctx: StepContext[Any],
     await scope.extensions.emit("outcome", finished)
     guard.remove()
     await scope.extensions.emit("after_step", ctx, step, p.context, finished)
-    failures = own_failures(await scope.journal.attempts(), step.id)
+    failures = own_failures(await scope.journal.attempts(), step.id, scope.budget_since)
     if failures > step.retries:
         raise Stop("failed", f"step {step.id} failed: {type(exc).__name__}: {exc}") from None
     raise Again(f"retrying {step.id} after {type(exc).__name__}", backoff(failures)) from None

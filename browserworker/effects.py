@@ -65,7 +65,7 @@ async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, in
         await _check_budget(scope, step)
         await _check_fingerprint(scope, step, fp)
         if latest.state == AttemptState.UNKNOWN and latest.error:  # back off before an idempotent replay
-            await asyncio.sleep(backoff(own_failures(await scope.journal.attempts(), step.id)))
+            await asyncio.sleep(backoff(own_failures(await scope.journal.attempts(), step.id, scope.budget_since)))
     return await _attempt(scope, step, p, fp, gate, installing)
 
 
@@ -80,7 +80,7 @@ async def _disarm(scope: RunScope, step: Effect, p: Pass) -> None:
 
 async def _check_budget(scope: RunScope, step: Effect) -> None:
     attempts = await scope.journal.attempts()
-    failures = own_failures(attempts, step.id)
+    failures = own_failures(attempts, step.id, scope.budget_since)
     if failures > step.retries:
         last = next(a for a in reversed(attempts) if a.step_id == step.id)
         if last.state == AttemptState.UNKNOWN:  # it may have landed: a person decides, not "failed"
@@ -149,7 +149,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
             raise Stop("failed", f"effect {step.id} was throttled {MAX_THROTTLED + 1} times, last: {finished.error}")
         raise Stop("throttled", f"effect {step.id} throttled: {finished.error}; back to the queue until the pause "
                                 "of its limit key ends")
-    failures = own_failures(attempts, step.id)
+    failures = own_failures(attempts, step.id, scope.budget_since)
     if failures > step.retries:
         raise Stop("failed", f"effect {step.id} {finished.state} ({finished.decided_by}): {finished.error}")
     raise Again(f"retrying {step.id} ({finished.state})", backoff(failures))

@@ -81,12 +81,13 @@ class Executor:
     async def execute(self) -> RunRecord:
         """Run to SUCCEEDED, FAILED or NEEDS_REVIEW; raises LeaseLost if the run is taken away."""
         # a run leased for the first time has no journal yet: one round trip fewer
-        attempts, restored_at = ([], None) if self.run.fresh else await self.journal.history()
+        attempts, restored_at, requeued_at = ([], None, None) if self.run.fresh else await self.journal.history()
         missing = sorted({a.step_id for a in attempts} - {s.id for s in self.flow.steps})
         if missing:
             return await self._finish(RunState.NEEDS_REVIEW,
                                       f"journaled steps no longer in the flow: {', '.join(missing)}", "flow_changed")
         self.scope.restored_at = restored_at
+        self.scope.budget_since = requeued_at
         if self.run.state != RunState.RUNNING:
             # committed while the first browser context opens; awaited before the first step
             self._starting = asyncio.ensure_future(self.journal.start())

@@ -68,7 +68,7 @@ class RunJournal:
 
     # -- the run ---------------------------------------------------------------------------
 
-    async def history(self) -> tuple[list[AttemptRecord], float | None]:
+    async def history(self) -> tuple[list[AttemptRecord], float | None, float | None]:
         """The run's attempts so far, and when it was last restored from a backup (or None)."""
         return await self._fenced(self.store.history, self.run_id)
 

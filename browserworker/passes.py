@@ -78,6 +78,7 @@ class RunScope:
     evidence_dir: Path | None = None
     shared_workers_allowed: bool = False
     restored_at: float | None = None  # the run was restored from a backup (see reconcile.restore_gap)
+    budget_since: float | None = None  # a person requeued the run: failures before count no more
     parked_approval: int | None = None  # the approval the run waits for (a pass ended "approval")
 
     def step_context(self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str,

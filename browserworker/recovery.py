@@ -162,8 +162,9 @@ def settle_deadline(outbox: Sequence[OutboxRecord], stopped_at: float, settle: f
     return stopped_at + settle
 
 
-def own_failures(attempts: Sequence[AttemptRecord], step_id: str) -> int:
-    """Attempts of a step that failed by their own error (crash recoveries do not count).
+def own_failures(attempts: Sequence[AttemptRecord], step_id: str, since: float | None = None) -> int:
+    """Attempts of a step that failed by their own error (crash recoveries do not count), begun
+    after ``since`` (a person's requeue starts a fresh failure budget).
 
     An UNKNOWN attempt with an error (it failed after dispatch) counts too: an idempotent
     effect replayed after each such failure must not loop forever. A throttled attempt does
@@ -172,6 +173,7 @@ def own_failures(attempts: Sequence[AttemptRecord], step_id: str) -> int:
     return sum(
         1 for a in attempts
         if a.step_id == step_id and a.error is not None and a.decided_by != THROTTLED
+        and (since is None or a.intent_at > since)
         and a.state in (AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED, AttemptState.NOT_DONE,
                         AttemptState.UNKNOWN)
     )

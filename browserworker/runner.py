@@ -15,6 +15,7 @@ from typing import Any
 from . import faults
 from .errors import UsageError
 from .loader import LoadedFlow
+from .states import TERMINAL_RUN_STATES
 from .store.base import Store
 from .store.records import NewRun, RunRecord
 
@@ -61,6 +62,8 @@ def prepare_run(store: Store, request: RunRequest) -> tuple[RunRecord, bool]:
     if existing is not None:
         if existing.flow_name != flow.name:
             raise UsageError(f"run {run_id} belongs to flow {existing.flow_name!r}, not {flow.name!r}")
+        if existing.state in TERMINAL_RUN_STATES:  # nothing will run: the inputs given do not matter
+            return existing, False
         if request.inputs_given:
             given = flow.validate_inputs(request.inputs).model_dump(mode="json")
             stored = flow.validate_inputs(existing.inputs).model_dump(mode="json")

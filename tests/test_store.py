@@ -436,17 +436,23 @@ def test_history_is_attempts_and_restored_at_in_one_read(store: SQLStore) -> Non
     several, and after a restore event (the latest one counts)."""
     run = store.claim_run("r1", A, ttl=30)
     assert run is not None
-    assert store.history("r1") == ([], None) == (store.attempts("r1"), store.restored_at("r1"))
+    assert store.history("r1") == ([], None, None) == (store.attempts("r1"), store.restored_at("r1"), None)
     store.record_event("r1", "restored", detail={"from": "a backup"})
     store.record_event("r1", "restored", detail={"from": "a later backup"})
     later = store.restored_at("r1")
-    assert later is not None and store.history("r1") == ([], later)
+    assert later is not None and store.history("r1") == ([], later, None)
     store.begin_attempt("r1", run.lease_epoch, "open", "action", "r1/open", "fp")
     store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp")
-    attempts, restored = store.history("r1")
+    attempts, restored, requeued = store.history("r1")
     assert attempts == store.attempts("r1") and [a.step_id for a in attempts] == ["open", "pay"]
-    assert restored == later
-    assert store.history("gone") == ([], None)
+    assert restored == later and requeued is None
+    assert store.history("gone") == ([], None, None)
+    store.finish_attempt(attempts[1], run.lease_epoch, AttemptState.FAILED, decided_by="raise", error="boom")
+    store.set_run_state("r1", run.lease_epoch, RunState.RUNNING)
+    store.set_run_state("r1", run.lease_epoch, RunState.FAILED, error="boom")
+    store.requeue("r1", who="ann")
+    requeued_at = store.history("r1")[2]
+    assert requeued_at is not None and requeued_at >= attempts[1].intent_at  # a fresh failure budget from here
 
 
 @pytest.mark.sqlite_dialect  # restores a backup file
@@ -463,7 +469,7 @@ def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
         store.enqueue(NewRun(id=name, flow_name="f", inputs={}))
     backup(db, tmp_path / "bw.backup")  # every run still queued, never leased
     first = store.claim_run("first", A, ttl=30)
-    assert first is not None and first.fresh and store.history("first") == ([], None)
+    assert first is not None and first.fresh and store.history("first") == ([], None, None)
     store.begin_attempt("first", first.lease_epoch, "open", "action", "first/open", "fp")
 
     released = store.claim_run("released", A, ttl=30)

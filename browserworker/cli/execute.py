@@ -24,7 +24,7 @@ from .. import jobs
 from ..browser import BrowserSettings
 from ..errors import UsageError
 from ..leases import LeaseSettings
-from ..states import RunState
+from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.records import RunRecord
 from ..views import Progress, broken_line, journal_view, outcome_line, run_summary, worker_line
 from .app import main
@@ -95,8 +95,11 @@ def _prepare(engine: Engine, request: RunRequest, *, announce: bool) -> RunRecor
     with stage(left=", no run started"):
         record, created = engine.prepare(request.loaded, request.inputs, run_id=request.run_id,
                                          inputs_given=request.inputs_given)
-    click.echo(f"run {record.id} {'created' if created else 'resumed'} ({request.loaded.flow.name}, "
-               f"db {session().location})", err=True)
+    if record.state in TERMINAL_RUN_STATES:
+        what = f"has already ended {record.state}; nothing run (`browserworker requeue {record.id}` runs it again)"
+    else:
+        what = "created" if created else "resumed"
+    click.echo(f"run {record.id} {what} ({request.loaded.flow.name}, db {session().location})", err=True)
     if announce:
         click.echo(record.id)
     return record

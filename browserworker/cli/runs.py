@@ -1,5 +1,5 @@
 """The commands about runs in the journal: ``show``, ``runs``, ``review``, ``resolve``, ``cancel``,
-and ``queue`` (a queue's depth limit). Each reads or changes the store and prints the result."""
+``requeue`` and ``queue`` (a queue's depth limit). Each reads or changes the store and prints the result."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from ..views import (cancel_line, console, journal_view, print_journal, print_ru
                      review_lines, run_summary)
 from .app import main
 from .options import db_option, emit, json_option
+
+who_option = click.option("--who", metavar="NAME",
+                          help="Who decides, journaled with the decision (default: your user name).")
 from .session import session
 
 
@@ -57,28 +60,44 @@ def review(as_json: bool) -> None:
 @click.option("--not-done", "decision", flag_value="not_done", help="It did not land: replay with the same key.")
 @click.option("--failed", "decision", flag_value="failed", help="End the run FAILED.")
 @click.option("--result", "result_json", metavar="JSON", help="With --done: the step's result.")
+@who_option
 @db_option
 @json_option("the run")
-def resolve(run_id: str, step: str, decision: str | None, result_json: str | None, as_json: bool) -> None:
+def resolve(run_id: str, step: str, decision: str | None, result_json: str | None, who: str | None,
+            as_json: bool) -> None:
     """Decide an UNKNOWN step of a NEEDS_REVIEW run; the decision (who, when) is journaled
     and the run is re-queued (or ends FAILED)."""
     decided, result = jobs.parse_decision(decision, result_json)
-    run = jobs.resolve(session().store(create=False), run_id, step, decided, result=result)
+    run = jobs.resolve(session().store(create=False), run_id, step, decided, result=result, who=who)
     emit(run_summary(run), as_json, lambda: click.echo(resolve_line(run)))
 
 
 @main.command()
 @click.argument("run_id")
+@who_option
 @db_option
 @json_option("the outcome")
-def cancel(run_id: str, as_json: bool) -> None:
+def cancel(run_id: str, who: str | None, as_json: bool) -> None:
     """Cancel a run: a queued one at once; a running one at its next step boundary
     (never between an effect's intent and its outcome)."""
-    outcome = jobs.cancel(session().store(create=False), run_id)
+    outcome = jobs.cancel(session().store(create=False), run_id, who=who)
     line = cancel_line(run_id, outcome)
     if line is None:
         raise UsageError(f"run {run_id} is already {outcome}")
     emit({"id": run_id, "outcome": outcome}, as_json, lambda: click.echo(line))
+
+
+@main.command()
+@click.argument("run_id")
+@who_option
+@db_option
+@json_option("the run")
+def requeue(run_id: str, who: str | None, as_json: bool) -> None:
+    """Put a FAILED or CANCELLED run back in its queue, with its id and journal: SUCCEEDED steps
+    are skipped, effects keep their request keys, and every step starts a fresh failure budget.
+    The requeue (who, when) is journaled; a worker or `run --run-id` then runs it."""
+    run = jobs.requeue(session().store(create=False), run_id, who=who)
+    emit(run_summary(run), as_json, lambda: click.echo(f"run {run.id} requeued ({run.queue})"))
 
 
 @main.command("queue")

@@ -157,15 +157,19 @@ class JournalManager(Manager):
         return None if row is None or row["at"] is None else float(row["at"])
 
     @read_only
-    def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None]:
-        """What a run's new pass starts from: :meth:`attempts` and :meth:`restored_at`, in one
-        call (one round trip to the store's thread) and one statement."""
-        attempts, at = [], None
+    def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None, float | None]:
+        """What a run's new pass starts from: :meth:`attempts`, :meth:`restored_at` and when a
+        person last requeued it (None if never), in one call (one round trip to the store's
+        thread) and one statement."""
+        attempts: list[AttemptRecord] = []
+        at = requeued = None
         for row in self.c.read("history", {"run_id": run_id}):
-            at, attempt = _attempt_beside(row, "restored_at")
+            data = _fields(row)
+            requeued = data.pop("requeued_at")
+            at, attempt = _attempt_beside(data, "restored_at")
             if attempt is not None:
                 attempts.append(attempt)
-        return attempts, None if at is None else float(at)
+        return attempts, None if at is None else float(at), None if requeued is None else float(requeued)
 
     @read_only
     def effect_boundary(self, run_id: str, step_id: str) -> tuple[bool, AttemptRecord | None]:

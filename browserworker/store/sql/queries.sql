@@ -141,9 +141,11 @@ SELECT * FROM attempts WHERE id = :id
 SELECT * FROM attempts WHERE run_id = :run_id ORDER BY id
 
 -- name: history
--- A run's attempts and when it was last restored (restored_at, the same on every row), in
--- one statement: one row of NULL attempt columns when it has no attempts yet.
-SELECT (SELECT MAX(at) FROM events WHERE run_id = :run_id AND kind = 'restored') AS restored_at, attempts.*
+-- A run's attempts, when it was last restored (restored_at) and when a person last requeued it
+-- (requeued_at: its failure budget starts again there), the same on every row, in one
+-- statement: one row of NULL attempt columns when it has no attempts yet.
+SELECT (SELECT MAX(at) FROM events WHERE run_id = :run_id AND kind = 'restored') AS restored_at,
+    (SELECT MAX(at) FROM events WHERE run_id = :run_id AND decision = 'requeued') AS requeued_at, attempts.*
 FROM (SELECT 1) AS one LEFT JOIN attempts ON attempts.run_id = :run_id
 ORDER BY attempts.id
 
