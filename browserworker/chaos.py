@@ -59,12 +59,12 @@ class ChaosResult:
     decision: str  # how the step ended (state and who decided)
     landings: int | None
     probe: str
-    verdict: str  # ok | DUPLICATE | LOST | not reached
+    verdict: str  # ok | unproven: no verifier | DUPLICATE | LOST | not reached
     seconds: float
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("ok", "not reached")
+        return self.verdict in ("ok", "not reached", UNPROVEN)
 
     def describe(self) -> str:
         return f"{self.step} @ {self.point} #{self.round}: {self.verdict} ({self.decision}, landings {self.landings})"
@@ -270,6 +270,9 @@ def _scenario(sc: _Scenario, effect: Effect, point: str, rnd: int, browser: Brow
                        verdict, round(time.monotonic() - started, 1))
 
 
+UNPROVEN = "unproven: no verifier"  # nothing counted what landed, and nothing could prove it
+
+
 def _verdict(fired: bool, state: str, landings: int | None, effect: Effect) -> str:
     """ok, DUPLICATE, LOST (a run or an effect that should have landed did not), or WRONG STATE."""
     if landings is not None and landings > 1:
@@ -284,4 +287,6 @@ def _verdict(fired: bool, state: str, landings: int | None, effect: Effect) -> s
         return "LOST"
     else:
         return f"WRONG STATE {state}"
-    return "ok" if fired else "not reached"
+    if not fired:
+        return "not reached"
+    return "ok" if provable or landings is not None else UNPROVEN

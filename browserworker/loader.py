@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FlowDefinitionError, FlowLoadError, InputError, suggest
-from .flow import Flow
+from .flow import Effect, Flow
 
-__all__ = ["LoadedFlow", "file_hash", "load_flow", "parse_inputs"]
+__all__ = ["LoadedFlow", "file_hash", "load_flow", "parse_inputs", "unproven_effects"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,15 @@ def _import_error_location(path: Path, exc: BaseException) -> str:
         if Path(frame.filename).resolve() == path:
             line = frame.lineno
     return f"{path}:{line}" if line else str(path)
+
+
+def unproven_effects(flow: Flow) -> list[str]:
+    """A line for each effect with neither a verifier nor ``idempotent=True``: after a crash
+    mid-dispatch nothing can prove it landed, so its run waits for a person."""
+    return [f"effect {step.id!r} of flow {flow.name!r} has no verifier and is not idempotent: after a crash "
+            "between its dispatch and its outcome the run waits for a person (NEEDS_REVIEW); add @"
+            f"{step.id}.verify or idempotent=True to let the kit decide"
+            for step in flow.steps if isinstance(step, Effect) and step.verifier is None and not step.idempotent]
 
 
 def load_flow(path: str | Path, name: str | None = None) -> LoadedFlow:

@@ -13,6 +13,7 @@ from browserworker.states import AttemptState
 from browserworker.store.records import AttemptRecord
 
 TEST_FLOWS = Path(__file__).parent / "flows"
+FLOWS = Path(__file__).parents[1] / "flows"
 
 
 def _failed(step: str, at: float) -> AttemptRecord:
@@ -71,3 +72,24 @@ def test_requeue_and_resolve_refuse_what_they_cannot_do(bw: Any) -> None:
     resolve = bw.run("resolve", "nope", "submit", "--done", "--who", "ann", "--db", str(bw.db))
     assert resolve.returncode == 2 and "nope" in resolve.stderr
     assert "--who" in bw.run("requeue", "--help").stdout
+
+
+def test_an_effect_without_proof_is_named_at_load_and_by_chaos(bw: Any) -> None:
+    """A flow whose effect has neither a verifier nor idempotent=True is warned about once when
+    the CLI loads it (what a crash leads to: review); chaos's verdict for such an effect whose
+    landings nothing counted is "unproven: no verifier", not "ok"."""
+    from browserworker.chaos import UNPROVEN, _verdict
+    from browserworker.loader import load_flow, unproven_effects
+
+    loaded = load_flow(FLOWS / "place_order_unverified.py")
+    [line] = unproven_effects(loaded.flow)
+    assert "'submit'" in line and "NEEDS_REVIEW" in line
+    assert unproven_effects(load_flow(FLOWS / "place_order.py").flow) == []
+    queued = bw.run("enqueue", str(FLOWS / "place_order_unverified.py"), "--db", str(bw.db),
+                    "--input", "base_url=http://127.0.0.1:9", "--input", "item=tea")
+    assert queued.returncode == 0, queued.stderr
+    assert queued.stderr.count("warning: effect 'submit'") == 1
+    submit = loaded.flow.steps[-1]
+    assert _verdict(True, "NEEDS_REVIEW", None, submit) == UNPROVEN
+    assert _verdict(True, "SUCCEEDED", 1, submit) == "ok"
+    assert _verdict(True, "SUCCEEDED", 2, submit) == "DUPLICATE"

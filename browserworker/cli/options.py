@@ -23,7 +23,7 @@ from click import ParameterSource
 
 from ..errors import InputError
 from ..leases import LeaseSettings
-from ..loader import load_flow, parse_inputs
+from ..loader import load_flow, parse_inputs, unproven_effects
 from ..runner import RunRequest, validate_run_id
 from ..store.url import DEFAULT_DB, DEFAULT_SCHEMA, ENV_DB, ENV_SCHEMA
 from .session import Session
@@ -46,6 +46,8 @@ class FlowArgs:
         """Load the flow and parse the inputs; check the run id and (with ``validate``) the
         inputs. Raises :class:`~browserworker.errors.UsageError`; nothing is written."""
         loaded = load_flow(self.file, self.name)
+        for line in unproven_effects(loaded.flow):
+            click.echo(f"warning: {line}", err=True)
         problems: list[str] = []
         inputs = parse_inputs(self.pairs, self.inputs_json, fields=loaded.flow.inputs_model.model_fields,
                               problems=problems)
