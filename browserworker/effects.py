@@ -118,8 +118,7 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     gate.arm(attempt)
     p.gap_closed()
     await installing  # the route is in place before the effect runs
-    raised: BaseException | None = None
-    value: Any = None
+    raised, value = None, None  # type: tuple[BaseException | None, Any]
     try:
         value = await (in_own_task(step.fn(ctx)) if check is None else _until_parked(step.fn(ctx), check))
     except LeaseLost:

@@ -80,16 +80,14 @@ class DispatchGate:
         self.undecided: set[Request] = set()  # dispatches seen, not yet released or aborted
         self.deciding: set[Request] = set()  # of those, the ones in _decide now
         self._decided: set[Request] = set()
-        self._api: object = None  # the hooks this gate put on the route (handed back by remove)
-        self._socket: object = None
+        self._api: object = None; self._socket: object = None  # noqa: E702  (hooks on the route, see remove)
         self._settled = asyncio.Event()
         self._settled.set()
         self.approval: ApprovalCheck | None = None  # an approve= effect's check, before each dispatch commit
 
     def arm(self, attempt: AttemptRecord) -> None:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
-        hands every request to the gap between steps (:class:`~browserworker.guard.StepGap`),
-        which lets it through unless it counts as a dispatch: nothing of the effect has run yet."""
+        hands every request to the gap between steps (:class:`~browserworker.guard.StepGap`)."""
         self.attempt = attempt
         self.detector.arm()
         if self.shared_workers_allowed:

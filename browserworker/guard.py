@@ -88,8 +88,8 @@ class ActionGuard:
 
     async def _route(self, route: Route, request: Request) -> None:
         if self._note_request(request):
-            self._refused.add(request)
             await route.abort("blockedbyclient")
+            self._refused.add(request)  # only once aborted: a closing popup's may still leave
         else:
             await route.fallback()
 

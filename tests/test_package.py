@@ -301,7 +301,8 @@ def test_a_killed_sessions_temporary_files_go_with_the_next_session() -> None:
 def test_a_browser_that_cannot_start_is_one_clear_error_and_leaves_no_files(tmp_path: Path) -> None:
     """An executable that is not a browser: BrowserNotFound with the fix, and the session's
     temporary directory is gone with it."""
-    before = set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob("session-*"))
+    ours = f"session-{os.getpid()}-*"  # this process's sessions (other test workers start theirs)
+    before = set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob(ours))
     settings = BrowserSettings(executable_path=str(fake_exe(tmp_path / "not-a-browser")))
 
     async def start() -> None:
@@ -310,4 +311,4 @@ def test_a_browser_that_cannot_start_is_one_clear_error_and_leaves_no_files(tmp_
 
     with pytest.raises(BrowserNotFound, match="could not launch Chromium .*not-a-browser.*apt-get install chromium"):
         asyncio.run(start())
-    assert set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob("session-*")) <= before
+    assert set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob(ours)) <= before

@@ -64,12 +64,7 @@ def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, le
     7 with --record: the run SUCCEEDED but a verifier failed its self-test (verifier BROKEN),
     8 AWAITING_APPROVAL (``browserworker approve``, then a worker or ``run --run-id`` dispatches it).
     """
-    if trace and not record_name:
-        raise UsageError("--trace needs --record NAME")
-    if force and not record_name:
-        raise UsageError("--force needs --record NAME")
-    if record_name and not force:
-        _refuse_overwrite(record_name)
+    _check_record(record_name, trace, force)
     # opening a missing database creates it: a new run's inputs are checked before that
     request = flow.request(run_id, validate=not run_id or not session().exists())
     engine = session().engine(browser=BrowserSettings.discover(headless=not headed), lease=lease,
@@ -81,12 +76,16 @@ def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, le
     ctx.exit(_report(engine, final, broken, as_json))
 
 
-def _refuse_overwrite(record_name: str) -> None:
-    """A recording is never replaced by accident: the tests that replay it would change meaning."""
+def _check_record(record_name: str | None, trace: bool, force: bool) -> None:
+    """``--trace`` and ``--force`` need ``--record``; a recording is never replaced by accident
+    (the tests that replay it would change meaning)."""
     from ..recording.files import recording_path
 
-    path = recording_path(record_name)
-    if path.exists():
+    for flag, given in (("--trace", trace), ("--force", force)):
+        if given and not record_name:
+            raise UsageError(f"{flag} needs --record NAME")
+    path = recording_path(record_name) if record_name and not force else None
+    if path is not None and path.exists():
         raise UsageError(f"{path} already holds a recording: record under a new name, or add --force to replace it")
 
 
