@@ -232,7 +232,7 @@ def test_reads_that_lead_a_batch_need_no_write_lock_and_answer_before_its_commit
         await asyncio.sleep(0)
         hold.set()
         assert await blocker is True
-        run, (attempts, restored) = await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
+        run, (attempts, restored, _requeued) = await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
         assert run is not None and run.id == "r1" and attempts == [] and restored is None
         assert not write.done()  # still waiting for the lock the other writer holds
         other.execute("COMMIT")
