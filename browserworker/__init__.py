@@ -23,6 +23,7 @@ from .errors import (
     QueueFull,
     RunNotFound,
     StoreError,
+    StoreUnavailable,
     UndeclaredEffect,
     UsageError,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "StepContext",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "UndeclaredEffect",
     "UsageError",
     "Verdict",

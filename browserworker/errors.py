@@ -78,6 +78,12 @@ class StoreError(BrowserworkerError):
     exit_code = 5
 
 
+class StoreUnavailable(StoreError):
+    """The store's server cannot be reached now (down, restarting, out of connections): a
+    condition that passes. A starting worker waits for it (``--wait-for-store``); every
+    command that meets it ends with exit 5, never with a refusal."""
+
+
 class LeaseLost(BrowserworkerError):
     """A fenced write hit zero rows: another owner (or nobody) holds the run now.
 

@@ -183,6 +183,9 @@ def enqueue(flow: FlowArgs, run_id: str | None, queue: str, priority: int, delay
               help="Seconds in-flight steps may take to finish after SIGTERM/SIGINT.")
 @click.option("--max-lease-losses", type=click.IntRange(min=1), default=3, show_default=True,
               help="A run that lost its lease more often goes to NEEDS_REVIEW.")
+@click.option("--wait-for-store", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds to keep trying a database server that cannot be reached at start (restarting, "
+              "down); then exit 5 (store unavailable).")
 @click.option("--once", is_flag=True, help="Exit when nothing is claimable now and nothing is running; runs still "
               "delayed (--delay) or held by a site budget stay queued, and the closing line says how many.")
 @db_option
@@ -191,7 +194,7 @@ def enqueue(flow: FlowArgs, run_id: str | None, queue: str, priority: int, delay
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @json_option("what the worker did, when it stops,")
 def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: int, lease: LeaseSettings, grace: float,
-           max_lease_losses: int, once: bool, headed: bool, metrics_port: int | None, metrics_host: str,
+           max_lease_losses: int, wait_for_store: float, once: bool, headed: bool, metrics_port: int | None, metrics_host: str,
            as_json: bool) -> None:
     """Drain the queue: claim runs and execute up to --concurrency at once on one Chromium.
 
@@ -204,6 +207,7 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
     browser = BrowserSettings.discover(headless=not headed)
     settings = WorkerSettings(queues=[jobs.validate_queue(q) for q in queues] or ["default"], concurrency=concurrency,
                               grace=grace, max_lease_losses=max_lease_losses, once=once, flow_dirs=list(flow_dirs))
+    session().store(wait=wait_for_store)
     counters = _counters(metrics_port)
     fleet = session().engine(browser=browser, lease=lease, extensions=counters).worker(settings)
     click.echo(f"worker {fleet.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, "

@@ -7,15 +7,16 @@ decides which store serves them. No command opens a store any other way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import UsageError
+from ..errors import StoreUnavailable, UsageError
 from ..store.base import Store
-from ..store.url import DEFAULT_DB, is_postgres, open_store, store_exists
+from ..store.url import DEFAULT_DB, is_postgres, open_store_waiting, store_exists
 from .failures import stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,12 +39,15 @@ class Session:
         self.schema_given = False  # --db-schema on the command line (not from the environment)
         self._store: Store | None = None
 
-    def store(self, *, create: bool = True) -> Store:
-        """The store, opened on first use (a failure to open it is a refusal, exit 2) and
-        closed when the command ends. ``create=False``: a missing database is refused."""
+    def store(self, *, create: bool = True, wait: float = 0.0) -> Store:
+        """The store, opened on first use and closed when the command ends. A failure to open it
+        is a refusal (exit 2), but for a server that cannot be reached now: that is tried again
+        for up to ``wait`` seconds, saying so, and then ends the command with exit 5 (store
+        unavailable). ``create=False``: a missing database is refused."""
         if self._store is None:
-            with stage(refusing=True):
-                self._store = open_store(self.db, create=create, schema=self.schema)
+            with _opening():
+                self._store = open_store_waiting(self.db, wait=wait, create=create, schema=self.schema,
+                                                 on_wait=_say_waiting)
             self.ctx.call_on_close(self._store.close)
         return self._store
 
@@ -73,7 +77,7 @@ class Session:
 
     def exists(self) -> bool:
         """Whether the store is there already (the file; the PostgreSQL schema). Only looks."""
-        with stage(refusing=True):
+        with _opening():
             return store_exists(self.db, schema=self.schema)
 
     @property
@@ -92,6 +96,24 @@ class Session:
 
         return Engine(self.store(), browser=browser, lease=lease, extensions=extensions,
                       evidence_dir=self.evidence_dir)
+
+
+@contextmanager
+def _opening() -> Iterator[None]:
+    """Opening the store: a failure is a refusal (exit 2), but for a server that cannot be
+    reached now, which ends the command as stopped (exit 5, "store unavailable")."""
+    unavailable: StoreUnavailable | None = None
+    with stage(refusing=True):
+        try:
+            yield
+        except StoreUnavailable as exc:
+            unavailable = exc
+    if unavailable is not None:
+        raise unavailable
+
+
+def _say_waiting(error: StoreUnavailable, left: float) -> None:
+    click.echo(f"waiting for the store: {error} (trying again for {left:.0f} s more)", err=True)
 
 
 def session() -> Session:

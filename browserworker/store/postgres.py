@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import StoreError, UsageError
+from ..errors import StoreError, StoreUnavailable, UsageError
 from .base import GroupSpoiled
 from .connector import Row
 from .postgres_queries import DB_NOW, FRAGMENTS, QUERIES, Deferred, Tx, flush_before, to_pyformat
@@ -116,6 +116,29 @@ def conninfo(url: str, schema: str, *, application: str | None = None) -> str:
     if "application_name" not in given:
         extra["application_name"] = application or application_name(schema)
     return make_conninfo(url, **extra)
+
+
+# SQLSTATE classes of a server that is there but cannot serve now: 08 connection exception,
+# 53 insufficient resources (too many connections), 57 operator intervention (shutting down,
+# starting up). libpq gives a failed connection no SQLSTATE: its message tells a server that
+# answered no (``FATAL:``) from one that was not there, and which answers pass.
+_PASSING = ("08", "53", "57")
+_PASSING_FATAL = ("starting up", "shutting down", "recovery mode", "not yet accepting connections",
+                  "too many clients", "connection slots", "terminating connection")
+
+
+def connect_failed(location: str, exc: Exception) -> StoreError:
+    """The error for a connection to ``location`` that failed with ``exc``: a server that cannot
+    be reached now is :class:`StoreUnavailable` (it passes: wait, or exit 5); one that answered
+    no (a wrong password, no such database) is a plain :class:`StoreError`."""
+    text = str(exc).strip()
+    message = f"cannot connect to {location}: {text}"
+    state = getattr(exc, "sqlstate", None)
+    if state is not None:
+        passing = state[:2] in _PASSING
+    else:
+        passing = "FATAL:" not in text or any(phrase in text for phrase in _PASSING_FATAL)
+    return StoreUnavailable(message) if passing else StoreError(message)
 
 
 def _try_again(pool: Any) -> None:
@@ -204,7 +227,7 @@ class PostgresConnector:
         try:
             conn = self._psycopg.connect(self._conninfo, autocommit=True)
         except self._psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.location}: {str(exc).strip()}") from exc
+            raise connect_failed(self.location, exc) from exc
         self._configure(conn)
         return conn
 
@@ -377,6 +400,8 @@ class PostgresConnector:
             else:
                 require_schema(conn, self.schema, self.location)
             self._read_clock(conn)
+        except self._psycopg.OperationalError as exc:  # the server went away under the migration
+            raise StoreUnavailable(f"cannot open the store in {self.location}: {str(exc).strip()}") from exc
         except self._psycopg.Error as exc:
             raise StoreError(f"cannot open the store in {self.location}: {str(exc).strip()}") from exc
         finally:

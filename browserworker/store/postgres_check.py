@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StoreError
-from .postgres import conninfo, redact_url, schema_name
+from .postgres import connect_failed, conninfo, redact_url, schema_name
 from .postgres_schema import exists
 
 __all__ = ["SchemaFacts", "amcheck_schema", "connect", "dump", "facts", "index_problems", "integrity_problems",
@@ -60,7 +60,7 @@ def connect(url: str, schema: str | None = None) -> Any:
     try:
         conn = psycopg.connect(conninfo(url, name, application=MAINTENANCE), autocommit=True, row_factory=dict_row)
     except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to {redact_url(url)}: {str(exc).strip()}") from exc
+        raise connect_failed(redact_url(url), exc) from exc
     conn.execute(f"SET search_path TO {name}")
     return conn
 

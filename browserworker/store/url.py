@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import StoreUnavailable, UsageError
 from .base import Store
 
 __all__ = ["DEFAULT_DB", "DEFAULT_SCHEMA", "ENV_DB", "ENV_SCHEMA", "is_postgres", "open_store", "postgres_url",
@@ -76,6 +78,29 @@ def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = T
     from .sqlite import SQLiteStore
 
     return SQLiteStore(path, create=create)
+
+
+def open_store_waiting(target: str | os.PathLike[str] | None = None, *, wait: float, create: bool = True,
+                       schema: str | None = None,
+                       on_wait: Callable[[StoreUnavailable, float], None] | None = None,
+                       sleep: Callable[[float], None] = time.sleep) -> Store:
+    """:func:`open_store`, tried again while its server is unavailable (down, restarting, out of
+    connections), for up to ``wait`` seconds, with a backoff from 0.5 s to 5 s between tries.
+    ``on_wait(error, seconds_left)`` hears each failed try. Any other failure is raised at
+    once; the last :class:`~browserworker.errors.StoreUnavailable` when ``wait`` runs out."""
+    deadline = time.monotonic() + wait
+    pause = 0.5
+    while True:
+        try:
+            return open_store(target, create=create, schema=schema)
+        except StoreUnavailable as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            if on_wait is not None:
+                on_wait(exc, left)
+            sleep(min(pause, left))
+            pause = min(pause * 2, 5.0)
 
 
 def store_exists(target: str | os.PathLike[str], *, schema: str | None = None) -> bool:
