@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import psutil
 
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
 from browserworker.states import RunState
 from browserworker.store import SQLiteStore
 
@@ -164,7 +164,7 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
     lane does at least three runs, so the ramp-down (lanes idle while the last runs finish)
     does not dominate.
 
-    Both sides launch Chromium with the kit's browser flags (browserworker.browser.launch_options),
+    Both sides launch Chromium with the kit's browser flags (browserworker.runtime.launch_options),
     so the ratio is what the kit adds around the same browser work. A third side, plain
     Playwright with only Playwright's own flags, is timed alongside (throughput only, in the
     first ``defaults_reps`` repetitions: its drains are the slowest, and on a slow machine six

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from browserworker.canonical import canonical_json
-from browserworker.leases import this_owner
+from browserworker._canonical import canonical_json
+from browserworker.journal import this_owner
 from browserworker.store import SQLiteStore, Store
 
 

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from browserworker.journal import this_owner
 from browserworker.states import AttemptState, RunState
 from browserworker.store import NewRun, SQLiteStore, Store, open_store
 from browserworker.store.aio import AsyncStore
-from browserworker.leases import this_owner
 
 HERE = Path(__file__).resolve().parent
 

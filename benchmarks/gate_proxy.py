@@ -613,7 +613,7 @@ async def latency(browser: Any, base: str, setup: str, n: int, proxy: GateProxy,
 
 
 def session_settings(shared_workers: Literal["block", "allow"] = "block") -> Any:
-    from browserworker.browser import BrowserSettings
+    from browserworker.runtime import BrowserSettings
 
     settings = BrowserSettings.discover()
     settings.args = [a for a in settings.args if not a.startswith("--host-resolver-rules")] + [HERMETIC, PROXY_LOOPBACK]
@@ -622,7 +622,7 @@ def session_settings(shared_workers: Literal["block", "allow"] = "block") -> Any
 
 
 async def bench(cycles: int) -> dict[str, Any]:
-    from browserworker.browser import BrowserSession
+    from browserworker.runtime import BrowserSession
 
     results: dict[str, dict[str, list[dict[str, float]]]] = {s: {str(n): [] for n in LEVELS} for s in SETUPS}
     lat: dict[str, list[dict[str, float]]] = {}
@@ -770,7 +770,7 @@ async def probe(browser: Any, target: Target, proxy: GateProxy, journal: Journal
 
 
 async def channels(trials: int) -> dict[str, Any]:
-    from browserworker.browser import BrowserSession
+    from browserworker.runtime import BrowserSession
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, Target() as target, \

@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE))
 
 import pg_peers  # noqa: E402
 
-from browserworker.store.postgres import DEFAULT_SCHEMA, ENV_SCHEMA  # noqa: E402
+from browserworker.store.postgres._store import DEFAULT_SCHEMA, ENV_SCHEMA  # noqa: E402
 
 HOLD_FLOW = HERE / "flows" / "hold.py"
 # the schema open_store(url) puts the store in
@@ -57,6 +57,7 @@ SKEW = 0.5  # LeaseSettings' default clock-skew tolerance (the worker CLI does n
 def ours_pg(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
     """``runs`` one-effect runs drained by ``workers`` processes with ``concurrency`` in flight each."""
     import control_plane
+
     from browserworker.states import RunState
     from browserworker.store import open_store
 
@@ -82,6 +83,7 @@ def ours_pg(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
 
 def _worker_child(dsn: str, concurrency: int) -> None:
     import control_plane
+
     from browserworker.store import open_store
 
     store = open_store(dsn)
@@ -97,6 +99,7 @@ def claim_latency_pg(backlog: int, samples: int = 300) -> dict[str, Any]:
     if backlog == 0:
         return idle_claim_pg(min(samples, 200))
     import claims
+
     from browserworker.store import open_store
 
     with pg_peers.fresh_database("claims") as dsn:
@@ -112,7 +115,7 @@ def bulk_backlog(dsn: str, n: int) -> None:
     without its events), then ANALYZE, as benchmark (c) seeds SQLite with executemany."""
     import psycopg
 
-    from browserworker.canonical import canonical_json
+    from browserworker._canonical import canonical_json
 
     now = time.time()
     with psycopg.connect(dsn) as conn:
@@ -148,8 +151,8 @@ def _wait(what: str, ready: Any, timeout: float = 120.0, every: float = 0.005) -
 
 def idle_claim_pg(samples: int = 200) -> dict[str, Any]:
     """Enqueue -> claimed for the real worker idle on an empty queue (see the module docstring)."""
-    from browserworker.jobs import enqueue
-    from browserworker.loader import load_flow
+    from browserworker.control import enqueue
+    from browserworker.flow import load_flow
     from browserworker.states import RunState
     from browserworker.store import open_store
 
@@ -193,8 +196,8 @@ def recovery_pg(ttl: float = 6.0, held: int = 4, reps: int = 3, remote: bool = T
 
 def _one_recovery(ttl: float, held: int, remote: bool) -> dict[str, float]:
     """One kill: the phases after it, in seconds, each the latest over the held runs."""
-    from browserworker.jobs import enqueue
-    from browserworker.loader import load_flow
+    from browserworker.control import enqueue
+    from browserworker.flow import load_flow
     from browserworker.states import RunState
     from browserworker.store import open_store
 

@@ -308,7 +308,7 @@ def drain(peer: str, jobs: int, concurrency: int, workers: int = 1) -> dict[str,
         outs = [p.communicate(timeout=900) for p in procs]
         if any(p.returncode for p in procs):
             return {"peer": peer, "concurrency": concurrency,
-                    "error": _last_line(next(err for p, (_, err) in zip(procs, outs) if p.returncode))}
+                    "error": _last_line(next(err for p, (_, err) in zip(procs, outs, strict=True) if p.returncode))}
         spans = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
         with psycopg.connect(dsn) as conn:
             row = conn.execute(_DONE[peer]).fetchone()

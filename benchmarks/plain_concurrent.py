@@ -1,7 +1,7 @@
 """Benchmark baseline (e): the short order flow, N at a time on one Chromium, plain Playwright.
 
 ``plain_concurrent.py BASE N RUNS [--playwright-defaults]``: Chromium is launched with the
-kit's browser flags (:func:`browserworker.browser.launch_options`), so the comparison is of
+kit's browser flags (:func:`browserworker.runtime.launch_options`), so the comparison is of
 what the kit adds around the same browser work; with ``--playwright-defaults``, with the
 flags Playwright alone passes."""
 
@@ -16,7 +16,8 @@ import uuid
 
 from playwright.async_api import Browser, async_playwright
 
-from browserworker.browser import BrowserSettings, launch_options
+from browserworker.runtime import BrowserSettings
+from browserworker.runtime._browser import launch_options
 
 POST = """async ([item, quantity, reference]) => {
     const r = await fetch('/api/orders', {method: 'POST', headers: {'Content-Type': 'application/json'},

@@ -9,7 +9,8 @@ import uuid
 
 from playwright.async_api import async_playwright
 
-from browserworker.browser import BrowserSettings, launch_options
+from browserworker.runtime import BrowserSettings
+from browserworker.runtime._browser import launch_options
 
 ORDER_PAGE = re.compile(r"/orders/\d+$")
 

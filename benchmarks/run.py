@@ -14,8 +14,8 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -26,7 +26,7 @@ import claims  # noqa: E402
 import control_plane  # noqa: E402
 import session_reuse  # noqa: E402
 
-from browserworker.browser import find_chromium  # noqa: E402
+from browserworker.runtime._browser import find_chromium  # noqa: E402
 from browserworker.sandbox.testing import start_sandbox  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -198,7 +198,7 @@ def postgres(jobs: int = 3000, reps: int = 5) -> dict[str, Any]:
     say("(pg-c) idle claim latency: ours, procrastinate, PgQueuer; ours by backlog 100/10k/100k")
     out["idle"] = {"ours": _guarded(lambda: pg_control_plane.claim_latency_pg(0)),
                    **{p: pg_peers.idle_latency(p) for p in pg_peers.PEERS}}
-    out["claims"] = [_guarded(lambda: pg_control_plane.claim_latency_pg(n)) for n in (100, 10_000, 100_000)]
+    out["claims"] = [_guarded(lambda n=n: pg_control_plane.claim_latency_pg(n)) for n in (100, 10_000, 100_000)]
     say("(pg-d) recovery after SIGKILL of a worker holding leases")
     out["recovery"] = [_guarded(lambda: pg_control_plane.recovery_pg(remote=False)),
                        _guarded(lambda: pg_control_plane.recovery_pg(remote=True))]

@@ -19,8 +19,8 @@ from typing import Any
 
 from browser_bench import PY, ROOT, _abba, _env
 
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
 from browserworker.states import RunState
 from browserworker.store import SQLiteStore
 

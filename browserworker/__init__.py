@@ -12,6 +12,7 @@ from importlib import import_module as _import_module
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from . import logs as _logs  # noqa: F401  (used as a library, it logs warnings only, as the command)
 from .errors import (
     BrowserNotFound,
     BrowserworkerError,
@@ -28,30 +29,23 @@ from .errors import (
     UsageError,
 )
 
-from . import logs as _logs  # noqa: F401  (used as a library, it logs warnings only, as the command)
-
 # The rest is imported on first use: ``import browserworker`` (and every command that only
 # reads the store) stays light; the browser stack loads when something needs it.
 _LAZY = {
     "Action": "flow", "Effect": "flow", "Flow": "flow", "RecordedResponse": "flow", "StepContext": "flow",
-    "Verdict": "flow", "BrowserSettings": "browser", "Engine": "engine", "Extension": "extensions",
-    "enqueue": "jobs", "LeaseSettings": "leases", "LoadedFlow": "loader", "load_flow": "loader",
+    "Verdict": "flow", "BrowserSettings": "runtime", "Engine": "runtime", "Extension": "flow",
+    "enqueue": "control", "LeaseSettings": "journal", "LoadedFlow": "flow", "load_flow": "flow",
     "AttemptState": "states", "RunState": "states", "SQLiteStore": "store", "Store": "store", "open_store": "store",
-    "AttemptRecord": "store.records", "RunRecord": "store.records", "WorkerSettings": "worker",
+    "AttemptRecord": "store", "RunRecord": "store", "WorkerSettings": "runtime",
 }
 
 if _TYPE_CHECKING:  # pragma: no cover
-    from .browser import BrowserSettings
-    from .engine import Engine
-    from .extensions import Extension
-    from .flow import Action, Effect, Flow, RecordedResponse, StepContext, Verdict
-    from .jobs import enqueue
-    from .leases import LeaseSettings
-    from .loader import LoadedFlow, load_flow
+    from .control import enqueue
+    from .flow import Action, Effect, Extension, Flow, LoadedFlow, RecordedResponse, StepContext, Verdict, load_flow
+    from .journal import LeaseSettings
+    from .runtime import BrowserSettings, Engine, WorkerSettings
     from .states import AttemptState, RunState
-    from .store import SQLiteStore, Store, open_store
-    from .store.records import AttemptRecord, RunRecord
-    from .worker import WorkerSettings
+    from .store import AttemptRecord, RunRecord, SQLiteStore, Store, open_store
 
 
 def __getattr__(name: str) -> _Any:

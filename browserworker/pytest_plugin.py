@@ -34,9 +34,8 @@ import pytest
 from .store import Store, open_store
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .browser import BrowserSettings
-    from .engine import Engine
     from .recording import ReplayResult
+    from .runtime import BrowserSettings, Engine
 
 RECORD_MODES = ("none", "once", "all")
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
@@ -75,7 +74,7 @@ def bw_store(tmp_path: Path) -> Iterator[Store]:
 @pytest.fixture
 def bw_engine(bw_store: Store, bw_browser_settings: BrowserSettings) -> Engine:
     """An :class:`~browserworker.engine.Engine` over :func:`bw_store` and the session's browser settings."""
-    from .engine import Engine
+    from .runtime import Engine
 
     return Engine(bw_store, browser=bw_browser_settings)
 
@@ -108,7 +107,7 @@ def bw_recordings_dir(pytestconfig: pytest.Config) -> Path:
 def bw_browser_settings(request: pytest.FixtureRequest) -> BrowserSettings:
     """Chromium launch settings: pytest-playwright's ``browser_type_launch_args`` (``--headed``,
     ``--browser-channel``, ``--slowmo``) over the kit's own discovery and ``BROWSERWORKER_CHROMIUM_ARGS``."""
-    from .browser import ENV_ARGS, BrowserSettings
+    from .runtime import ENV_ARGS, BrowserSettings
 
     try:
         launch = dict(request.getfixturevalue("browser_type_launch_args"))
@@ -181,10 +180,10 @@ class Replayer:
 
     def _record(self, name: str, path: Path, flow: str | Path | None,
                 record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> None:
-        from .loader import load_flow
-        from .engine import Engine
+        from .flow import load_flow
         from .recording import record
         from .recording.replayer import _run_sync
+        from .runtime import Engine
 
         if flow is None or record_inputs is None:
             pytest.fail(f"--bw-record={self.mode} needs to record {name!r}: pass flow= and record_inputs= to "

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from browserworker import Flow, RecordedResponse, StepContext, Verdict
 from _shop import ORDER_PAGE, Order, log_in, submit_order_form
+
+from browserworker import Flow, RecordedResponse, StepContext, Verdict
 
 flow = Flow("place-order", inputs=Order)
 

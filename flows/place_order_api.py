@@ -6,8 +6,9 @@ crash it is replayed with the same request key and the shop returns the existing
 
 from __future__ import annotations
 
-from browserworker import Flow, StepContext
 from _shop import Order, log_in
+
+from browserworker import Flow, StepContext
 
 flow = Flow("place-order-api", inputs=Order)
 

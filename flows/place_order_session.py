@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from browserworker import Flow, StepContext
 from _shop import Order, log_in, submit_order_form
+
+from browserworker import Flow, StepContext
 
 flow = Flow("place-order-session", inputs=Order, session=lambda inputs: inputs.username,
             session_max_age=timedelta(hours=8))

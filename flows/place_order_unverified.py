@@ -7,8 +7,9 @@ It is never silently retried.
 
 from __future__ import annotations
 
-from browserworker import Flow, StepContext
 from _shop import Order, log_in, submit_order_form
+
+from browserworker import Flow, StepContext
 
 flow = Flow("place-order-unverified", inputs=Order)
 

@@ -17,7 +17,7 @@ echo "==> installing browserworker, its test tools and its docs tools into .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,docs]"
 
-if ! .venv/bin/python -c 'from browserworker.browser import find_chromium; find_chromium()' >/dev/null 2>&1; then
+if ! .venv/bin/python -c 'from browserworker.runtime import find_chromium; find_chromium()' >/dev/null 2>&1; then
     echo "==> no Chromium found: installing Debian's chromium package"
     if command -v apt-get >/dev/null 2>&1; then
         SUDO=""
@@ -30,4 +30,4 @@ if ! .venv/bin/python -c 'from browserworker.browser import find_chromium; find_
         exit 1
     fi
 fi
-.venv/bin/python -c 'from browserworker.browser import find_chromium; print("==> Chromium:", find_chromium())'
+.venv/bin/python -c 'from browserworker.runtime import find_chromium; print("==> Chromium:", find_chromium())'

@@ -22,10 +22,10 @@ from pathlib import Path
 import uvicorn
 from playwright.sync_api import sync_playwright
 
-from browserworker import jobs
-from browserworker.browser import find_chromium
+from browserworker import control
 from browserworker.console.app import create_app
 from browserworker.console.auth import load_keys
+from browserworker.runtime._browser import find_chromium
 from browserworker.sandbox.testing import start_sandbox
 from browserworker.store import open_store
 
@@ -71,8 +71,8 @@ def dataset(db: Path, shop_url: str) -> None:
     for i in range(7):
         bw(db, "enqueue", str(order), "--input", f"base_url={shop_url}", "--input", "item=tea", "--queue", "reports",
            "--run-id", f"report-{i + 1:03d}")
-    jobs.cancel(store, "report-006", who="ann")
-    jobs.cancel(store, "report-007", who="ann")
+    control.cancel(store, "report-006", who="ann")
+    control.cancel(store, "report-007", who="ann")
     store.close()
 
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
 from browserworker.states import RunState
 from browserworker.store import open_store
 

@@ -80,8 +80,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from pg_cluster import PgCluster, available
+from pg_cluster import BIN, PgCluster, available
 from tcp_relay import TcpRelay
 
 __all__ = ["Host", "HostError", "PgCluster", "Proc", "TcpRelay", "make_host", "own_database", "own_postgres",

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
-from browserworker.states import RunState
-from browserworker.store import open_store
 from conftest import BW, sigkill
 from fleet import TEST_FLOWS, start_worker
 from test_crash import wait_until_gone
+
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
+from browserworker.states import RunState
+from browserworker.store import open_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

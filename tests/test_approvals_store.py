@@ -11,15 +11,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
-from browserworker import approvals
-from browserworker.approval_gate import request_fingerprint
-from browserworker.cli import main
-from browserworker.errors import LeaseLost, UsageError
-from browserworker.states import RunState
-from browserworker.store import NewRun, Owner, SQLStore, open_store
 from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 
+from browserworker import control
+from browserworker.cli import main
+from browserworker.errors import LeaseLost, UsageError
+from browserworker.gate._approval import request_fingerprint
+from browserworker.states import RunState
+from browserworker.store import NewRun, Owner, SQLStore, open_store
 
 OWNER = Owner(worker="w-1", host="elsewhere.invalid", pid=1)
 SUMMARY = {"method": "POST", "url": "https://shop.example/orders", "fields": [["item", "[redacted]"]]}
@@ -53,15 +52,15 @@ def test_ask_park_approve_queues_the_run_once(any_store: SQLStore) -> None:
     with pytest.raises(LeaseLost):
         ask(any_store, run, "b" * 64)
     assert any_store.claim_next(OWNER, ["default"], 30) is None  # not claimable while it waits
-    assert [a.run_id for a in approvals.list_approvals(any_store)] == ["r1"]
-    decided = approvals.approve(any_store, "r1", "submit", who="alice")
+    assert [a.run_id for a in control.list_approvals(any_store)] == ["r1"]
+    decided = control.approve(any_store, "r1", "submit", who="alice")
     assert (decided.state, decided.decided_by) == ("APPROVED", "alice")
     assert any_store.get_run("r1").state == RunState.QUEUED  # type: ignore[union-attr]
     with pytest.raises(UsageError, match="already APPROVED by alice"):
-        approvals.reject(any_store, "r1", "submit", who="bob")
+        control.reject(any_store, "r1", "submit", who="bob")
     decisions = [e.decision for e in any_store.events("r1") if e.kind in ("approval", "run_state")]
     assert decisions == ["approval_requested", "awaiting_approval", "human:approved", "approval_approved"]
-    assert approvals.list_approvals(any_store) == []
+    assert control.list_approvals(any_store) == []
 
 
 def test_reject_fails_a_parked_run_and_unknowns_are_refused(any_store: SQLStore) -> None:
@@ -71,10 +70,10 @@ def test_reject_fails_a_parked_run_and_unknowns_are_refused(any_store: SQLStore)
     asked = ask(any_store, run)
     any_store.approvals.park(run.id, run.lease_epoch, asked.id)
     with pytest.raises(UsageError, match="no run 'nope'"):
-        approvals.approve(any_store, "nope", "submit", who="alice")
+        control.approve(any_store, "nope", "submit", who="alice")
     with pytest.raises(UsageError, match="no approval to decide"):
-        approvals.approve(any_store, "r2", "other", who="alice")
-    done = approvals.reject(any_store, "r2", "submit", who="bob", reason="wrong amount")
+        control.approve(any_store, "r2", "other", who="alice")
+    done = control.reject(any_store, "r2", "submit", who="bob", reason="wrong amount")
     assert (done.state, done.decided_by, done.reason) == ("REJECTED", "bob", "wrong amount")
     failed = any_store.get_run("r2")
     assert failed is not None and failed.state == RunState.FAILED
@@ -82,7 +81,7 @@ def test_reject_fails_a_parked_run_and_unknowns_are_refused(any_store: SQLStore)
     other, _ = leased(any_store, "r2b")
     any_store.approvals.park(other.id, other.lease_epoch, ask(any_store, other).id)
     assert any_store.cancel("r2b") == "cancelled"  # a parked run can be cancelled like a queued one
-    assert approvals.list_approvals(any_store) == []
+    assert control.list_approvals(any_store) == []
 
 
 def test_a_changed_request_supersedes_even_an_approved_one(any_store: SQLStore) -> None:
@@ -104,7 +103,7 @@ def test_an_expired_approval_ends_like_a_rejection(any_store: SQLStore) -> None:
     asked = ask(any_store, run, ttl=0.01)
     any_store.approvals.park(run.id, run.lease_epoch, asked.id)
     time.sleep(0.05)  # the approval's own 10 ms must pass: it is what is being tested
-    assert approvals.list_approvals(any_store) == []
+    assert control.list_approvals(any_store) == []
     assert any_store.approvals.get(asked.id).state == "EXPIRED"  # type: ignore[union-attr]
     ended = any_store.get_run("r4")
     assert ended is not None and ended.state == RunState.FAILED and "expired" in (ended.error or "")
@@ -128,7 +127,7 @@ def test_a_run_that_dies_waiting_is_reclaimed_to_the_wait(any_store: SQLStore) -
     [back] = reclaimed
     assert back.state == RunState.AWAITING_APPROVAL
     assert any_store.get_attempt(attempt.id).dispatched_at is None
-    approvals.approve(any_store, "r6", "submit", who="alice")
+    control.approve(any_store, "r6", "submit", who="alice")
     assert any_store.get_run("r6").state == RunState.QUEUED  # type: ignore[union-attr]
 
 

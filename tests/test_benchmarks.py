@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from browserworker.browser import BrowserSettings
-from browserworker.loader import load_flow
-from browserworker.engine import Engine
+from browserworker.flow import load_flow
+from browserworker.runtime import BrowserSettings, Engine
 from browserworker.states import RunState
 from browserworker.store import NewRun, SQLiteStore
 from browserworker.store.aio import AsyncStore
@@ -117,7 +116,7 @@ def test_the_postgres_control_plane_benchmark_keeps_the_full_journal(pg_url: str
 def test_the_postgres_claim_benchmark_seeds_runs_the_store_claims_in_order(pg_url: str) -> None:
     """Benchmark pg-c's bulk COPY writes rows the PostgreSQL store claims as ordinary QUEUED runs,
     by priority then age (so the timed claims walk the real claim index)."""
-    from browserworker.leases import this_owner
+    from browserworker.journal import this_owner
     from browserworker.store import open_store
 
     pg_control_plane = _bench_module("pg_control_plane")

@@ -11,10 +11,9 @@ from click.testing import CliRunner, Result
 from stores import store_target  # noqa: F401  (the contract fixture)
 
 from browserworker.cli import main
+from browserworker.control import enqueue
 from browserworker.errors import FlowDefinitionError, InputError
-from browserworker.flow import Flow
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
+from browserworker.flow import Flow, load_flow
 from browserworker.store import open_store
 
 FLOWS = Path(__file__).parent / "flows"

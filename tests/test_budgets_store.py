@@ -10,12 +10,17 @@ import psycopg
 import pytest
 from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 
-from browserworker import budgets
 from browserworker.errors import OverBudget, UsageError
-from browserworker.recovery import THROTTLED, classify_attempt, default_judge, own_failures, throttle_of, \
-    throttled_attempts
+from browserworker.runtime._recovery import (
+    THROTTLED,
+    classify_attempt,
+    default_judge,
+    own_failures,
+    throttle_of,
+    throttled_attempts,
+)
 from browserworker.states import AttemptState, RunState
-from browserworker.store import NewRun, Owner, SQLStore, open_store
+from browserworker.store import NewRun, Owner, SQLStore, budgets, open_store
 from browserworker.store.records import AttemptRecord, OutboxRecord
 from browserworker.store.testing import backdate, backdate_limit
 

@@ -10,18 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet import STARTED, TEST_FLOWS, start_worker
 from stores import store_target  # noqa: F401  (the contract fixture)
 
-from browserworker.browser import BrowserSettings
-from browserworker.engine import Engine
-from browserworker.extensions import Extension
-from browserworker.jobs import enqueue
-from browserworker.leases import LeaseSettings
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import Extension, load_flow
+from browserworker.journal import LeaseSettings
+from browserworker.runtime import BrowserSettings, Engine
 from browserworker.states import RunState
 from browserworker.store import open_store
 from browserworker.store.records import RunRecord
-from fleet import STARTED, TEST_FLOWS, start_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from channel_target import ChannelTarget
 from conftest import BW
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from browserworker import faults
-from browserworker.chaos import CHAOS_POINTS
-from browserworker.sandbox.testing import start_sandbox
 from conftest import BW, FLOWS, ROOT
+
+from browserworker import _faults as faults
+from browserworker.prove._chaos import CHAOS_POINTS
+from browserworker.sandbox.testing import start_sandbox
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

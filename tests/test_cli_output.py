@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import click
+import opsdata
 import pytest
 from click.testing import CliRunner, Result
 
 from browserworker import errors
-from browserworker.chaos import ChaosReport, ChaosResult
 from browserworker.cli import main
 from browserworker.cli.failures import Stage, explain
+from browserworker.ops import console, print_chaos
+from browserworker.prove._chaos import ChaosReport, ChaosResult
 from browserworker.recording import ReplayError
 from browserworker.states import AttemptState, RunState
 from browserworker.store import SQLiteStore
-from browserworker.views import console, print_chaos
-import opsdata
 
 FLOW = Path(__file__).resolve().parents[1] / "flows" / "place_order.py"
 INPUTS = ("--input", "base_url=http://127.0.0.1:9", "--input", "item=tea")
@@ -202,7 +202,7 @@ def test_progress_gives_no_duration_for_an_outcome_it_did_not_see_start() -> Non
     import io
     from types import SimpleNamespace
 
-    from browserworker.views import Progress
+    from browserworker.ops import Progress
 
     out = io.StringIO()
     progress = Progress(out)

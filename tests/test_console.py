@@ -4,7 +4,6 @@ crash parked for review and decided in Chromium, then its security promises over
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import threading
 import time
@@ -17,19 +16,19 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-
-from browserworker.browser import find_chromium
-from browserworker.console.app import create_app
-from browserworker.console.auth import load_keys
-from browserworker.store import SQLStore, open_store
-from browserworker.store.records import NewRun
-from browserworker.approvals import list_approvals
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
 from conftest import BW, ROOT, sigkill
 from fleet import start_worker
-from test_crash import wait_until_gone
 from stores import any_store, store_target  # noqa: F401
+from test_crash import wait_until_gone
+
+from browserworker.console.app import create_app
+from browserworker.console.auth import load_keys
+from browserworker.control import enqueue
+from browserworker.control._approvals import list_approvals
+from browserworker.flow import load_flow
+from browserworker.runtime._browser import find_chromium
+from browserworker.store import SQLStore, open_store
+from browserworker.store.records import NewRun
 
 pytestmark = [pytest.mark.browser]
 

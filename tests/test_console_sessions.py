@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
+from stores import any_store, store_target  # noqa: F401
 
 from browserworker.console.app import create_app
 from browserworker.console.auth import SESSION_SECONDS, load_keys
 from browserworker.store import SQLStore, open_store
 from browserworker.store.records import NewRun
 from browserworker.store.testing import backdate_console_sessions
-from stores import any_store, store_target  # noqa: F401
 
 OPERATOR, VIEWER = "op-token-" + "a" * 24, "ro-token-" + "b" * 24
 ENV = {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER}

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from browserworker import jobs
-from browserworker.activity import activity
-from browserworker.evidence import mask
+from stores import any_store, store_target  # noqa: F401
+
+from browserworker import control
+from browserworker.ops import activity, mask
 from browserworker.states import RunState
 from browserworker.store import SQLStore
 from browserworker.store.records import NewRun
-from stores import any_store, store_target  # noqa: F401
 
 
 def _seed(store: SQLStore) -> None:
@@ -33,7 +33,7 @@ def test_search_runs_filters_searches_and_pages(any_store: SQLStore) -> None:
     assert any_store.search_runs(text="r01")[1] == 10
     assert any_store.search_runs(text="r0_1")[1] == 0  # '_' is not a wildcard
     assert any_store.search_runs(text="r007")[0][0].id == "r007"
-    jobs.cancel(any_store, "r005", who="ann")
+    control.cancel(any_store, "r005", who="ann")
     assert [r.id for r in any_store.search_runs(state=RunState.CANCELLED)[0]] == ["r005"]
     assert any_store.run_flows() == {"buy": 20, "sell": 10}
 
@@ -53,9 +53,9 @@ def test_requeue_and_bulk_cancel_journal_who(any_store: SQLStore) -> None:
     """cancel_many cancels in one transaction and names refused ids; requeue puts a CANCELLED
     run back in its queue with its id; both journal the operator's name; other states are refused."""
     _seed(any_store)
-    outcomes = jobs.cancel_many(any_store, ["r001", "r002", "nope"], who="ann")
+    outcomes = control.cancel_many(any_store, ["r001", "r002", "nope"], who="ann")
     assert outcomes["r001"] == outcomes["r002"] == "cancelled" and outcomes["nope"].startswith("error")
-    assert jobs.requeue_many(any_store, ["r001", "r003"], who="bob") == {
+    assert control.requeue_many(any_store, ["r001", "r003"], who="bob") == {
         "r001": "requeued", "r003": "error: run r003 is QUEUED: only FAILED or CANCELLED runs are requeued"}
     assert any_store.get_run("r001").state == RunState.QUEUED  # type: ignore[union-attr]
     events = [(e.decision, e.worker, e.detail) for e in any_store.events("r001") if e.kind == "run_state"]
@@ -87,7 +87,7 @@ def test_only_files_the_journal_names_inside_the_evidence_dir_are_served(tmp_pat
     recordings and only the traces their meta.json lists inside them."""
     import json
 
-    from browserworker.evidence import recordings_of, screenshot_file
+    from browserworker.ops import recordings_of, screenshot_file
 
     evidence = tmp_path / "db.evidence"
     (evidence / "r1").mkdir(parents=True)

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import BW
 
 from browserworker.errors import FlowDefinitionError, InputError
 from browserworker.flow import Flow
 from browserworker.sandbox.app import BASIC_PASSWORD, BASIC_USER
-from conftest import BW
 
 FLOW = """
 from pydantic import BaseModel, SecretStr

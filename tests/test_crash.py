@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import BW, sigkill
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -111,7 +110,7 @@ def test_a_killed_worker_takes_its_driver_and_browser_with_it(bw: BW, shop: Any,
     first, so neither could notice and shut down by itself: only those kills can end them."""
     import signal
 
-    from browserworker.chaos import _wait_stopped
+    from browserworker.prove._chaos import _wait_stopped
 
     tag = uuid.uuid4().hex
     proc = bw.start_flow("place_order.py", *inputs(shop), "--run-id", run_id,

@@ -15,18 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet import TEST_FLOWS
 from structlog.testing import capture_logs
 
-from browserworker.browser import BrowserSession, BrowserSettings
-from browserworker.engine import Engine
-from browserworker.jobs import enqueue
-from browserworker.leases import LeaseSettings
-from browserworker.loader import load_flow
-from browserworker.routes import ContextRoute
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
+from browserworker.gate import ContextRoute
+from browserworker.journal import LeaseSettings
+from browserworker.runtime import BrowserSession, BrowserSettings, Engine, WorkerSettings
 from browserworker.states import RunState
 from browserworker.store import open_store
-from browserworker.worker import WorkerSettings
-from fleet import TEST_FLOWS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -12,9 +12,8 @@ import pytest
 from pydantic import BaseModel, SecretStr
 
 from browserworker import Flow, FlowDefinitionError, FlowLoadError, InputError, Verdict
-from browserworker.canonical import canonical_json, fingerprint_of
-from browserworker.flow import Effect, RecordedResponse
-from browserworker.loader import load_flow, parse_inputs
+from browserworker._canonical import canonical_json, fingerprint_of
+from browserworker.flow import Effect, RecordedResponse, load_flow, parse_inputs
 
 
 class Inputs(BaseModel):

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from browserworker.cli import main
 from browserworker.errors import UsageError
-from browserworker.loader import load_flow, parse_inputs
-from browserworker.runner import validate_run_id
+from browserworker.flow import load_flow, parse_inputs
+from browserworker.runtime import validate_run_id
 from browserworker.store import NewRun, SQLiteStore
 
 FLOW = Path(__file__).resolve().parents[1] / "flows" / "place_order.py"

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import BW
 from playwright.async_api import Request, Route
 
-from browserworker.browser import BrowserSession, BrowserSettings
-from browserworker.routes import ContextRoute
-from conftest import BW
+from browserworker.gate import ContextRoute
+from browserworker.runtime import BrowserSession, BrowserSettings
 
 pytestmark = pytest.mark.browser
 

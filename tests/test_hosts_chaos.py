@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet import enqueue_many
+from hosts import Host, PgCluster, TcpRelay, make_host, own_database, own_postgres, wait_for  # noqa: F401
+from journal_audit import audit, summary
 
 from browserworker.errors import StoreError
 from browserworker.states import RunState
 from browserworker.store import open_store
 from browserworker.store.base import Store
-from fleet import enqueue_many
-from hosts import Host, PgCluster, TcpRelay, make_host, own_database, own_postgres, wait_for  # noqa: F401
-from journal_audit import audit, summary
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.hosts]
 

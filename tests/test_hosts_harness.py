@@ -12,11 +12,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from fleet import duplicate_references, enqueue_many, states
+from hosts import Host, PgCluster, TcpRelay, make_host, own_database, own_postgres, pg_relay, survivors, wait_for  # noqa: F401  (fixtures)
 
 from browserworker.store import open_store
-from fleet import duplicate_references, enqueue_many, states
-from hosts import (  # noqa: F401  (fixtures)
-    Host, PgCluster, TcpRelay, make_host, own_database, own_postgres, pg_relay, survivors, wait_for)
 
 pytestmark = pytest.mark.hosts
 

@@ -6,16 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleet import TEST_FLOWS
+from journal_audit import audit
 
-from browserworker.jobs import enqueue
-from browserworker.leases import this_owner
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
+from browserworker.journal import this_owner
 from browserworker.states import AttemptState, RunState
 from browserworker.store import open_store
 from browserworker.store.base import Store
 from browserworker.store.records import AttemptRecord, RunRecord
-from fleet import TEST_FLOWS
-from journal_audit import audit
 
 FLOW = load_flow(TEST_FLOWS / "short_order.py")
 

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from opsdata import WRITER, queued, running, shift, succeed
 
-from browserworker.leases import pid_space
-from browserworker.backup import DatabaseInUse, backup, check_db, restore
 from browserworker.cli import main
 from browserworker.errors import LeaseLost, UsageError
+from browserworker.journal import pid_space
+from browserworker.ops import backup, check_db, restore
+from browserworker.ops._backup import DatabaseInUse
 from browserworker.states import RunState
 from browserworker.store import SCHEMA_VERSION, Owner, SQLiteStore
-from browserworker.store.sqlite_files import checkpoint
-from opsdata import WRITER, queued, running, shift, succeed
+from browserworker.store.sqlite._files import checkpoint
 
 pytestmark = pytest.mark.sqlite_dialect  # backups are copies of a SQLite file
 

@@ -10,14 +10,15 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from opsdata import dispatched, finish, queued, running, shift, succeed
 
-from browserworker.leases import pid_space
 from browserworker.cli import main
 from browserworker.errors import UsageError
-from browserworker.health import HealthRules, check_store, parse_duration, parse_growth
+from browserworker.journal import pid_space
+from browserworker.ops import HealthRules, check_store
+from browserworker.ops._health import parse_duration, parse_growth
 from browserworker.states import AttemptState, RunState
 from browserworker.store import Owner, Store, open_store
-from opsdata import dispatched, finish, queued, running, shift, succeed
 
 
 @pytest.fixture

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 import structlog
+from conftest import BW, FLOWS
 from pydantic import SecretStr
 
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
 from browserworker.logs import configure_logging
 from browserworker.sandbox.db import SandboxDB
 from browserworker.store import open_store
-from conftest import BW, FLOWS
 
 STEP_FIELDS = ("run_id", "step_id", "attempt_no", "request_key", "fingerprint", "state", "worker_id", "lease_epoch")
 LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))

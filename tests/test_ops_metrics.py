@@ -11,15 +11,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
+from opsdata import dispatched, expire, finish, queued, running, shift, succeed
 from prometheus_client.parser import text_string_to_metric_families
+from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 
-from browserworker.leases import pid_space
-from browserworker.metrics import MetricsServer, QueueAges, exposition, reconcile_decision, snapshot
+from browserworker.journal import pid_space
+from browserworker.ops import MetricsServer, exposition, snapshot
+from browserworker.ops._metrics import QueueAges, reconcile_decision
 from browserworker.states import AttemptState
 from browserworker.store import Owner, SQLiteStore, SQLStore, open_store
-from browserworker.store.sqlite import QUERIES
-from opsdata import dispatched, expire, finish, queued, running, shift, succeed
+from browserworker.store.sqlite._store import QUERIES
 
 LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -268,8 +269,8 @@ def test_a_workers_own_counters_are_an_extension_served_beside_the_store(tmp_pat
     import asyncio
     import urllib.request
 
-    from browserworker.extensions import Extensions
-    from browserworker.metrics import MetricsServer, ProcessCounters
+    from browserworker.flow import Extensions
+    from browserworker.ops import MetricsServer, ProcessCounters
     from browserworker.store import open_store
 
     store = open_store(tmp_path / "bw.db")

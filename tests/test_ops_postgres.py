@@ -16,18 +16,20 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-
-from browserworker import backup_postgres
-from browserworker.backup import DatabaseInUse, backup, restore
-from browserworker.cli import main
-from browserworker.errors import LeaseLost, StoreError, UsageError
-from browserworker.states import RunState
-from browserworker.store import Owner, open_store, postgres_restore
-from browserworker.store.postgres_schema import SCHEMA_VERSION
-from browserworker.store.url import store_exists
 from conftest import ROOT
 from opsdata import WRITER, queued, running, shift, succeed
 from pg import PgServer, database_url
+
+from browserworker.cli import main
+from browserworker.errors import LeaseLost, StoreError, UsageError
+from browserworker.ops import _backup_postgres as backup_postgres
+from browserworker.ops import backup, restore
+from browserworker.ops._backup import DatabaseInUse
+from browserworker.states import RunState
+from browserworker.store import Owner, open_store
+from browserworker.store.postgres import SCHEMA_VERSION
+from browserworker.store.postgres import _restore as postgres_restore
+from browserworker.store.url import store_exists
 
 FLOW = str(ROOT / "tests" / "flows" / "short_order.py")
 GONE = Owner("worker-gone", "some-other-host", 99)

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import BW, FLOWS
+from fleet import enqueue_many, start_worker, states, wait_until_done
 
 from browserworker.cli import main
 from browserworker.states import AttemptState, RunState
 from browserworker.store import open_store
-from conftest import BW, FLOWS
-from fleet import enqueue_many, start_worker, states, wait_until_done
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

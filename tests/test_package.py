@@ -15,10 +15,17 @@ from pathlib import Path
 import pytest
 
 import browserworker
-from browserworker.browser import LEAN_FEATURES, BrowserSession, BrowserSettings, _start_tethered_driver, \
-    _without_shared_workers, find_chromium, merge_disabled_features, tethered
 from browserworker.errors import BrowserNotFound, UsageError
-from browserworker.leases import _stat
+from browserworker.journal._leases import _stat
+from browserworker.runtime import BrowserSession, BrowserSettings
+from browserworker.runtime._browser import (
+    LEAN_FEATURES,
+    _start_tethered_driver,
+    _without_shared_workers,
+    find_chromium,
+    merge_disabled_features,
+    tethered,
+)
 
 
 def test_all_is_complete_and_importable() -> None:
@@ -236,7 +243,7 @@ def test_chromium_starts_no_webui_renderer_per_context() -> None:
 
 HOLD_A_SESSION = """
 import asyncio
-from browserworker.browser import BrowserSession, BrowserSettings
+from browserworker.runtime import BrowserSession, BrowserSettings
 
 async def main():
     async with BrowserSession(BrowserSettings.discover()) as session, session.context() as context:
@@ -251,7 +258,7 @@ asyncio.run(main())
 NEXT_SESSION = """
 import asyncio, json, sys
 from pathlib import Path
-from browserworker.browser import BrowserSession, BrowserSettings
+from browserworker.runtime import BrowserSession, BrowserSettings
 
 async def main():
     async with BrowserSession(BrowserSettings.discover()) as session:

@@ -20,22 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet import TEST_FLOWS
+from hosts import PgCluster, TcpRelay, own_database, own_postgres, pg_relay, wait_for  # noqa: F401  (fixtures)
 from structlog.testing import capture_logs
 
-from browserworker.browser import BrowserSettings
-from browserworker.engine import Engine
+from browserworker.control import enqueue
 from browserworker.errors import StoreError
-from browserworker.extensions import Extension
-from browserworker.jobs import enqueue
-from browserworker.leases import LeaseSettings
-from browserworker.loader import load_flow
+from browserworker.flow import Extension, load_flow
+from browserworker.journal import LeaseSettings
+from browserworker.runtime import BrowserSettings, Engine, WorkerSettings
+from browserworker.runtime._worker import Worker
 from browserworker.states import AttemptState, RunState
 from browserworker.store import open_store
 from browserworker.store.base import Store
 from browserworker.store.records import RunRecord
-from browserworker.worker import Worker, WorkerSettings
-from fleet import TEST_FLOWS
-from hosts import PgCluster, TcpRelay, own_database, own_postgres, pg_relay, wait_for  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.hosts
 

@@ -12,16 +12,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from conftest import BW
 
-from browserworker.browser import BrowserSettings
-from browserworker.engine import Engine
-from browserworker.loader import load_flow
+from browserworker.flow import load_flow
 from browserworker.recording import REDACTED, Recording, record, replay
-from browserworker.runner import RunRequest, prepare_run
+from browserworker.runtime import BrowserSettings, Engine, RunRequest, prepare_run
 from browserworker.sandbox.db import SandboxDB
 from browserworker.sandbox.testing import start_sandbox
 from browserworker.store.sqlite import SQLiteStore
-from conftest import BW
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

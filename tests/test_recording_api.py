@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from browserworker.browser import BrowserSettings
-from browserworker.engine import Engine
-from browserworker.loader import load_flow
+from browserworker.flow import load_flow
 from browserworker.recording import Recording, record, replay
-from browserworker.runner import RunRequest, prepare_run
+from browserworker.runtime import BrowserSettings, Engine, RunRequest, prepare_run
 from browserworker.sandbox.db import SandboxDB
 from browserworker.sandbox.testing import start_sandbox
 from browserworker.store.sqlite import SQLiteStore

@@ -9,10 +9,10 @@ import pytest
 from pydantic import SecretStr
 
 from browserworker.errors import UsageError
+from browserworker.flow import load_flow
 from browserworker.recording import REDACTED, Recording, Redactor, ReplayRouter, recording_path
 from browserworker.recording.files import Ledger
 from browserworker.recording.replayer import compare, parse_crash_at
-from browserworker.loader import load_flow
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from browserworker.recovery import own_failures
+from browserworker.runtime._recovery import own_failures
 from browserworker.states import AttemptState
 from browserworker.store.records import AttemptRecord
 
@@ -78,8 +78,8 @@ def test_an_effect_without_proof_is_named_at_load_and_by_chaos(bw: Any) -> None:
     """A flow whose effect has neither a verifier nor idempotent=True is warned about once when
     the CLI loads it (what a crash leads to: review); chaos's verdict for such an effect whose
     landings nothing counted is "unproven: no verifier", not "ok"."""
-    from browserworker.chaos import UNPROVEN, _verdict
-    from browserworker.loader import load_flow, unproven_effects
+    from browserworker.flow import load_flow, unproven_effects
+    from browserworker.prove._chaos import UNPROVEN, _verdict
 
     loaded = load_flow(FLOWS / "place_order_unverified.py")
     [line] = unproven_effects(loaded.flow)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import BW
 
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import load_flow
 from browserworker.states import AttemptState, RunState
 from browserworker.store import Owner, open_store
-from conftest import BW
 
 pytestmark = pytest.mark.browser
 

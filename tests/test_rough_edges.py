@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from browserworker.cli import main
 from browserworker.errors import FlowDefinitionError, InputError, StoreError
-from browserworker.loader import load_flow
+from browserworker.flow import load_flow
 from browserworker.store import NewRun, Owner, SQLiteStore, open_store
 from browserworker.store.testing import backdate
 

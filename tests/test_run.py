@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import BW
 
 pytestmark = pytest.mark.browser

@@ -14,9 +14,10 @@ with warnings.catch_warnings():  # starlette >= 1.x nags about httpx vs httpx2 o
     warnings.filterwarnings("ignore", message=r".*httpx2")
     from starlette.testclient import TestClient  # noqa: E402
 
+from test_sandbox import login, post_order  # noqa: E402
+
 from browserworker.sandbox import create_app  # noqa: E402
 from browserworker.sandbox.visits import most_at_once  # noqa: E402
-from test_sandbox import login, post_order  # noqa: E402
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import stat
 import threading
 import time
 import uuid
-from datetime import timedelta
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,12 @@ from fleet import TEST_FLOWS, start_worker, wait_until_done
 from stores import store_target  # noqa: F401  (the contract fixtures)
 
 from browserworker import Flow
+from browserworker.control import enqueue
 from browserworker.errors import FlowDefinitionError, InputError
-from browserworker.jobs import enqueue
-from browserworker.loader import load_flow
+from browserworker.flow import load_flow
 from browserworker.recording import replay
-from browserworker.sessions import ENV_KEY, Sealer, SessionUnreadable, generate_key, sealer_for
+from browserworker.runtime import generate_key
+from browserworker.runtime._login_sessions import ENV_KEY, Sealer, SessionUnreadable, sealer_for
 from browserworker.store import open_store
 
 FLOW = TEST_FLOWS / "session_order.py"
@@ -165,7 +166,7 @@ def test_new_key_prints_a_key_the_store_seals_with(tmp_path: Path, monkeypatch: 
     from click.testing import CliRunner
 
     from browserworker.cli import main
-    from browserworker.sessions import SessionKeyError
+    from browserworker.runtime._login_sessions import SessionKeyError
 
     first, second = (CliRunner().invoke(main, ["sessions", "new-key"]) for _ in range(2))
     assert first.exit_code == 0 and second.exit_code == 0

@@ -23,16 +23,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-from browserworker.browser import BrowserSession, BrowserSettings
-from browserworker.errors import LeaseLost
-from browserworker.executor import Executor
-from browserworker.jobs import enqueue
-from browserworker.leases import Lease, LeaseSettings
-from browserworker.loader import load_flow
-from browserworker.store import open_store
 from conftest import FLOWS
 from fleet import TEST_FLOWS, start_worker
+
+from browserworker.control import enqueue
+from browserworker.errors import LeaseLost
+from browserworker.flow import load_flow
+from browserworker.journal import Lease, LeaseSettings
+from browserworker.runtime import BrowserSession, BrowserSettings
+from browserworker.runtime._executor import Executor
+from browserworker.store import open_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -103,7 +103,7 @@ def test_owner_is_gone_knows_this_process_without_asking_the_kernel(monkeypatch:
     import socket
     from types import SimpleNamespace
 
-    from browserworker import leases
+    from browserworker.journal import _leases as leases
 
     me = leases.this_owner("w")
     held = SimpleNamespace(owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start=me.pid_start)
@@ -461,7 +461,7 @@ def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
     reconcile). A run leased again after a release or a lost lease, or restored from a
     backup while still queued (never leased), is not fresh: it may have a journal or a
     restore to reconcile."""
-    from browserworker.backup import backup, restore
+    from browserworker.ops import backup, restore
 
     db = tmp_path / "bw.db"
     store = open_store(db)

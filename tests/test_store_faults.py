@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from browserworker.errors import StoreError
-from browserworker.leases import this_owner
-from browserworker.store import NewRun, SQLiteStore
 from conftest import BW, sigkill
 from fleet import TEST_FLOWS, enqueue_many, start_worker
+
+from browserworker.errors import StoreError
+from browserworker.journal import this_owner
+from browserworker.store import NewRun, SQLiteStore
 
 SHORT = str(TEST_FLOWS / "short_order.py")
 FAST_BUSY = {"BROWSERWORKER_BUSY_TIMEOUT": "1"}

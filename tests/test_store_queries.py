@@ -7,11 +7,11 @@ import re
 import pytest
 
 from browserworker.store.connector import FRAGMENTS, compile_queries, load_queries, shared_queries
-from browserworker.store.sqlite import FRAGMENTS as SQLITE_FRAGMENTS
-from browserworker.store.postgres_queries import FRAGMENTS as PG_FRAGMENTS
-from browserworker.store.postgres_queries import QUERIES as PG_QUERIES
-from browserworker.store.postgres_queries import to_pyformat
-from browserworker.store.sqlite import QUERIES, positional
+from browserworker.store.postgres._queries import FRAGMENTS as PG_FRAGMENTS
+from browserworker.store.postgres._queries import QUERIES as PG_QUERIES
+from browserworker.store.postgres._queries import to_pyformat
+from browserworker.store.sqlite._store import FRAGMENTS as SQLITE_FRAGMENTS
+from browserworker.store.sqlite._store import QUERIES, positional
 
 SHARED = shared_queries()
 

@@ -10,7 +10,7 @@ import pytest
 
 from browserworker.errors import StoreError
 from browserworker.store import SCHEMA_VERSION, NewRun, Owner, SQLiteStore
-from browserworker.store.sqlite import QUERIES
+from browserworker.store.sqlite._store import QUERIES
 
 pytestmark = pytest.mark.sqlite_dialect
 
@@ -64,7 +64,7 @@ def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(tmp_path: Path
     span of a few group commits; SQLite's own handler sleeps 1, 2, 5, 10… ms), then backs off
     to 2 ms, and succeeds on the first try after the lock is released; the connection's busy
     timeout is as configured afterwards."""
-    import browserworker.store.sqlite as sqlite_module
+    import browserworker.store.sqlite._store as sqlite_module
 
     path = tmp_path / "busy.db"
     s = SQLiteStore(path, busy_timeout=30)

@@ -11,22 +11,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import BW, FLOWS, sigkill
+from fleet import (
+    TEST_FLOWS,
+    duplicate_references,
+    enqueue_many,
+    events,
+    run_states,
+    start_worker,
+    states,
+    wait_until_done,
+)
 from playwright.async_api import BrowserContext
 
-from browserworker.browser import BrowserSettings
-from browserworker.engine import Engine
-from browserworker.extensions import Extension
-from browserworker.jobs import enqueue
-from browserworker.leases import LeaseSettings
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import Extension, load_flow
+from browserworker.journal import LeaseSettings
+from browserworker.runtime import BrowserSettings, Engine, WorkerSettings
 from browserworker.states import RunState
 from browserworker.store import open_store
 from browserworker.store.records import Owner, RunRecord
 from browserworker.store.testing import forget_lease
-from browserworker.worker import WorkerSettings
-from conftest import BW, FLOWS, sigkill
-from fleet import TEST_FLOWS, duplicate_references, enqueue_many, events, run_states, start_worker, states, \
-    wait_until_done
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -101,7 +106,7 @@ def test_a_slot_frees_when_the_runs_end_is_committed(tmp_path: Path, monkeypatch
         if not started_when_closed:  # the first context to close waits (at most 10 s) for the second run
             try:
                 await asyncio.wait_for(both_started.wait(), timeout=10)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         started_when_closed.append(list(started))
         await close(self, *args, **kwargs)

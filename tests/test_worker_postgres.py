@@ -9,15 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from browserworker.browser import BrowserSettings
-from browserworker.engine import Engine
-from browserworker.extensions import Extension
-from browserworker.jobs import enqueue
-from browserworker.leases import LeaseSettings
-from browserworker.loader import load_flow
+from browserworker.control import enqueue
+from browserworker.flow import Extension, load_flow
+from browserworker.journal import LeaseSettings
+from browserworker.runtime import BrowserSettings, Engine, WorkerSettings
 from browserworker.store import open_store
 from browserworker.store.records import RunRecord
-from browserworker.worker import WorkerSettings
 
 pytestmark = pytest.mark.browser
 

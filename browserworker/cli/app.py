@@ -22,7 +22,7 @@ class Commands(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
-            exc.message += _input_hint(exc)
+            exc.message += _input_hint(exc)  # type: ignore[misc]  # click reads it when it shows the error
             raise
         except BrowserworkerError as exc:
             line, code = explain(exc, current_stage(ctx))

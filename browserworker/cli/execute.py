@@ -20,21 +20,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .. import jobs
-from ..browser import BrowserSettings
+from .. import control
 from ..errors import UsageError
-from ..leases import LeaseSettings
+from ..journal import LeaseSettings
+from ..ops import Progress, broken_line, journal_view, outcome_line, run_summary, worker_line
+from ..runtime import BrowserSettings
 from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.records import RunRecord
-from ..views import Progress, broken_line, journal_view, outcome_line, run_summary, worker_line
 from .app import main
 from .failures import EXIT_STOPPED, stage
 from .options import FlowArgs, db_option, emit, flow_options, headed_option, json_option, lease_option
 from .session import session
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import Engine
-    from ..runner import RunRequest
+    from ..runtime import Engine, RunRequest
 
 T = TypeVar("T")
 
@@ -167,7 +166,7 @@ def enqueue(flow: FlowArgs, run_id: str | None, queue: str, priority: int, delay
     run with exit 6 (backpressure), nothing written.
     """
     request = flow.request(run_id)
-    record = jobs.enqueue(session().store(), request.loaded, request.inputs, run_id=run_id, queue=queue,
+    record = control.enqueue(session().store(), request.loaded, request.inputs, run_id=run_id, queue=queue,
                           priority=priority, delay=delay)
     emit(run_summary(record), as_json, lambda: click.echo(record.id))
 
@@ -202,10 +201,10 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
     back at their next step boundary (no waiting for lease expiry). A second signal exits
     at once.
     """
-    from ..worker import WorkerSettings  # imported here: keeps `run`'s start-up short
+    from ..runtime import WorkerSettings  # imported here: keeps `run`'s start-up short
 
     browser = BrowserSettings.discover(headless=not headed)
-    settings = WorkerSettings(queues=[jobs.validate_queue(q) for q in queues] or ["default"], concurrency=concurrency,
+    settings = WorkerSettings(queues=[control.validate_queue(q) for q in queues] or ["default"], concurrency=concurrency,
                               grace=grace, max_lease_losses=max_lease_losses, once=once, flow_dirs=list(flow_dirs))
     session().store(wait=wait_for_store)
     counters = _counters(metrics_port)
@@ -222,7 +221,7 @@ def _counters(port: int | None) -> list[Any]:
     """The worker's own counters (an extension), when it serves ``/metrics``."""
     if port is None:
         return []
-    from ..counters import ProcessCounters
+    from ..ops import ProcessCounters
 
     return [ProcessCounters()]
 
@@ -233,7 +232,7 @@ def _metrics(port: int | None, host: str, counters: Any = None) -> Iterator[None
     if port is None:
         yield
         return
-    from ..metrics import MetricsServer
+    from ..ops import MetricsServer
 
     try:
         exporter = MetricsServer(session().db, port, host, schema=session().schema, counters=counters)

@@ -71,4 +71,5 @@ def explain(exc: BrowserworkerError, where: Stage) -> tuple[str, int]:
 
 def current_stage(ctx: click.Context) -> Stage:
     """The stage the command of ``ctx`` is in (or was in when an error stopped it)."""
-    return ctx.meta.get(_STAGE, Stage())
+    found: Stage = ctx.meta.get(_STAGE, Stage())
+    return found

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..jobs import manage_limits
-from ..views import limit_lines
+from ..control import manage_limits
+from ..ops import limit_lines
 from .app import main
 from .options import db_option, emit, json_option
 from .session import session

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..views import console
+from ..ops import console
 from .app import main
 from .failures import stage
 from .options import db_option, emit, json_option
@@ -19,8 +19,7 @@ from .session import session
 @json_option("the snapshot")
 def status(as_json: bool) -> None:
     """Queues (depth, oldest age, UNKNOWN), runs by state, lease expiries and workers."""
-    from ..metrics import snapshot
-    from ..ops_views import print_status
+    from ..ops import print_status, snapshot
 
     snap = snapshot(session().store(create=False), histograms=False)
     emit(snap.to_dict(), as_json, lambda: print_status(snap, console()))
@@ -30,7 +29,7 @@ def status(as_json: bool) -> None:
 @db_option
 def metrics() -> None:
     """Print the metrics in the Prometheus text format (what worker --metrics-port serves)."""
-    from ..metrics import exposition
+    from ..ops import exposition
 
     click.echo(exposition(session().store(create=False)).decode(), nl=False)
 
@@ -52,7 +51,7 @@ def metrics() -> None:
 def health_command(ctx: click.Context, max_queue_age: str, max_unknown: str, max_unknown_growth: str,
                    max_stale_workers: str, stale_after: str, as_json: bool) -> None:
     """Exit 0 when healthy; else 1, with one line per breached rule (for cron, systemd, probes)."""
-    from ..health import check_store, rules_from_options
+    from ..ops import check_store, rules_from_options
 
     rules = rules_from_options(max_queue_age=max_queue_age, max_unknown=max_unknown,
                                max_unknown_growth=max_unknown_growth, max_stale_workers=max_stale_workers,
@@ -73,8 +72,7 @@ def backup_command(dest: Path, as_json: bool) -> None:
     SQLite: one file (SQLite's backup API). PostgreSQL: pg_dump --format=custom of the
     store's schema (pg_dump on PATH).
     """
-    from ..backup import backup
-    from ..ops_views import backup_line
+    from ..ops import backup, backup_line
 
     with stage(refusing=True):  # a backup that fails is refused (exit 2)
         report = backup(session().db, dest, schema=session().schema)
@@ -92,8 +90,7 @@ def restore_command(src: Path, as_json: bool) -> None:
     SCHEMA_before_restore_TIME). Unfinished runs reconcile every effect that the backup
     does not show as done (verifier or review) before anything is dispatched.
     """
-    from ..backup import restore
-    from ..ops_views import restore_lines
+    from ..ops import restore, restore_lines
 
     with stage(refusing=True):  # a restore that fails is refused (exit 2)
         report = restore(src, session().db, schema=session().schema)
@@ -110,8 +107,7 @@ def check_db_command(ctx: click.Context, as_json: bool) -> None:
     PostgreSQL: the consistency rules of the journal, and the indexes where the amcheck
     extension is installed.
     """
-    from ..backup import check_db
-    from ..ops_views import check_lines
+    from ..ops import check_db, check_lines
 
     report = check_db(session().db, schema=session().schema)
     emit(report.to_dict(), as_json, lambda: click.echo("\n".join(check_lines(report))))
@@ -127,8 +123,7 @@ def migrate_command(as_json: bool) -> None:
     Every command migrates the store it opens; run this to do it ahead of a deployment, or
     to create a PostgreSQL store's schema before any worker starts.
     """
-    from ..backup import migrate
-    from ..ops_views import migrate_line
+    from ..ops import migrate, migrate_line
 
     with stage(refusing=True):  # nothing migrated: refused (exit 2)
         report = migrate(session().db, schema=session().schema)

@@ -22,9 +22,9 @@ import click
 from click import ParameterSource
 
 from ..errors import InputError
-from ..leases import LeaseSettings
-from ..loader import load_flow, parse_inputs, unproven_effects
-from ..runner import RunRequest, validate_run_id
+from ..flow import load_flow, parse_inputs, unproven_effects
+from ..journal import LeaseSettings
+from ..runtime import RunRequest, validate_run_id
 from ..store.url import DEFAULT_DB, DEFAULT_SCHEMA, ENV_DB, ENV_SCHEMA
 from .session import Session
 

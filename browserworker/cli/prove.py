@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from ..browser import BrowserSettings
-from ..faults import CHAOS_POINTS
-from ..views import Progress, console, print_chaos
+from .._faults import CHAOS_POINTS
+from ..ops import Progress, console, print_chaos
+from ..runtime import BrowserSettings
 from .app import main
 from .options import FlowArgs, emit, flow_options, headed_option, json_option
 
@@ -32,7 +32,7 @@ def chaos(ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...
     on the real target. Exits 1 on a wrong verifier or any duplicate, lost or hung run.
     Each scenario runs in a throw-away database.
     """
-    from ..chaos import run_chaos
+    from ..prove import run_chaos
 
     request = flow.request()
     chosen = list(CHAOS_POINTS) if points == "all" else [p.strip() for p in points.split(",") if p.strip()]

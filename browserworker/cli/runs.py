@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import click
 
-from .. import jobs
+from .. import control
 from ..errors import RunNotFound, UsageError
+from ..ops import (
+    cancel_line,
+    console,
+    journal_view,
+    print_journal,
+    print_runs,
+    queue_line,
+    resolve_line,
+    review_lines,
+    run_summary,
+)
 from ..states import RunState
-from ..views import (cancel_line, console, journal_view, print_journal, print_runs, queue_line, resolve_line,
-                     review_lines, run_summary)
 from .app import main
 from .options import db_option, emit, json_option
+from .session import session
 
 who_option = click.option("--who", metavar="NAME",
                           help="Who decides, journaled with the decision (default: your user name).")
-from .session import session
 
 
 @main.command()
@@ -49,7 +58,7 @@ def runs_command(state: str | None, limit: int, as_json: bool) -> None:
 @json_option("the runs waiting for review")
 def review(as_json: bool) -> None:
     """List runs waiting for a person (NEEDS_REVIEW), with their UNKNOWN steps and evidence."""
-    items = jobs.review_items(session().store(create=False))
+    items = control.review_items(session().store(create=False))
     emit([i.to_dict() for i in items], as_json, lambda: click.echo("\n".join(review_lines(items))))
 
 
@@ -67,8 +76,8 @@ def resolve(run_id: str, step: str, decision: str | None, result_json: str | Non
             as_json: bool) -> None:
     """Decide an UNKNOWN step of a NEEDS_REVIEW run; the decision (who, when) is journaled
     and the run is re-queued (or ends FAILED)."""
-    decided, result = jobs.parse_decision(decision, result_json)
-    run = jobs.resolve(session().store(create=False), run_id, step, decided, result=result, who=who)
+    decided, result = control.parse_decision(decision, result_json)
+    run = control.resolve(session().store(create=False), run_id, step, decided, result=result, who=who)
     emit(run_summary(run), as_json, lambda: click.echo(resolve_line(run)))
 
 
@@ -80,7 +89,7 @@ def resolve(run_id: str, step: str, decision: str | None, result_json: str | Non
 def cancel(run_id: str, who: str | None, as_json: bool) -> None:
     """Cancel a run: a queued one at once; a running one at its next step boundary
     (never between an effect's intent and its outcome)."""
-    outcome = jobs.cancel(session().store(create=False), run_id, who=who)
+    outcome = control.cancel(session().store(create=False), run_id, who=who)
     line = cancel_line(run_id, outcome)
     if line is None:
         raise UsageError(f"run {run_id} is already {outcome}")
@@ -96,7 +105,7 @@ def requeue(run_id: str, who: str | None, as_json: bool) -> None:
     """Put a FAILED or CANCELLED run back in its queue, with its id and journal: SUCCEEDED steps
     are skipped, effects keep their request keys, and every step starts a fresh failure budget.
     The requeue (who, when) is journaled; a worker or `run --run-id` then runs it."""
-    run = jobs.requeue(session().store(create=False), run_id, who=who)
+    run = control.requeue(session().store(create=False), run_id, who=who)
     emit(run_summary(run), as_json, lambda: click.echo(f"run {run.id} requeued ({run.queue})"))
 
 
@@ -108,7 +117,7 @@ def requeue(run_id: str, who: str | None, as_json: bool) -> None:
 @json_option("the queue's limit")
 def queue_command(name: str, max_depth: int | None, unlimited: bool, as_json: bool) -> None:
     """Show or set a queue's maximum depth (backpressure)."""
-    jobs.validate_queue(name)
+    control.validate_queue(name)
     store = session().store()
     if unlimited or max_depth is not None:
         store.set_queue_limit(name, None if unlimited else max_depth)

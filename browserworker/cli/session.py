@@ -20,9 +20,8 @@ from ..store.url import DEFAULT_DB, is_postgres, open_store_waiting, store_exist
 from .failures import stage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..browser import BrowserSettings
-    from ..engine import Engine
-    from ..leases import LeaseSettings
+    from ..journal import LeaseSettings
+    from ..runtime import BrowserSettings, Engine
 
 __all__ = ["URL_EVIDENCE_DIR", "Session", "session"]
 
@@ -92,7 +91,7 @@ class Session:
     def engine(self, *, browser: BrowserSettings, lease: LeaseSettings | None = None,
                extensions: Sequence[Any] = ()) -> Engine:
         """An engine over this invocation's store (the session closes the store, not the engine)."""
-        from ..engine import Engine
+        from ..runtime import Engine
 
         return Engine(self.store(), browser=browser, lease=lease, extensions=extensions,
                       evidence_dir=self.evidence_dir)

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..views import console
+from ..ops import console
 from .app import main
 from .failures import stage
 from .options import db_option, emit, json_option
 from .session import session
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..sessions import SessionInfo
+    from ..runtime import SessionInfo
 
 
 def _when(at: float | None) -> str:
@@ -42,7 +42,7 @@ def sessions_command(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ..sessions import list_sessions
+    from ..runtime import list_sessions
 
     found, problem = list_sessions(session().store(create=False))
     emit({"sessions": [s.to_dict() for s in found], "key_problem": problem}, as_json,
@@ -73,7 +73,7 @@ def _show(found: list[SessionInfo], problem: str | None) -> None:
 @db_option
 def drop_command(key: str) -> None:
     """Forget the saved login session KEY: the next run with that key logs in again."""
-    from ..sessions import drop_session
+    from ..runtime import drop_session
 
     with stage(refusing=True):
         drop_session(session().store(create=False), key)
@@ -86,6 +86,6 @@ def new_key_command() -> None:
 
     Give every worker of a fleet the same key; keep it with your other secrets.
     """
-    from ..sessions import generate_key
+    from ..runtime import generate_key
 
     click.echo(generate_key())

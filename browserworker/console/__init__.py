@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import UsageError
@@ -38,7 +39,7 @@ def check_host(host: str, explicit: bool) -> None:
                          f"${ENV_READONLY_TOKEN} explicitly, and put TLS in front of it")
 
 
-def check_start(host: str, environ: dict[str, str] | None = None) -> None:
+def check_start(host: str, environ: Mapping[str, str] | None = None) -> None:
     """Everything that refuses a start and needs no file and no database: the tokens given in
     the environment, and the address to listen on. Called first, so a refused start writes nothing."""
     env = os.environ if environ is None else environ

@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,7 @@ def end_session(store: Store, login: Login, *, everywhere: bool = False) -> int:
     return int(store.console_sessions.end(login.session))
 
 
-def check_tokens(environ: dict[str, str] | None = None) -> None:
+def check_tokens(environ: Mapping[str, str] | None = None) -> None:
     """Refuse tokens given in the environment that are too short, or the same for both roles
     (a :class:`UsageError`; nothing is read or written)."""
     env = os.environ if environ is None else environ
@@ -158,7 +159,7 @@ def check_tokens(environ: dict[str, str] | None = None) -> None:
         raise UsageError(f"${ENV_TOKEN} and ${ENV_READONLY_TOKEN} must differ")
 
 
-def load_keys(path: Path, environ: dict[str, str] | None = None) -> tuple[Keys, Tokens]:
+def load_keys(path: Path, environ: Mapping[str, str] | None = None) -> tuple[Keys, Tokens]:
     """The console's keys: tokens from the environment, else the hashes kept in ``path``
     (created 0600 with fresh tokens when missing: those are returned, to print once). Tokens
     are checked before anything is written: a refused start leaves ``path`` as it was."""

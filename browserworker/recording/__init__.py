@@ -11,9 +11,9 @@ See :mod:`.files` for the format, :mod:`.redact` for what never reaches a record
 :mod:`.router` for the matching rules.
 """
 
+from .._redact import REDACTED, Redactor
 from .files import FORMAT, Recording, recording_path
 from .recorder import RecordedRun, record
-from .redact import REDACTED, Redactor
 from .replayer import CRASH_POINTS, ReplayError, ReplayResult, replay, replay_async
 from .router import ReplayRouter
 

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..browser import BrowserSettings
 from ..logs import configure_logging
+from ..runtime import BrowserSettings
 from ..store import open_store
 from .files import Ledger, Recording
 from .replayer import _load, replay_pass

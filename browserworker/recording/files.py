@@ -27,18 +27,18 @@ import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+from .._redact import Redactor
 from ..errors import UsageError
-from .redact import Redactor
 
 if TYPE_CHECKING:  # pragma: no cover
     from playwright.async_api import APIResponse
 
-    from ..routes import ApiCall
+    from ..gate import ApiCall
 
 __all__ = [
     "FORMAT",
@@ -229,7 +229,7 @@ async def api_har_entry(call: ApiCall, response: APIResponse | None, error: str 
                   "cookies": [], "redirectURL": "", "headersSize": -1, "bodySize": len(body),
                   "content": {"size": len(body), "mimeType": mime, "text": base64.b64encode(body).decode(),
                               "encoding": "base64"}}
-    return {"startedDateTime": datetime.now(timezone.utc).isoformat(), "time": 0, "request": request,
+    return {"startedDateTime": datetime.now(UTC).isoformat(), "time": 0, "request": request,
             "response": answer, "cache": {}, "timings": {"send": 0, "wait": 0, "receive": 0},
             "_apiRequest": True}
 

@@ -21,7 +21,7 @@ import time
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,21 +30,18 @@ import structlog
 from playwright.async_api import APIResponse, BrowserContext
 from pydantic import BaseModel
 
-from ..context_options import secret_values
+from .._redact import REDACTED, Redactor
 from ..errors import InputError, UsageError
-from ..flow import Effect, Flow, Step, StepContext
-from ..extensions import Extension, Extensions
-from ..loader import LoadedFlow
-from ..routes import ApiCall, observe_api
+from ..flow import Effect, Extension, Extensions, Flow, LoadedFlow, Step, StepContext, secret_values
+from ..gate import ApiCall, observe_api
 from ..states import RunState
 from ..store.base import Store
 from ..store.records import AttemptRecord, RunRecord
 from .files import FORMAT, RecordingWriter, Segment, api_har_entry, recording_path, write_json
-from .redact import REDACTED, Redactor
 from .selftest import SelfTest, expected_after, run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import Engine
+    from ..runtime import Engine
 
 __all__ = ["RecordedRun", "Recorder", "TraceChunks", "journal_data", "record", "redact_trace"]
 
@@ -384,7 +381,7 @@ class Recorder(Extension):
             "final_state": str(final.state) if final else None,
             "secret_fields": self.redactor.names(), "password_fields": sorted(self.password_fields),
             "redaction_warnings": self.redactor.warnings,
-            "recorded_at": datetime.fromtimestamp(self._started, timezone.utc).isoformat(timespec="seconds"),
+            "recorded_at": datetime.fromtimestamp(self._started, UTC).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - self._started, 2),
             "tools": {"browserworker": _version("browserworker"), "playwright": _version("playwright"),
                       "python": platform.python_version(), "browser": self._browser_version},

@@ -35,22 +35,18 @@ from urllib.parse import urlsplit
 
 from playwright.async_api import BrowserContext
 
-from .. import faults
-from ..browser import BrowserSettings
+from .. import _faults as faults
+from .._redact import REDACTED, Redactor
 from ..errors import BrowserworkerError, InputError, UsageError
-from ..flow import Effect, Step, StepContext
-from ..engine import Engine
-from ..extensions import Extensions
-from ..leases import LeaseSettings
-from ..loader import LoadedFlow, load_flow
-from ..sessions import replay_seed
+from ..flow import Effect, Extensions, LoadedFlow, Step, StepContext, load_flow
+from ..journal import LeaseSettings
+from ..ops import journal_view
+from ..runtime import BrowserSettings, Engine, replay_seed
 from ..states import RunState
-from ..store.records import AttemptRecord, EventRecord, NewRun, RunRecord
 from ..store import Store, open_store
-from ..views import journal_view
+from ..store.records import AttemptRecord, EventRecord, NewRun, RunRecord
 from .files import Ledger, Recording, recording_path
 from .recorder import TraceChunks, journal_data
-from .redact import REDACTED, Redactor
 from .router import ReplayProxy, ReplayRouter, tls_context
 from .selftest import SelfTest, expected_after, run_verifier
 

@@ -47,8 +47,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import structlog
 from playwright.async_api import BrowserContext, Request, Route
 
+from .._redact import Redactor
 from .files import VERIFY_PHASES, Ledger, Recording, Segment
-from .redact import Redactor
 
 __all__ = ["Answer", "Entry", "ReplayProxy", "ReplayRouter", "request_key", "tls_context"]
 

@@ -8,6 +8,7 @@ The shop behaves like a real site (cookie sessions, per-session CSRF tokens,
 from __future__ import annotations
 
 import secrets
+from html import escape
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -22,8 +23,16 @@ from starlette.routing import Route
 from . import pages
 from .api import api_create_order, api_faults, api_inflight, api_orders, api_reset, healthz
 from .core import (
-    SandboxState, csrf_ok, csrf_token, current_user, get_state, html_response, login_redirect,
-    run_order, safe_next, validate_order,
+    SandboxState,
+    csrf_ok,
+    csrf_token,
+    current_user,
+    get_state,
+    html_response,
+    login_redirect,
+    run_order,
+    safe_next,
+    validate_order,
 )
 from .db import SandboxDB
 from .logins import Logins, api_logins, api_revoke_sessions
@@ -156,7 +165,7 @@ async def staff(request: Request) -> Response:
         return Response("authentication required", status_code=401,
                         headers={"WWW-Authenticate": 'Basic realm="staff"'})
     language = request.headers.get("accept-language", "")
-    return HTMLResponse(f"<h1 id='staff'>staff area</h1><p id='language'>{pages.escape(language)}</p>")
+    return HTMLResponse(f"<h1 id='staff'>staff area</h1><p id='language'>{escape(language)}</p>")
 
 
 async def busy(request: Request) -> Response:

@@ -37,7 +37,7 @@ def _e(value: object) -> str:
 
 
 def _fmt_time(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def layout(title: str, body: str, *, user: str | None, csrf: str | None = None) -> str:

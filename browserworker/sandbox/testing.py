@@ -170,7 +170,9 @@ class SandboxProcess:
         report: dict[str, Any] = self.request("GET", "/api/visits")["tags"]
         if tag is None:
             return report
-        return report.get(tag, {"visits": {}, "most_visits_at_once": 0, "most_requests_at_once": 0, "requests": []})
+        found: dict[str, Any] = report.get(tag, {"visits": {}, "most_visits_at_once": 0, "most_requests_at_once": 0,
+                                                 "requests": []})
+        return found
 
     def clear_visits(self) -> None:
         """Forget the tagged requests seen so far."""

@@ -9,8 +9,8 @@ and group commit), :mod:`.wakeups` (waking idle workers), :mod:`.testing` (helpe
 
 from .base import Store
 from .connector import Connector
-from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
 from .postgres import PostgresStore
+from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
 from .shared import SQLStore
 from .sqlite import SCHEMA_VERSION, SQLiteConnector, SQLiteStore
 from .url import DEFAULT_DB, ENV_DB, open_store

@@ -5,7 +5,7 @@ worker), the thread runs them together in one transaction and commits once: one 
 the whole batch instead of one per call. A caller gets its result only after that commit,
 so nothing is acted on before it is durable.
 
-Reads (store methods marked :func:`~browserworker.store.base.read_only`) that lead a
+Reads (store methods marked :func:`~browserworker.store.manager.read_only`) that lead a
 batch run before it, each on its own, outside the write transaction; the rest of the batch,
 reads included, runs inside it in order.
 

@@ -11,12 +11,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..canonical import canonical_json
-from ..errors import LeaseLost, UsageError
+from .._canonical import canonical_json
+from ..errors import UsageError
 from ..states import RunState
-from .base import read_only
 from .connector import Connector, Row, Tx
-from .manager import Manager
+from .manager import Manager, read_only
 from .records import RunRecord
 from .runs import RunManager
 

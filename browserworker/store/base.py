@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ..errors import StoreError
 from ..states import AttemptState, RunState
@@ -19,22 +19,24 @@ from .wakeups import Wakeups
 
 if TYPE_CHECKING:
     from .approvals import ApprovalManager
+    from .budgets import Budget
     from .console_sessions import ConsoleSessionManager
+    from .ops import (
+        DuplicatePrevented,
+        LiveLease,
+        QueueBacklog,
+        QueueWait,
+        Reconciliation,
+        RestoreFence,
+        StateCount,
+        StepUnknowns,
+        UnknownOpen,
+        WorkerLoad,
+    )
     from .sessions import SessionManager
-    from ..budgets import Budget
-    from .ops import (DuplicatePrevented, LiveLease, QueueBacklog, QueueWait, Reconciliation, RestoreFence,
-                      StateCount, StepUnknowns, UnknownOpen, WorkerLoad)
 
-__all__ = ["GroupSpoiled", "Store", "read_only"]
+__all__ = ["GroupSpoiled", "Store"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def read_only(method: F) -> F:
-    """Mark a store method that only reads. :class:`~browserworker.store.aio.AsyncStore`
-    runs such calls outside a batch's write transaction when they lead the batch."""
-    method.read_only = True  # type: ignore[attr-defined]
-    return method
 
 
 class GroupSpoiled(StoreError):

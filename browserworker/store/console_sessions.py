@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from .base import read_only
 from .connector import Row
-from .manager import Manager
+from .manager import Manager, read_only
 
 __all__ = ["ConsoleSession", "ConsoleSessionManager"]
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..canonical import canonical_json
+from .._canonical import canonical_json
 from ..errors import OverBudget, QueueFull, UsageError
 from ..states import RunState
-from .base import read_only
 from .connector import Connector, Row, Tx
 from .limits import admit
-from .manager import Manager
+from .manager import Manager, read_only
 from .records import NewRun, Owner, RunRecord, WorkerRecord
 from .runs import RunManager
 
@@ -100,7 +99,8 @@ class FleetManager(Manager):
                 admit(tx, best["limit_key"], now)
             except OverBudget:
                 return _BUSY
-        return best["id"]
+        chosen: str = best["id"]
+        return chosen
 
     def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
                         limit: int = 100) -> list[RunRecord]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..canonical import canonical_json
+from .._canonical import canonical_json
 from ..errors import LeaseLost
 from ..states import AttemptState, check_attempt_transition
-from .base import read_only
 from .connector import Row
-from .manager import Manager
+from .manager import Manager, read_only
 from .records import AttemptRecord, EventRecord, OutboxRecord, _fields
 
 __all__ = ["JournalManager"]

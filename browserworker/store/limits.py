@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from .. import budgets
-from ..budgets import Budget
 from ..errors import OverBudget, UsageError
-from .base import read_only
+from . import budgets
+from .budgets import Budget
 from .connector import Row, Tx
-from .manager import Manager
+from .manager import Manager, read_only
 
 __all__ = ["LimitManager", "admit"]
 

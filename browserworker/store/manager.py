@@ -32,13 +32,23 @@ there: no extra statement and no extra clause on its hot path.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from ..canonical import canonical_json
+from .._canonical import canonical_json
 from ..errors import LeaseLost
 from .connector import Connector, Tx
 
-__all__ = ["Manager"]
+__all__ = ["Manager", "read_only"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def read_only(method: F) -> F:
+    """Mark a store method that only reads. :class:`~browserworker.store.aio.AsyncStore`
+    runs such calls outside a batch's write transaction when they lead the batch."""
+    method.read_only = True  # type: ignore[attr-defined]
+    return method
 
 
 class Manager:

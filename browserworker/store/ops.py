@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from .base import read_only
-from .manager import Manager
+from .manager import Manager, read_only
 from .records import WorkerRecord, _fields
 
 __all__ = ["DuplicatePrevented", "LiveLease", "OpsManager", "QueueBacklog", "QueueWait", "Reconciliation",

@@ -24,7 +24,7 @@ def _fields(row: Mapping[str, Any]) -> dict[str, Any]:
         mapping = _IS_MAPPING[type(row)] = isinstance(row, Mapping)
     if mapping:
         return dict(row)
-    return dict(zip(row.keys(), row))
+    return dict(zip(row.keys(), row, strict=True))
 
 
 _IS_MAPPING: dict[type, bool] = {dict: True}

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..canonical import canonical_json
+from .._canonical import canonical_json
 from ..errors import UsageError
 from ..states import AttemptState, RunState
-from .base import read_only
 from .connector import Connector
-from .manager import Manager
+from .manager import Manager, read_only
 from .records import RunRecord
 from .runs import RunManager
 

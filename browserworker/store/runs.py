@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from ..canonical import canonical_json
+from .._canonical import canonical_json
 from ..states import RUN_TRANSITIONS, RunState, check_run_transition
-from .base import read_only
 from .connector import Tx
 from .limits import admit
-from .manager import Manager
+from .manager import Manager, read_only
 from .records import NewRun, Owner, RunRecord
 
 __all__ = ["RunManager"]

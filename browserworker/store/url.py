@@ -9,14 +9,13 @@ from pathlib import Path
 
 from ..errors import StoreUnavailable, UsageError
 from .base import Store
+from .postgres import DEFAULT_SCHEMA, ENV_SCHEMA
 
 __all__ = ["DEFAULT_DB", "DEFAULT_SCHEMA", "ENV_DB", "ENV_SCHEMA", "is_postgres", "open_store", "postgres_url",
            "sqlite_path", "store_exists"]
 
 ENV_DB = "BROWSERWORKER_DB"
 DEFAULT_DB = "browserworker.db"
-ENV_SCHEMA = "BROWSERWORKER_DB_SCHEMA"   # PostgreSQL: the store's schema
-DEFAULT_SCHEMA = "browserworker"
 
 _SQLITE = ("sqlite", "file")
 _POSTGRES = ("postgres", "postgresql", "postgresql+psycopg")
@@ -108,7 +107,7 @@ def store_exists(target: str | os.PathLike[str], *, schema: str | None = None) -
     ``schema`` as :func:`open_store` names it); looks, creates nothing."""
     target = os.fspath(target)
     if is_postgres(target):
-        from .postgres_check import schema_exists
+        from .postgres import schema_exists
 
         return schema_exists(postgres_url(target), schema)
     return sqlite_path(target).exists()

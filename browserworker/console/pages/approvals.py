@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
-from ... import approvals
+from ... import control
 from ...errors import UsageError
-from ...evidence import screenshot_file
+from ...ops import screenshot_file
 from ..web import act, console, read, redirect, render
 from . import Page
 
@@ -20,7 +20,7 @@ __all__ = ["PAGE"]
 
 
 async def approvals_page(request: Request) -> Response:
-    waiting = await read(approvals.list_approvals, console(request).store)
+    waiting = await read(control.list_approvals, console(request).store)
     return render(request, "approvals", "approvals.html", approvals=waiting)
 
 
@@ -28,7 +28,7 @@ async def screenshot(request: Request) -> Response:
     """The screenshot an approval that is waiting names, from inside the evidence directory."""
     c = console(request)
     wanted = int(request.path_params["approval_id"])
-    waiting = await read(approvals.list_approvals, c.store)
+    waiting = await read(control.list_approvals, c.store)
     found = next((a for a in waiting if a.id == wanted and a.screenshot), None)
     path = None if found is None else screenshot_file(str(found.screenshot), c.evidence_dir)
     if path is None:
@@ -42,10 +42,10 @@ async def decide(request: Request) -> Response:
     decision = str(form.get("decision", ""))
     try:
         if decision == "approve":
-            await read(approvals.approve, console(request).store, run_id, step, who=login.name)
+            await read(control.approve, console(request).store, run_id, step, who=login.name)
         elif decision == "reject":
             reason = str(form.get("reason") or "").strip() or None
-            await read(approvals.reject, console(request).store, run_id, step, who=login.name, reason=reason)
+            await read(control.reject, console(request).store, run_id, step, who=login.name, reason=reason)
         else:
             raise UsageError(f"unknown decision {decision!r}")
     except UsageError as exc:

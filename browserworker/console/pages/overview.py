@@ -10,9 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...activity import ActivitySlot, activity
-from ...health import Breach, HealthRules, check, format_age
-from ...metrics import OpsSnapshot, snapshot
+from ...ops import ActivitySlot, Breach, HealthRules, OpsSnapshot, activity, check, format_age, snapshot
 from ..web import console, read, render
 from . import Page
 

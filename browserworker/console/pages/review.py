@@ -11,10 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ... import jobs
+from ... import control
 from ...errors import UsageError
-from ...evidence import mask, screenshots
-from ...views import journal_view
+from ...ops import journal_view, mask, screenshots
 from ..web import act, console, read, redirect, render
 from . import Page
 
@@ -23,7 +22,7 @@ __all__ = ["PAGE"]
 
 def _items(store: Any) -> list[dict[str, Any]]:
     found = []
-    for item in jobs.review_items(store):
+    for item in control.review_items(store):
         run = store.get_run(item.run_id)
         if run is None:
             continue
@@ -44,8 +43,8 @@ async def resolve(request: Request) -> Response:
     run_id, step = str(form.get("run_id", "")), str(form.get("step", ""))
     result = str(form.get("result") or "").strip() or None
     try:
-        decision, value = jobs.parse_decision(str(form.get("decision")), result)
-        run = await read(jobs.resolve, console(request).store, run_id, step, decision, result=value, who=login.name)
+        decision, value = control.parse_decision(str(form.get("decision")), result)
+        run = await read(control.resolve, console(request).store, run_id, step, decision, result=value, who=login.name)
     except UsageError as exc:
         return redirect(request, "/review", f"not resolved: {exc}")
     return redirect(request, "/review", f"run {run.id}: {step} {decision.replace('_', ' ')} by {login.name}; now {run.state}")

@@ -11,11 +11,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
-from ... import jobs
+from ... import control
 from ...errors import UsageError
-from ...evidence import mask, recordings_of, screenshot_file, screenshots
+from ...ops import journal_view, mask, recordings_of, screenshot_file, screenshots
 from ...states import TERMINAL_RUN_STATES, RunState
-from ...views import journal_view
 from ..web import act, console, read, redirect, render
 from . import Page
 
@@ -104,8 +103,8 @@ async def trace(request: Request) -> Response:
 
 def _apply(store: Any, action: str, ids: list[str], who: str) -> dict[str, str]:
     if action == "cancel":
-        return jobs.cancel_many(store, ids, who=who)
-    return jobs.requeue_many(store, ids, who=who)
+        return control.cancel_many(store, ids, who=who)
+    return control.requeue_many(store, ids, who=who)
 
 
 def summary(action: str, outcomes: dict[str, str]) -> str:

@@ -1,0 +1,38 @@
+"""What people and programs ask of runs: enqueue, cancel, requeue, review, resolve, approve.
+
+``_jobs``: creating runs for the workers and the decisions a person takes on them;
+``_approvals``: listing, approving and rejecting the effects that wait for a person.
+"""
+
+from ._approvals import approvals_of_run, approve, list_approvals, reject
+from ._jobs import (
+    ReviewItem,
+    cancel,
+    cancel_many,
+    enqueue,
+    manage_limits,
+    parse_decision,
+    requeue,
+    requeue_many,
+    resolve,
+    review_items,
+    validate_queue,
+)
+
+__all__ = [
+    "ReviewItem",
+    "approvals_of_run",
+    "approve",
+    "cancel",
+    "cancel_many",
+    "enqueue",
+    "list_approvals",
+    "manage_limits",
+    "parse_decision",
+    "reject",
+    "requeue",
+    "requeue_many",
+    "resolve",
+    "review_items",
+    "validate_queue",
+]

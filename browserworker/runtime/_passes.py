@@ -1,0 +1,155 @@
+"""What the executor's parts share: the run they work on (:class:`RunScope`), one pass's
+browser state (:class:`Pass`), and how a step ends a pass early (:class:`Again`, :class:`Stop`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from playwright.async_api import BrowserContext, Page
+from pydantic import BaseModel
+
+from ..flow import Extensions, Flow, Step, StepContext
+from ..gate import ContextRoute, StepGap, safe_url
+from ..journal import RunJournal
+from ..store.records import AttemptRecord, OutboxRecord, RunRecord
+
+__all__ = ["REPLAY_NOW", "Again", "Pass", "PassOutcome", "RunScope", "Stop", "backoff", "in_own_task", "jsonable",
+           "response_evidence", "safe_url"]
+
+T = TypeVar("T")
+
+MAX_BACKOFF = 10.0
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """How one pass over the steps ended."""
+
+    kind: Literal["done", "again", "review", "failed", "cancelled", "released", "throttled", "approval"]
+    reason: str | None = None
+    backoff: float = 0.0
+
+
+class Again(Exception):
+    """End this pass; take a new one (a replay needs fresh page state), after ``backoff`` seconds."""
+
+    def __init__(self, reason: str, backoff: float = 0.0) -> None:
+        super().__init__(reason)
+        self.backoff = backoff
+
+
+class Stop(Exception):
+    """End the run's passes: for review, failed, cancelled, or handed back (released, or
+    throttled: back to the queue until its limit key's pause ends)."""
+
+    def __init__(self, kind: Literal["review", "failed", "cancelled", "released", "throttled", "approval"], reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait before the next try after ``failures`` failures of a step."""
+    return min(MAX_BACKOFF, 0.5 * 2.0 ** max(0, failures - 1))
+
+
+class _ReplayNow:
+    """Sentinel: recovery decided the effect is to be attempted again in this pass."""
+
+
+REPLAY_NOW: Any = _ReplayNow()
+
+
+@dataclass
+class RunScope:
+    """One leased run as every part of the executor sees it."""
+
+    flow: Flow[Any]
+    run: RunRecord
+    journal: RunJournal
+    extensions: Extensions
+    inputs: BaseModel
+    log: Any
+    evidence_dir: Path | None = None
+    shared_workers_allowed: bool = False
+    restored_at: float | None = None  # the run was restored from a backup (see reconcile.restore_gap)
+    budget_since: float | None = None  # a person requeued the run: failures before count no more
+    parked_approval: int | None = None  # the approval the run waits for (a pass ended "approval")
+
+    def step_context(self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str,
+                     results: Mapping[str, Any]) -> StepContext[Any]:
+        """What a step, verifier or extension is handed for one step."""
+        key = self.journal.request_key(step_id)
+        attempt_no = attempt.attempt_no if attempt else 0
+        return StepContext(page=page, inputs=self.inputs, run_id=self.run.id, step_id=step_id, attempt_no=attempt_no,
+                           request_key=key, fingerprint=fingerprint, results=dict(results),
+                           log=self.log.bind(step_id=step_id, attempt_no=attempt_no, request_key=key,
+                                             fingerprint=fingerprint, state=str(attempt.state) if attempt else None))
+
+    def attempt_log(self, attempt: AttemptRecord) -> Any:
+        return self.log.bind(step_id=attempt.step_id, attempt_no=attempt.attempt_no, request_key=attempt.request_key,
+                             fingerprint=attempt.request_fingerprint, state=str(attempt.state))
+
+    async def screenshot(self, page: Page, name: str) -> str | None:
+        """Keep what the page showed when a step was parked for review (best effort)."""
+        if self.evidence_dir is None:
+            return None
+        path = self.evidence_dir / self.run.id.replace(":", "_") / f"{name}.png"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(path), full_page=True, timeout=5000)
+        except Exception:  # evidence is best effort: the page may be gone
+            return None
+        return str(path)
+
+
+@dataclass
+class Pass:
+    """One pass: a fresh browser context walking the steps from the top."""
+
+    context: BrowserContext
+    route: ContextRoute
+    page: Page | None = None
+    results: dict[str, Any] = field(default_factory=dict)
+    gap: StepGap | None = None  # the window between steps (set by the executor)
+
+    def gap_opened(self, after: Step) -> None:
+        """``after`` has stopped watching its page (its gate removed, its guard off): the gap
+        after it starts, before its outcome is journaled."""
+        if self.gap is not None:
+            self.gap.open(after)
+
+    def gap_closed(self) -> None:
+        """The next step is in place (its guard, its armed gate): the gap before it ends."""
+        if self.gap is not None:
+            self.gap.close()
+
+
+async def in_own_task(step: Awaitable[T]) -> T:
+    """Await a flow's step function in a task of its own.
+
+    Playwright captures the caller's stack on every API call and reads the locals of each
+    frame outside its own package; in a task of its own, a step's stack is its own frames,
+    not the executor's and the worker's as well. Cancelling the caller cancels the step.
+    """
+    return await asyncio.ensure_future(step)
+
+
+def response_evidence(row: OutboxRecord) -> dict[str, Any]:
+    """An outbox row as review evidence."""
+    evidence = {"method": row.method, "url": row.url, "status": row.status,
+                "location": (row.headers or {}).get("location"), "answered": row.answered, "failure": row.failure}
+    if row.channel != "held":
+        evidence["channel"] = row.channel
+    if row.final_status is not None:
+        evidence["final_status"], evidence["final_url"] = row.final_status, row.final_url
+    return evidence
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value

@@ -1,0 +1,138 @@
+"""PostgreSQL's queries and the write side of its transactions.
+
+The shared named queries with this dialect's fragments (row locks, the database's clock),
+bound by name (``%(name)s``); :class:`Tx`, a transaction's named-query calls; and
+:class:`Deferred`, the event rows a bare group writes in one round trip before its commit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
+
+__all__ = ["DB_NOW", "FRAGMENTS", "QUERIES", "Deferred", "Tx", "flush_before", "to_pyformat"]
+
+#: the database's clock, in seconds since the epoch (``extract`` gives numeric: cast it)
+DB_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
+
+FRAGMENTS = {"share_run": "FOR SHARE OF runs", "lock_row": "FOR UPDATE", "skip_locked": "FOR UPDATE SKIP LOCKED",
+             "clock": DB_NOW}
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|:(\w+)|%")
+
+
+def to_pyformat(sql: str) -> str:
+    """``sql`` with each ``:name`` as ``%(name)s`` (a literal ``%`` doubled, string literals left alone)."""
+
+    def convert(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if match.group(0) == "%":
+            return "%%"
+        if name is None:
+            return match.group(0)
+        return f"%({name})s"
+
+    return _TOKEN.sub(convert, sql)
+
+
+def _compile() -> dict[str, str]:
+    raw = compile_queries(shared_queries(), load_queries(SQL_PACKAGE, "postgres.sql"), FRAGMENTS)
+    return {name: to_pyformat(sql) for name, sql in raw.items()}
+
+
+QUERIES = _compile()
+
+
+def _positional(sql: str) -> tuple[str, list[int]]:
+    """A pyformat query as ``%s`` placeholders, and for each the index of its name in the
+    order names first appear (a value given by position may be used twice)."""
+    order: dict[str, int] = {}
+    picks: list[int] = []
+
+    def number(match: re.Match[str]) -> str:
+        picks.append(order.setdefault(match.group(1), len(order)))
+        return "%s"
+
+    return re.sub(r"%\((\w+)\)s", number, sql), picks
+
+
+_POSITIONAL: dict[str, tuple[str, list[int]]] = {}
+
+
+class Deferred:
+    """The event rows of a bare group, written in one round trip just before its commit.
+
+    Nothing in a group reads an event row another call of it wrote, but a query that reads
+    ``events`` flushes them first (:data:`_READS_EVENTS`); a group that fails is rolled back
+    whole, its deferred rows with it. (A bare group is the common case of a worker's batch:
+    this saves one round trip per event, several per run.)
+    """
+
+    __slots__ = ("_conn", "rows")
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.rows: list[list[Any]] = []
+
+    def flush(self) -> None:
+        if self.rows:
+            rows, self.rows = self.rows, []
+            sql, _ = _positional_query("insert_event")
+            self._conn.cursor().executemany(sql, rows)
+
+
+#: the queries that read the events table (a group's deferred event rows are written first)
+_READS_EVENTS = frozenset(name for name, sql in QUERIES.items()
+                          if re.search(r"\bevents\b", sql) and not sql.lstrip().upper().startswith("INSERT INTO EVENTS"))
+
+
+def flush_before(deferred: Deferred | None, query: str) -> None:
+    if deferred is not None and deferred.rows and query in _READS_EVENTS:
+        deferred.flush()
+
+
+def _positional_query(query: str) -> tuple[str, list[int]]:
+    compiled = _POSITIONAL.get(query)
+    if compiled is None:
+        compiled = _POSITIONAL[query] = _positional(QUERIES[query])
+    return compiled
+
+
+class Tx:
+    """The write side of a transaction: named queries on one connection (in a bare group,
+    event rows are deferred to its commit: :class:`Deferred`)."""
+
+    __slots__ = ("_conn", "_deferred")
+
+    def __init__(self, conn: Any, deferred: Deferred | None = None) -> None:
+        self._conn = conn
+        self._deferred = deferred
+
+    def execute(self, query: str, params: Mapping[str, Any]) -> int:
+        flush_before(self._deferred, query)
+        return int(self._conn.execute(QUERIES[query], params).rowcount)
+
+    def insert(self, query: str, params: Mapping[str, Any]) -> int | None:
+        flush_before(self._deferred, query)
+        row = self._conn.execute(QUERIES[query] + " RETURNING id", params).fetchone()
+        return None if row is None else int(row["id"])
+
+    def insert_values(self, query: str, values: Sequence[Any]) -> None:
+        sql, picks = _positional_query(query)
+        ordered = [values[i] for i in picks]
+        if self._deferred is not None and query == "insert_event":
+            self._deferred.rows.append(ordered)
+        else:
+            self._conn.execute(sql, ordered)
+
+    def one(self, query: str, params: Mapping[str, Any]) -> Row | None:
+        flush_before(self._deferred, query)
+        row: Row | None = self._conn.execute(QUERIES[query], params).fetchone()
+        return row
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        flush_before(self._deferred, query)
+        return list(self._conn.execute(QUERIES[query], params).fetchall())
