@@ -1,5 +1,5 @@
 # The two commands of the README (demo, test), the documentation site, and the benchmarks.
-.PHONY: setup demo test docs docs-build bench clean
+.PHONY: setup demo test lint docs docs-build bench clean
 
 MKDOCS = NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs
 
@@ -8,6 +8,14 @@ setup:
 
 demo: setup
 	.venv/bin/python scripts/demo.py
+
+# The type and lint gate: ruff (lint, import order, format), mypy --strict on the package, and
+# the import-linter contracts of pyproject.toml (the layers, no cycles, private modules).
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/lint-imports
 
 # Two pytest workers (pytest-xdist) that take tests from each other's share when idle: the
 # suite waits on browsers, processes and leases more than it computes.

@@ -30,8 +30,9 @@ T = TypeVar("T")
 
 def _env() -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.setdefault("BROWSERWORKER_CHROMIUM_ARGS",
-                   "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'")
+    env.setdefault(
+        "BROWSERWORKER_CHROMIUM_ARGS", "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'"
+    )
     return env
 
 
@@ -60,9 +61,23 @@ def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
     ours: list[float] = []
     plain: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        sides = [([PY, str(HERE / "plain_ten_steps.py"), base_url], plain),
-                 ([PY, "-m", "browserworker", "run", str(HERE / "flows" / "ten_steps.py"),
-                   "--input", f"base_url={base_url}", "--db", str(Path(tmp) / "a.db")], ours)]
+        sides = [
+            ([PY, str(HERE / "plain_ten_steps.py"), base_url], plain),
+            (
+                [
+                    PY,
+                    "-m",
+                    "browserworker",
+                    "run",
+                    str(HERE / "flows" / "ten_steps.py"),
+                    "--input",
+                    f"base_url={base_url}",
+                    "--db",
+                    str(Path(tmp) / "a.db"),
+                ],
+                ours,
+            ),
+        ]
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
             for cmd, times in _abba(sides, i):
                 times.append(_timed(cmd))
@@ -119,8 +134,13 @@ def _ours_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "e.db"
         enqueue_short_orders(db, base_url, runs)
-        proc = subprocess.Popen([PY, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+        proc = subprocess.Popen(
+            [PY, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=_env(),
+            cwd=ROOT,
+        )
         pss = _PeakPss(proc.pid) if meter else None
         proc.wait()
         peak = pss.stop() if pss is not None else None
@@ -133,14 +153,21 @@ def _ours_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple
         return max(r.finished_at or 0 for r in done) - first, peak
 
 
-def _plain_concurrency(base_url: str, n: int, runs: int, *, meter: bool,
-                       playwright_defaults: bool = False) -> tuple[float, int | None]:
+def _plain_concurrency(
+    base_url: str, n: int, runs: int, *, meter: bool, playwright_defaults: bool = False
+) -> tuple[float, int | None]:
     """Drain ``runs`` runs with benchmarks/plain_concurrent.py: (seconds from the first start
     to the last finish, peak PSS if ``meter``); Chromium with the kit's browser flags, or with
     Playwright's own if ``playwright_defaults``."""
     extra = ["--playwright-defaults"] if playwright_defaults else []
-    proc = subprocess.Popen([PY, str(HERE / "plain_concurrent.py"), base_url, str(n), str(runs), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT, text=True)
+    proc = subprocess.Popen(
+        [PY, str(HERE / "plain_concurrent.py"), base_url, str(n), str(runs), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+        cwd=ROOT,
+        text=True,
+    )
     pss = _PeakPss(proc.pid) if meter else None
     out, _ = proc.communicate()
     peak = pss.stop() if pss is not None else None
@@ -153,8 +180,9 @@ def _plain_defaults_concurrency(base_url: str, n: int, runs: int, *, meter: bool
     return _plain_concurrency(base_url, n, runs, meter=meter, playwright_defaults=True)
 
 
-def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 6,
-                memory_reps: int = 4, defaults_reps: int = 2) -> list[dict[str, Any]]:
+def concurrency(
+    base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 6, memory_reps: int = 4, defaults_reps: int = 2
+) -> list[dict[str, Any]]:
     """(e) runs/min and peak PSS for N concurrent flows on one Chromium, ours vs plain.
 
     Throughput is the drain's steady state: first run started to last run finished, so the
@@ -204,28 +232,42 @@ def concurrency(base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 
         plain_m: list[int] = []
         metered: dict[str, list[float]] = {"ours": [], "plain": []}
         for i in range(memory_reps):
-            for drain, peaks, key in _abba([(_plain_concurrency, plain_m, "plain"),
-                                            (_ours_concurrency, ours_m, "ours")], i):
+            for drain, peaks, key in _abba(
+                [(_plain_concurrency, plain_m, "plain"), (_ours_concurrency, ours_m, "ours")], i
+            ):
                 seconds, peak = drain(base_url, n, 2 * n, meter=True)
                 assert peak is not None
                 metered[key].append(seconds)
                 peaks.append(peak)
         o_rpm = runs / statistics.median(ours_t) * 60
         p_rpm = runs / statistics.median(plain_t) * 60
-        out.append({"concurrency": n, "runs": runs, "reps": reps, "ours_runs_per_min": o_rpm,
-                    "plain_runs_per_min": p_rpm, "throughput_ratio": o_rpm / p_rpm,
-                    "ours_seconds": ours_t, "plain_seconds": plain_t,
-                    "ours_cpu_s_per_run": statistics.median(ours_cpu),
-                    "plain_cpu_s_per_run": statistics.median(plain_cpu),
-                    "cpu_ratio": statistics.median(ours_cpu) / statistics.median(plain_cpu),
-                    "ours_cpu_s_per_run_each": ours_cpu, "plain_cpu_s_per_run_each": plain_cpu,
-                    "plain_playwright_flags_runs_per_min": runs / statistics.median(defaults_t) * 60,
-                    "plain_playwright_flags_seconds": defaults_t, "plain_playwright_flags_reps": len(defaults_t),
-                    "plain_playwright_flags_cpu_s_per_run": statistics.median(defaults_cpu),
-                    "memory_runs": 2 * n, "memory_reps": memory_reps, "metered_seconds": metered,
-                    "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,
-                    "plain_peak_pss_mb": statistics.median(plain_m) / 2**20,
-                    "memory_ratio": statistics.median(ours_m) / statistics.median(plain_m)})
+        out.append(
+            {
+                "concurrency": n,
+                "runs": runs,
+                "reps": reps,
+                "ours_runs_per_min": o_rpm,
+                "plain_runs_per_min": p_rpm,
+                "throughput_ratio": o_rpm / p_rpm,
+                "ours_seconds": ours_t,
+                "plain_seconds": plain_t,
+                "ours_cpu_s_per_run": statistics.median(ours_cpu),
+                "plain_cpu_s_per_run": statistics.median(plain_cpu),
+                "cpu_ratio": statistics.median(ours_cpu) / statistics.median(plain_cpu),
+                "ours_cpu_s_per_run_each": ours_cpu,
+                "plain_cpu_s_per_run_each": plain_cpu,
+                "plain_playwright_flags_runs_per_min": runs / statistics.median(defaults_t) * 60,
+                "plain_playwright_flags_seconds": defaults_t,
+                "plain_playwright_flags_reps": len(defaults_t),
+                "plain_playwright_flags_cpu_s_per_run": statistics.median(defaults_cpu),
+                "memory_runs": 2 * n,
+                "memory_reps": memory_reps,
+                "metered_seconds": metered,
+                "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,
+                "plain_peak_pss_mb": statistics.median(plain_m) / 2**20,
+                "memory_ratio": statistics.median(ours_m) / statistics.median(plain_m),
+            }
+        )
     return out
 
 
@@ -244,15 +286,15 @@ def recovery(base_url: str, ttl: float = 6.0, reps: int = 3, remote: bool = Fals
             run = enqueue(store, loaded, {"base_url": base_url})
             store.close()
             args = [PY, "-m", "browserworker", "worker", "--lease-ttl", str(ttl), "--db", str(db)]
-            victim = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
-                                      cwd=ROOT)
+            victim = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
             store = SQLiteStore(db)
             deadline = time.monotonic() + 120
             while not any(a.step_id == "first" and a.state == "SUCCEEDED" for a in store.attempts(run.id)):
                 assert time.monotonic() < deadline, "the first effect never finished"
                 time.sleep(0.02)
-            survivor = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
-                                        cwd=ROOT)
+            survivor = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT
+            )
             if remote:  # before the kill, so the survivor can never see a dead local pid
                 store.connector.conn.execute("UPDATE runs SET owner_host = 'elsewhere' WHERE id = ?", (run.id,))
             victim.send_signal(signal.SIGKILL)
@@ -266,8 +308,14 @@ def recovery(base_url: str, ttl: float = 6.0, reps: int = 3, remote: bool = Fals
             survivor.send_signal(signal.SIGTERM)
             survivor.wait(timeout=60)
     med = statistics.median(times)
-    return {"ttl_s": ttl, "path": "lease expiry (remote owner)" if remote else "same host (owner pid gone)",
-            "recovery_s": med, "all_s": times, "target_s": ttl + 2, "met": med <= ttl + 2}
+    return {
+        "ttl_s": ttl,
+        "path": "lease expiry (remote owner)" if remote else "same host (owner pid gone)",
+        "recovery_s": med,
+        "all_s": times,
+        "target_s": ttl + 2,
+        "met": med <= ttl + 2,
+    }
 
 
 if __name__ == "__main__":

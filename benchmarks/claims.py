@@ -15,12 +15,17 @@ from browserworker.store import SQLiteStore, Store
 
 def _backlog(store: SQLiteStore, n: int) -> None:
     now = time.time()
-    rows = [(f"c-{i:07d}", "noop", canonical_json({"i": i}), "default", i % 3, "QUEUED", now + i * 1e-6, now)
-            for i in range(n)]
+    rows = [
+        (f"c-{i:07d}", "noop", canonical_json({"i": i}), "default", i % 3, "QUEUED", now + i * 1e-6, now)
+        for i in range(n)
+    ]
     conn = store.connector.conn  # bulk load, for the benchmark only
     with store.connector.transaction():
-        conn.executemany("INSERT INTO runs (id, flow_name, inputs_json, queue, priority, state, created_at, updated_at) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany(
+            "INSERT INTO runs (id, flow_name, inputs_json, queue, priority, state, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
     conn.execute("ANALYZE")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -44,8 +49,11 @@ def claim_latency(backlog: int, samples: int = 300) -> dict[str, Any]:
         times = timed_claims(store, samples)
         store.close()
     times.sort()
-    return {"backlog": backlog, "p50_ms": statistics.median(times) * 1000,
-            "p99_ms": times[int(len(times) * 0.99) - 1] * 1000}
+    return {
+        "backlog": backlog,
+        "p50_ms": statistics.median(times) * 1000,
+        "p99_ms": times[int(len(times) * 0.99) - 1] * 1000,
+    }
 
 
 if __name__ == "__main__":

@@ -73,12 +73,28 @@ async def drain_store(store: Store, concurrency: int) -> dict[str, Any]:
             await astore.call(store.history, run.id)
         await astore.call(store.advance_run, run.id, epoch, RunState.RUNNING, worker=owner.worker, decision="started")
         await astore.call(store.effect_boundary, run.id, "effect")  # cancel requested? the step's latest attempt
-        attempt = await astore.call(store.begin_attempt, run.id, epoch, "effect", "effect", f"{run.id}/effect",
-                                    "fp", worker=owner.worker, margin=5.0)
+        attempt = await astore.call(
+            store.begin_attempt,
+            run.id,
+            epoch,
+            "effect",
+            "effect",
+            f"{run.id}/effect",
+            "fp",
+            worker=owner.worker,
+            margin=5.0,
+        )
         outbox_id = await astore.call(store.mark_dispatched, attempt, epoch, "POST", "noop://", margin=5.0)
         await astore.call(store.record_response, outbox_id, 200, "noop://", {"content-type": "text/plain"})
-        await astore.call(store.finish_attempt, attempt, epoch, AttemptState.SUCCEEDED, decided_by="return",
-                          result={"ok": True}, worker=owner.worker)
+        await astore.call(
+            store.finish_attempt,
+            attempt,
+            epoch,
+            AttemptState.SUCCEEDED,
+            decided_by="return",
+            result={"ok": True},
+            worker=owner.worker,
+        )
         await astore.call(store.set_run_state, run.id, epoch, RunState.SUCCEEDED, worker=owner.worker)
         return True
 
@@ -100,8 +116,12 @@ def ours(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
         db = Path(tmp) / "cp.db"
         seed(db, runs)
         start = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, __file__, "worker", str(db), str(concurrency)],
-                                  stdout=subprocess.PIPE, text=True) for _ in range(workers)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "worker", str(db), str(concurrency)], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(workers)
+        ]
         outs = [json.loads(p.communicate()[0]) for p in procs]
         wall = time.perf_counter() - start
         store = open_store(db)
@@ -111,8 +131,14 @@ def ours(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
         store.close()
     assert ok == runs, f"only {ok}/{runs} runs succeeded"
     commits = sum(o["commits"] for o in outs)
-    return {"runs": runs, "workers": workers, "runs_per_s": runs / (last - first), "wall_incl_startup": wall,
-            "commits_per_run": commits / runs, "calls_per_run": sum(o["calls"] for o in outs) / runs}
+    return {
+        "runs": runs,
+        "workers": workers,
+        "runs_per_s": runs / (last - first),
+        "wall_incl_startup": wall,
+        "commits_per_run": commits / runs,
+        "calls_per_run": sum(o["calls"] for o in outs) / runs,
+    }
 
 
 def huey(runs: int, threads: int = 8) -> dict[str, Any]:
@@ -143,14 +169,22 @@ def huey(runs: int, threads: int = 8) -> dict[str, Any]:
             done = sum(pool.map(lambda _: consume(), range(threads)))
         elapsed = time.perf_counter() - start
     assert done == runs
-    return {"runs": runs, "runs_per_s": runs / elapsed, "durability": "SqliteHuey fsync=True (WAL, synchronous=FULL); "
-            "dequeue deletes the task, the result is a separate commit"}
+    return {
+        "runs": runs,
+        "runs_per_s": runs / elapsed,
+        "durability": "SqliteHuey fsync=True (WAL, synchronous=FULL); "
+        "dequeue deletes the task, the result is a separate commit",
+    }
 
 
 def dbos(runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run([sys.executable, __file__, "dbos", str(Path(tmp) / "dbos.sqlite"), str(runs)],
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, __file__, "dbos", str(Path(tmp) / "dbos.sqlite"), str(runs)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if out.returncode != 0:
             return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -167,8 +201,14 @@ def _dbos_child(path: str, runs: int) -> None:
     def workflow(i: int) -> int:
         return effect(i)
 
-    DBOS(config={"name": "bench", "system_database_url": f"sqlite:///{path}", "run_admin_server": False,
-                 "log_level": "ERROR"})
+    DBOS(
+        config={
+            "name": "bench",
+            "system_database_url": f"sqlite:///{path}",
+            "run_admin_server": False,
+            "log_level": "ERROR",
+        }
+    )
     DBOS.launch()
     start = time.perf_counter()
     handles = [DBOS.start_workflow(workflow, i) for i in range(runs)]
@@ -179,8 +219,15 @@ def _dbos_child(path: str, runs: int) -> None:
     mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     conn.close()
     DBOS.destroy()
-    print(json.dumps({"runs": runs, "runs_per_s": runs / elapsed,
-                      "durability": f"DBOS SQLite system database (journal_mode={mode}); start_workflow + 1 step"}))
+    print(
+        json.dumps(
+            {
+                "runs": runs,
+                "runs_per_s": runs / elapsed,
+                "durability": f"DBOS SQLite system database (journal_mode={mode}); start_workflow + 1 step",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
@@ -189,5 +236,15 @@ if __name__ == "__main__":
     elif sys.argv[1] == "dbos":
         _dbos_child(sys.argv[2], int(sys.argv[3]))
     else:
-        print(json.dumps({"one": ours(1, 2000), "two": ours(2, 2000), "huey": huey(2000), "dbos": dbos(200),
-                          "raw": raw_commit_rate(Path(tempfile.mkdtemp()) / "raw.db")}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "one": ours(1, 2000),
+                    "two": ours(2, 2000),
+                    "huey": huey(2000),
+                    "dbos": dbos(200),
+                    "raw": raw_commit_rate(Path(tempfile.mkdtemp()) / "raw.db"),
+                },
+                indent=2,
+            )
+        )

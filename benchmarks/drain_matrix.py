@@ -22,8 +22,10 @@ def drain(base_url: str, workers: int, n: int, runs: int) -> float:
         db = Path(tmp) / "m.db"
         enqueue_short_orders(db, base_url, runs)
         cmd = [sys.executable, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)]
-        procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
-                 for _ in range(workers)]
+        procs = [
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+            for _ in range(workers)
+        ]
         for p in procs:
             p.wait()
         store = SQLiteStore(db)

@@ -76,23 +76,25 @@ def is_dispatch(method: str) -> bool:
 
 # -- the target: a separate process, so its CPU is not counted --------------------------------
 
-FORM = ("<!doctype html><title>order</title><form method=post action='/submit'>"
-        "<input id=item name=item><button id=go>submit</button></form>")
+FORM = (
+    "<!doctype html><title>order</title><form method=post action='/submit'>"
+    "<input id=item name=item><button id=go>submit</button></form>"
+)
 RESULT = "<!doctype html><title>done</title><h1 id=result>ordered {item}</h1>"
-_GO = "<button id=go onclick=\"go()\">go</button>"
+_GO = '<button id=go onclick="go()">go</button>'
 PROBES: dict[str, str] = {
     "form POST": "<form method=post action='/land?key={key}'><input name=k value='{key}'>"
-                 "<button id=go>go</button></form>",
+    "<button id=go>go</button></form>",
     "fetch POST": _GO + "<script>function go(){{fetch('/land?key={key}',{{method:'POST',body:'x'}})}}</script>",
     "sendBeacon (live page)": _GO + "<script>function go(){{navigator.sendBeacon('/land?key={key}','x')}}</script>",
     "sendBeacon on pagehide": "<a id=go href='/done' onclick=\"window.addEventListener('pagehide',"
-                              "()=>navigator.sendBeacon('/land?key={key}','x'))\">go</a>",
+    "()=>navigator.sendBeacon('/land?key={key}','x'))\">go</a>",
     "dedicated Worker POST": _GO + "<script>function go(){{new Worker('/worker.js?key={key}')}}</script>",
     "SharedWorker POST": _GO + "<script>function go(){{new SharedWorker('/worker.js?key={key}')}}</script>",
     "ServiceWorker POST": _GO + "<script>function go(){{navigator.serviceWorker.register('/worker.js?key={key}')}}"
-                          "</script>",
+    "</script>",
     "WebSocket message": _GO + "<script>const ws=new WebSocket('ws://'+location.host+'/ws?key={key}');"
-                         "ws.onopen=()=>document.title='open';function go(){{ws.send('land:{key}')}}</script>",
+    "ws.onopen=()=>document.title='open';function go(){{ws.send('land:{key}')}}</script>",
     "page.request.post": "<p>the API request context</p>",
     "popup: keepalive POST, closes itself": _GO + "<script>function go(){{window.open('/closer?key={key}')}}</script>",
 }
@@ -124,8 +126,9 @@ class _Target(BaseHTTPRequestHandler):
 
     def _land(self, key: str, channel: str) -> None:
         with self.lock:
-            self.landings.append({"key": key, "channel": channel, "at": time.time(),
-                                  "journal": self.headers.get("x-gate-journal")})
+            self.landings.append(
+                {"key": key, "channel": channel, "at": time.time(), "journal": self.headers.get("x-gate-journal")}
+            )
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
@@ -224,6 +227,7 @@ class Target:
 
 # -- the journal: what the gate commits before a dispatch leaves ------------------------------
 
+
 class Journal:
     """An attempt row and an outbox, committed as the kit commits a dispatch: WAL,
     ``synchronous=FULL``, ``BEGIN IMMEDIATE``, the attempt's ``dispatched_at`` fenced by the
@@ -235,8 +239,10 @@ class Journal:
         self.conn.execute("PRAGMA synchronous = FULL")
         self.conn.execute("PRAGMA busy_timeout = 5000")
         self.conn.execute("CREATE TABLE attempts (id INTEGER PRIMARY KEY, lease_epoch INTEGER, dispatched_at REAL)")
-        self.conn.execute("CREATE TABLE outbox (id INTEGER PRIMARY KEY, attempt_id INTEGER, channel TEXT, "
-                          "method TEXT, url TEXT, at REAL)")
+        self.conn.execute(
+            "CREATE TABLE outbox (id INTEGER PRIMARY KEY, attempt_id INTEGER, channel TEXT, "
+            "method TEXT, url TEXT, at REAL)"
+        )
         self.conn.execute("INSERT INTO attempts (id, lease_epoch) VALUES (1, 1)")
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
         self.rows: list[dict[str, Any]] = []
@@ -245,12 +251,16 @@ class Journal:
         now = time.time()
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            cur = self.conn.execute("UPDATE attempts SET dispatched_at = coalesce(dispatched_at, ?) "
-                                    "WHERE id = 1 AND lease_epoch = ?", (now, 1))
+            cur = self.conn.execute(
+                "UPDATE attempts SET dispatched_at = coalesce(dispatched_at, ?) WHERE id = 1 AND lease_epoch = ?",
+                (now, 1),
+            )
             if cur.rowcount != 1:
                 raise RuntimeError("lease lost")
-            row = self.conn.execute("INSERT INTO outbox (attempt_id, channel, method, url, at) VALUES (1, ?, ?, ?, ?)",
-                                    (channel, method, url, now)).lastrowid
+            row = self.conn.execute(
+                "INSERT INTO outbox (attempt_id, channel, method, url, at) VALUES (1, ?, ?, ?, ?)",
+                (channel, method, url, now),
+            ).lastrowid
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -268,8 +278,18 @@ class Journal:
 
 # -- the proxy gate --------------------------------------------------------------------------
 
-_HOP = frozenset({"connection", "proxy-connection", "keep-alive", "proxy-authorization", "te", "trailer",
-                  "transfer-encoding", "upgrade"})
+_HOP = frozenset(
+    {
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 
 
 class GateProxy:
@@ -323,8 +343,9 @@ class GateProxy:
         finally:
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, origin: str | None,
-                     pending: bytes) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, origin: str | None, pending: bytes
+    ) -> None:
         """Serve one client connection; inside a CONNECT tunnel, ``origin`` is its host:port
         (requests then come in origin-form) and ``pending`` the bytes already read."""
         upstream: tuple[str, asyncio.StreamReader, asyncio.StreamWriter] | None = None
@@ -393,8 +414,12 @@ class GateProxy:
                     upstream = (hostport, r, w)
                 _, up_r, up_w = upstream
                 path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                up_w.write(f"{method} {path} HTTP/1.1\r\n".encode("latin-1")
-                           + "".join(f"{k}: {v}\r\n" for k, v in out).encode("latin-1") + b"\r\n" + body)
+                up_w.write(
+                    f"{method} {path} HTTP/1.1\r\n".encode("latin-1")
+                    + "".join(f"{k}: {v}\r\n" for k, v in out).encode("latin-1")
+                    + b"\r\n"
+                    + body
+                )
                 await up_w.drain()
                 status, keep = await self._relay_response(method, up_r, writer)
                 if websocket and status == 101:
@@ -409,8 +434,9 @@ class GateProxy:
             if upstream is not None:
                 upstream[2].close()
 
-    async def _relay_response(self, method: str, up_r: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter) -> tuple[int, bool]:
+    async def _relay_response(
+        self, method: str, up_r: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[int, bool]:
         """Copy one response (after any 1xx but 101) to the client; (status, keep-alive)."""
         while True:
             head = await up_r.readuntil(b"\r\n\r\n")
@@ -433,8 +459,14 @@ class GateProxy:
         await writer.drain()
         return status, keep
 
-    async def _tunnel_websocket(self, url: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                                up_r: asyncio.StreamReader, up_w: asyncio.StreamWriter) -> None:
+    async def _tunnel_websocket(
+        self,
+        url: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_r: asyncio.StreamReader,
+        up_w: asyncio.StreamWriter,
+    ) -> None:
         async def page_to_site() -> None:
             while True:
                 head = await reader.readexactly(2)
@@ -477,7 +509,7 @@ async def _read_body(reader: asyncio.StreamReader, names: dict[str, str]) -> byt
             size = int(size_line.split(b";")[0], 16)
             if size == 0:
                 return body
-            body, rest = body + rest[:size], rest[size + 2:]
+            body, rest = body + rest[:size], rest[size + 2 :]
     length = int(names.get("content-length") or 0)
     return await reader.readexactly(length) if length else b""
 
@@ -515,7 +547,7 @@ def tree_cpu(exclude: set[int]) -> tuple[float, float]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         pid = int(entry)
         parents[pid] = int(fields[1])
         times[pid] = sum(int(x) for x in fields[11:15]) / _TICK
@@ -533,6 +565,7 @@ def tree_cpu(exclude: set[int]) -> tuple[float, float]:
 
 # -- the benchmark ---------------------------------------------------------------------------
 
+
 async def gated_context(browser: Any, setup: str, proxy: GateProxy, journal: Journal) -> Any:
     """A new context for ``setup``: "none", "route" (a route that journals each dispatch before it
     lets it go) or "proxy" (every request through the gate proxy)."""
@@ -541,6 +574,7 @@ async def gated_context(browser: Any, setup: str, proxy: GateProxy, journal: Jou
         options["proxy"] = {"server": proxy.url}
     context = await browser.new_context(**options)
     if setup == "route":
+
         async def gate(route: Any, request: Any) -> None:
             if is_dispatch(request.method):
                 await journal.commit("route", request.method, request.url)
@@ -560,8 +594,9 @@ async def one_run(browser: Any, base: str, setup: str, i: int, proxy: GateProxy,
     await context.close()
 
 
-async def drain(browser: Any, base: str, setup: str, n: int, runs: int, proxy: GateProxy, journal: Journal,
-                exclude: set[int]) -> dict[str, float]:
+async def drain(
+    browser: Any, base: str, setup: str, n: int, runs: int, proxy: GateProxy, journal: Journal, exclude: set[int]
+) -> dict[str, float]:
     queue = list(range(runs))
     before = (len(journal.rows), len(proxy.journal.rows))
 
@@ -577,9 +612,14 @@ async def drain(browser: Any, base: str, setup: str, n: int, runs: int, proxy: G
     self1, kids1 = tree_cpu(exclude)
     journaled = {"none": 0, "route": len(journal.rows) - before[0], "proxy": len(proxy.journal.rows) - before[1]}
     assert journaled[setup] == (0 if setup == "none" else runs), (setup, journaled)
-    return {"runs_per_min": runs / span * 60, "cpu_s_per_run": (self1 - self0 + kids1 - kids0) / runs,
-            "self_cpu_s_per_run": (self1 - self0) / runs, "browser_cpu_s_per_run": (kids1 - kids0) / runs,
-            "span_s": span, "load_1min": os.getloadavg()[0]}
+    return {
+        "runs_per_min": runs / span * 60,
+        "cpu_s_per_run": (self1 - self0 + kids1 - kids0) / runs,
+        "self_cpu_s_per_run": (self1 - self0) / runs,
+        "browser_cpu_s_per_run": (kids1 - kids0) / runs,
+        "span_s": span,
+        "load_1min": os.getloadavg()[0],
+    }
 
 
 LATENCY_JS = """async ([n, key]) => {
@@ -596,8 +636,9 @@ LATENCY_JS = """async ([n, key]) => {
 }"""
 
 
-async def latency(browser: Any, base: str, setup: str, n: int, proxy: GateProxy, journal: Journal,
-                  exclude: set[int]) -> dict[str, float]:
+async def latency(
+    browser: Any, base: str, setup: str, n: int, proxy: GateProxy, journal: Journal, exclude: set[int]
+) -> dict[str, float]:
     """The gate's own cost per request: median milliseconds of one fetch POST (a dispatch:
     journaled) and of one fetch GET (passed through) from a live page, one at a time, and the
     CPU milliseconds (this process and the browser) per POST+GET pair."""
@@ -608,8 +649,12 @@ async def latency(browser: Any, base: str, setup: str, n: int, proxy: GateProxy,
     times = await page.evaluate(LATENCY_JS, [n, f"latency-{setup}"])
     self1, kids1 = tree_cpu(exclude)
     await context.close()
-    return {"post_ms": statistics.median(times["post"]), "get_ms": statistics.median(times["get"]),
-            "cpu_ms_per_pair": (self1 - self0 + kids1 - kids0) / n * 1000, "self_cpu_ms_per_pair": (self1 - self0) / n * 1000}
+    return {
+        "post_ms": statistics.median(times["post"]),
+        "get_ms": statistics.median(times["get"]),
+        "cpu_ms_per_pair": (self1 - self0 + kids1 - kids0) / n * 1000,
+        "self_cpu_ms_per_pair": (self1 - self0) / n * 1000,
+    }
 
 
 def session_settings(shared_workers: Literal["block", "allow"] = "block") -> Any:
@@ -626,8 +671,7 @@ async def bench(cycles: int) -> dict[str, Any]:
 
     results: dict[str, dict[str, list[dict[str, float]]]] = {s: {str(n): [] for n in LEVELS} for s in SETUPS}
     lat: dict[str, list[dict[str, float]]] = {}
-    with tempfile.TemporaryDirectory() as tmp, Target() as target, \
-            GateProxy(Journal(Path(tmp) / "proxy.db")) as proxy:
+    with tempfile.TemporaryDirectory() as tmp, Target() as target, GateProxy(Journal(Path(tmp) / "proxy.db")) as proxy:
         journal = Journal(Path(tmp) / "route.db")
         exclude = {target.proc.pid}
         async with BrowserSession(session_settings()) as session:
@@ -635,18 +679,26 @@ async def bench(cycles: int) -> dict[str, Any]:
             for setup in SETUPS:  # warm up: the first contexts, the page cache of the binaries
                 await drain(browser, target.url, setup, 4, 8, proxy, journal, exclude)
             for rep in range(4):  # per-request cost, ABBA
-                for setup in (SETUPS if rep % 2 == 0 else SETUPS[::-1]):
+                for setup in SETUPS if rep % 2 == 0 else SETUPS[::-1]:
                     row = await latency(browser, target.url, setup, 100, proxy, journal, exclude)
                     lat.setdefault(setup, []).append(row)
-                    print(f"  latency {setup:5} POST {row['post_ms']:.2f} ms, GET {row['get_ms']:.2f} ms, "
-                          f"{row['cpu_ms_per_pair']:.2f} CPU ms per pair", file=sys.stderr, flush=True)
+                    print(
+                        f"  latency {setup:5} POST {row['post_ms']:.2f} ms, GET {row['get_ms']:.2f} ms, "
+                        f"{row['cpu_ms_per_pair']:.2f} CPU ms per pair",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             for n, runs in LEVELS.items():
                 for rep in range(2 * cycles):
-                    for setup in (SETUPS if rep % 2 == 0 else SETUPS[::-1]):  # ABBA: A B C C B A ...
+                    for setup in SETUPS if rep % 2 == 0 else SETUPS[::-1]:  # ABBA: A B C C B A ...
                         row = await drain(browser, target.url, setup, n, runs, proxy, journal, exclude)
                         results[setup][str(n)].append(row)
-                        print(f"  N={n} {setup:5} {row['runs_per_min']:6.0f} runs/min "
-                              f"{row['cpu_s_per_run']:.3f} CPU s/run", file=sys.stderr, flush=True)
+                        print(
+                            f"  N={n} {setup:5} {row['runs_per_min']:6.0f} runs/min "
+                            f"{row['cpu_s_per_run']:.3f} CPU s/run",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         journal.close()
         proxy.journal.close()
     summary: dict[str, Any] = {}
@@ -655,11 +707,19 @@ async def bench(cycles: int) -> dict[str, Any]:
             rows = results[setup][str(n)]
             summary.setdefault(setup, {})[str(n)] = {
                 key: statistics.median(r[key] for r in rows)
-                for key in ("runs_per_min", "cpu_s_per_run", "self_cpu_s_per_run", "browser_cpu_s_per_run")}
-    return {"levels": {str(n): r for n, r in LEVELS.items()}, "drains_per_cell": 2 * cycles,
-            "median": summary, "paired": paired(results, cycles), "drains": results,
-            "per_request": {setup: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-                            for setup, rows in lat.items()}, "per_request_runs": lat}
+                for key in ("runs_per_min", "cpu_s_per_run", "self_cpu_s_per_run", "browser_cpu_s_per_run")
+            }
+    return {
+        "levels": {str(n): r for n, r in LEVELS.items()},
+        "drains_per_cell": 2 * cycles,
+        "median": summary,
+        "paired": paired(results, cycles),
+        "drains": results,
+        "per_request": {
+            setup: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for setup, rows in lat.items()
+        },
+        "per_request_runs": lat,
+    }
 
 
 def paired(results: dict[str, dict[str, list[dict[str, float]]]], cycles: int) -> dict[str, Any]:
@@ -672,8 +732,10 @@ def paired(results: dict[str, dict[str, list[dict[str, float]]]], cycles: int) -
             ours, base = results[setup][n], results["none"][n]
             cell = {}
             for key in ("runs_per_min", "cpu_s_per_run"):
-                ratios = [(ours[2 * c][key] + ours[2 * c + 1][key]) / (base[2 * c][key] + base[2 * c + 1][key])
-                          for c in range(cycles)]
+                ratios = [
+                    (ours[2 * c][key] + ours[2 * c + 1][key]) / (base[2 * c][key] + base[2 * c + 1][key])
+                    for c in range(cycles)
+                ]
                 cell[key] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
             out.setdefault(setup, {})[n] = cell
     return out
@@ -681,32 +743,45 @@ def paired(results: dict[str, dict[str, list[dict[str, float]]]], cycles: int) -
 
 def print_bench(out: dict[str, Any]) -> None:
     med = out["median"]
-    print("\nthe gate's own cost per request: 100 fetch POST+GET pairs from a live page, one at a time "
-          "(median of 4)")
-    print("| setup | one fetch POST (journaled), ms | one fetch GET, ms | CPU ms per POST+GET | of which this process |")
+    print("\nthe gate's own cost per request: 100 fetch POST+GET pairs from a live page, one at a time (median of 4)")
+    print(
+        "| setup | one fetch POST (journaled), ms | one fetch GET, ms | CPU ms per POST+GET | of which this process |"
+    )
     print("|---|---|---|---|---|")
     for setup, row in out["per_request"].items():
-        print(f"| {setup} | {row['post_ms']:.2f} | {row['get_ms']:.2f} | {row['cpu_ms_per_pair']:.2f} "
-              f"| {row['self_cpu_ms_per_pair']:.2f} |")
-    print(f"\nthe flow: median of {out['drains_per_cell']} drains per cell (runs per drain: "
-          + ", ".join(f"N={n}: {r}" for n, r in out["levels"].items()) + "); "
-          "ratios: the median over ABCCBA blocks of each block's setup/none ratio (range in brackets)")
+        print(
+            f"| {setup} | {row['post_ms']:.2f} | {row['get_ms']:.2f} | {row['cpu_ms_per_pair']:.2f} "
+            f"| {row['self_cpu_ms_per_pair']:.2f} |"
+        )
+    print(
+        f"\nthe flow: median of {out['drains_per_cell']} drains per cell (runs per drain: "
+        + ", ".join(f"N={n}: {r}" for n, r in out["levels"].items())
+        + "); "
+        "ratios: the median over ABCCBA blocks of each block's setup/none ratio (range in brackets)"
+    )
     print("| N | setup | runs/min | vs none | CPU s/run | vs none | of which this process | browser |")
     print("|---|---|---|---|---|---|---|---|")
     for n in out["levels"]:
         for setup in SETUPS:
             m = med[setup][n]
-            ratio = {key: "1" if setup == "none" else
-                     "{median:.2f}x ({min:.2f}-{max:.2f})".format(**out["paired"][setup][n][key])
-                     for key in ("runs_per_min", "cpu_s_per_run")}
-            print(f"| {n} | {setup} | {m['runs_per_min']:.0f} | {ratio['runs_per_min']} | {m['cpu_s_per_run']:.3f} "
-                  f"| {ratio['cpu_s_per_run']} | {m['self_cpu_s_per_run']:.3f} | {m['browser_cpu_s_per_run']:.3f} |")
+            ratio = {
+                key: "1"
+                if setup == "none"
+                else "{median:.2f}x ({min:.2f}-{max:.2f})".format(**out["paired"][setup][n][key])
+                for key in ("runs_per_min", "cpu_s_per_run")
+            }
+            print(
+                f"| {n} | {setup} | {m['runs_per_min']:.0f} | {ratio['runs_per_min']} | {m['cpu_s_per_run']:.3f} "
+                f"| {ratio['cpu_s_per_run']} | {m['self_cpu_s_per_run']:.3f} | {m['browser_cpu_s_per_run']:.3f} |"
+            )
 
 
 # -- the channel probes ----------------------------------------------------------------------
 
-async def probe(browser: Any, target: Target, proxy: GateProxy, journal: Journal, gate: str, channel: str,
-                trial: int) -> dict[str, Any]:
+
+async def probe(
+    browser: Any, target: Target, proxy: GateProxy, journal: Journal, gate: str, channel: str, trial: int
+) -> dict[str, Any]:
     key = f"{gate}-{list(PROBES).index(channel)}-{trial}-{time.time_ns()}"
     routed: list[str] = []
     socket_routed: list[str] = []
@@ -715,6 +790,7 @@ async def probe(browser: Any, target: Target, proxy: GateProxy, journal: Journal
         options["proxy"] = {"server": proxy.url}
     context = await browser.new_context(**options)
     if gate == "route":
+
         async def on_route(route: Any, request: Any) -> None:
             if key in request.url and is_dispatch(request.method):
                 routed.append(request.url)
@@ -764,17 +840,24 @@ async def probe(browser: Any, target: Target, proxy: GateProxy, journal: Journal
     seen = [s for s in proxy.seen if key in s["url"] and s["method"] != "GET"]  # the dispatch (or message)
     commits = [row["committed"] for row in (proxy.journal if gate == "proxy" else journal).rows if key in row["url"]]
     journaled_first = bool(landings) and all(any(c <= row["at"] for c in commits) for row in landings)
-    return {"gate": gate, "channel": channel, "trial": trial, "landed": len(landings),
-            "route_saw": bool(routed), "route_web_socket_saw": bool(socket_routed), "proxy_saw": bool(seen),
-            "journaled_first": journaled_first, "error": error}
+    return {
+        "gate": gate,
+        "channel": channel,
+        "trial": trial,
+        "landed": len(landings),
+        "route_saw": bool(routed),
+        "route_web_socket_saw": bool(socket_routed),
+        "proxy_saw": bool(seen),
+        "journaled_first": journaled_first,
+        "error": error,
+    }
 
 
 async def channels(trials: int) -> dict[str, Any]:
     from browserworker.runtime import BrowserSession
 
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp, Target() as target, \
-            GateProxy(Journal(Path(tmp) / "proxy.db")) as proxy:
+    with tempfile.TemporaryDirectory() as tmp, Target() as target, GateProxy(Journal(Path(tmp) / "proxy.db")) as proxy:
         journal = Journal(Path(tmp) / "route.db")
         async with BrowserSession(session_settings(shared_workers="allow")) as session:
             for channel in PROBES:
@@ -809,25 +892,44 @@ async def channels(trials: int) -> dict[str, Any]:
         if errors:
             cell["errors"] = "; ".join(errors)
         table[channel] = cell
-    return {"trials": trials, "table": table, "https_through_proxy": https, "refused": sorted(set(proxy.refused)),
-            "plain_tunnels": len(proxy.tunnels),
-            "probes": rows}
+    return {
+        "trials": trials,
+        "table": table,
+        "https_through_proxy": https,
+        "refused": sorted(set(proxy.refused)),
+        "plain_tunnels": len(proxy.tunnels),
+        "probes": rows,
+    }
 
 
 def print_channels(out: dict[str, Any]) -> None:
-    cols = ["route: landed", "context.route saw", "route_web_socket saw", "route gate journaled before target",
-            "proxy: landed", "proxy saw", "proxy journaled before target"]
+    cols = [
+        "route: landed",
+        "context.route saw",
+        "route_web_socket saw",
+        "route gate journaled before target",
+        "proxy: landed",
+        "proxy saw",
+        "proxy journaled before target",
+    ]
     print(f"\n{out['trials']} trials per cell")
     print("| channel | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for channel, cell in out["table"].items():
-        print(f"| {channel} | " + " | ".join(cell[c] for c in cols) + " |"
-              + (f" {cell['errors']}" if "errors" in cell else ""))
-    print(f"https:// through the proxy: {out['https_through_proxy']}; refused (TLS inside CONNECT): "
-          f"{out['refused']}; CONNECT tunnels with plain HTTP inside: {out['plain_tunnels']}")
+        print(
+            f"| {channel} | "
+            + " | ".join(cell[c] for c in cols)
+            + " |"
+            + (f" {cell['errors']}" if "errors" in cell else "")
+        )
+    print(
+        f"https:// through the proxy: {out['https_through_proxy']}; refused (TLS inside CONNECT): "
+        f"{out['refused']}; CONNECT tunnels with plain HTTP inside: {out['plain_tunnels']}"
+    )
 
 
 # -- main ------------------------------------------------------------------------------------
+
 
 def machine() -> dict[str, Any]:
     start = time.perf_counter()
@@ -835,9 +937,14 @@ def machine() -> dict[str, Any]:
     for i in range(10_000_000):
         total += i
     loop_s = time.perf_counter() - start
-    return {"nproc": os.cpu_count(), "python_10M_additions_s": round(loop_s, 3), "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version, "platform": platform.platform(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "nproc": os.cpu_count(),
+        "python_10M_additions_s": round(loop_s, 3),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def main() -> None:
@@ -852,8 +959,11 @@ def main() -> None:
         return serve_target()
     out_path = args.out or DEFAULT_OUT
     info = machine()
-    print(f"{info['nproc']} CPUs, 10M Python additions in {info['python_10M_additions_s']} s, "
-          f"load {info['load_average_at_start']}", file=sys.stderr)
+    print(
+        f"{info['nproc']} CPUs, 10M Python additions in {info['python_10M_additions_s']} s, "
+        f"load {info['load_average_at_start']}",
+        file=sys.stderr,
+    )
     if args.channels:
         section, result = "channels", asyncio.run(channels(args.trials))
         print_channels(result)

@@ -54,6 +54,7 @@ SKEW = 0.5  # LeaseSettings' default clock-skew tolerance (the worker CLI does n
 
 # --- (b) on PostgreSQL -------------------------------------------------------------------------
 
+
 def ours_pg(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
     """``runs`` one-effect runs drained by ``workers`` processes with ``concurrency`` in flight each."""
     import control_plane
@@ -64,8 +65,12 @@ def ours_pg(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
     with pg_peers.fresh_database("ours") as dsn:
         control_plane.seed(dsn, runs)  # type: ignore[arg-type]  # open_store takes a URL too
         start = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, __file__, "worker", dsn, str(concurrency)],
-                                  stdout=subprocess.PIPE, text=True) for _ in range(workers)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "worker", dsn, str(concurrency)], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(workers)
+        ]
         outs = [json.loads(p.communicate()[0]) for p in procs]
         wall = time.perf_counter() - start
         store = open_store(dsn)
@@ -75,10 +80,16 @@ def ours_pg(workers: int, runs: int, concurrency: int = 64) -> dict[str, Any]:
     assert ok == runs, f"only {ok}/{runs} runs succeeded"
     first = min(r.started_at for r in rows if r.started_at is not None)
     last = max(r.finished_at for r in rows if r.finished_at is not None)
-    return {"runs": runs, "workers": workers, "concurrency": concurrency, "runs_per_s": runs / (last - first),
-            "wall_incl_startup": wall, "commits_per_run": sum(o["commits"] for o in outs) / runs,
-            "calls_per_run": sum(o["calls"] for o in outs) / runs,
-            "worker_cpu_ms_per_run": sum(o["cpu_s"] for o in outs) / runs * 1000}
+    return {
+        "runs": runs,
+        "workers": workers,
+        "concurrency": concurrency,
+        "runs_per_s": runs / (last - first),
+        "wall_incl_startup": wall,
+        "commits_per_run": sum(o["commits"] for o in outs) / runs,
+        "calls_per_run": sum(o["calls"] for o in outs) / runs,
+        "worker_cpu_ms_per_run": sum(o["cpu_s"] for o in outs) / runs * 1000,
+    }
 
 
 def _worker_child(dsn: str, concurrency: int) -> None:
@@ -93,6 +104,7 @@ def _worker_child(dsn: str, concurrency: int) -> None:
 
 
 # --- (c) on PostgreSQL -------------------------------------------------------------------------
+
 
 def claim_latency_pg(backlog: int, samples: int = 300) -> dict[str, Any]:
     """Claim latency with ``backlog`` queued runs; 0 is the idle worker's enqueue -> claimed."""
@@ -120,11 +132,23 @@ def bulk_backlog(dsn: str, n: int) -> None:
     now = time.time()
     with psycopg.connect(dsn) as conn:
         with conn.cursor() as cur:
-            with cur.copy(f"COPY {SCHEMA}.runs (id, flow_name, inputs_json, queue, priority, state, created_at, "
-                          "updated_at) FROM STDIN") as copy:
+            with cur.copy(
+                f"COPY {SCHEMA}.runs (id, flow_name, inputs_json, queue, priority, state, created_at, "
+                "updated_at) FROM STDIN"
+            ) as copy:
                 for i in range(n):
-                    copy.write_row((f"c-{i:07d}", "noop", canonical_json({"i": i}), "default", i % 3, "QUEUED",
-                                    now + i * 1e-6, now))
+                    copy.write_row(
+                        (
+                            f"c-{i:07d}",
+                            "noop",
+                            canonical_json({"i": i}),
+                            "default",
+                            i % 3,
+                            "QUEUED",
+                            now + i * 1e-6,
+                            now,
+                        )
+                    )
         conn.commit()
         conn.autocommit = True
         conn.execute(f"VACUUM ANALYZE {SCHEMA}.runs")
@@ -137,8 +161,18 @@ def _env() -> dict[str, str]:
 
 
 def _worker(dsn: str, *, concurrency: int = 1, ttl: float = 30.0) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "browserworker", "worker", "--db", dsn, "--concurrency", str(concurrency),
-            "--lease-ttl", str(ttl)]
+    args = [
+        sys.executable,
+        "-m",
+        "browserworker",
+        "worker",
+        "--db",
+        dsn,
+        "--concurrency",
+        str(concurrency),
+        "--lease-ttl",
+        str(ttl),
+    ]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
 
 
@@ -177,11 +211,17 @@ def idle_claim_pg(samples: int = 200) -> dict[str, Any]:
             worker.wait(timeout=60)
             store.close()
     journal = pg_peers.percentiles(waited)
-    return {"backlog": 0, "how": "idle `browserworker worker -n 1`: lease_claimed.at - time before enqueue",
-            **pg_peers.percentiles(lags), "waited_p50_ms": journal["p50_ms"], "waited_p99_ms": journal["p99_ms"]}
+    return {
+        "backlog": 0,
+        "how": "idle `browserworker worker -n 1`: lease_claimed.at - time before enqueue",
+        **pg_peers.percentiles(lags),
+        "waited_p50_ms": journal["p50_ms"],
+        "waited_p99_ms": journal["p99_ms"],
+    }
 
 
 # --- (d) on PostgreSQL -------------------------------------------------------------------------
+
 
 def recovery_pg(ttl: float = 6.0, held: int = 4, reps: int = 3, remote: bool = True) -> dict[str, Any]:
     """SIGKILL a worker holding ``held`` leases; seconds until another worker finished them all."""
@@ -189,9 +229,17 @@ def recovery_pg(ttl: float = 6.0, held: int = 4, reps: int = 3, remote: bool = T
     times = [p["finished_s"] for p in phases]
     target = ttl + SKEW + 1.0
     med = statistics.median(times)
-    return {"ttl_s": ttl, "skew_s": SKEW, "held": held, "recovery_s": med, "all_s": times, "target_s": target,
-            "met": med <= target, "phases_median_s": {k: statistics.median(p[k] for p in phases) for k in phases[0]},
-            "path": "lease expiry (remote owner)" if remote else "same host (owner pid gone)"}
+    return {
+        "ttl_s": ttl,
+        "skew_s": SKEW,
+        "held": held,
+        "recovery_s": med,
+        "all_s": times,
+        "target_s": target,
+        "met": med <= target,
+        "phases_median_s": {k: statistics.median(p[k] for p in phases) for k in phases[0]},
+        "path": "lease expiry (remote owner)" if remote else "same host (owner pid gone)",
+    }
 
 
 def _one_recovery(ttl: float, held: int, remote: bool) -> dict[str, float]:
@@ -246,8 +294,12 @@ def _phases(store: Any, ids: list[str], killed_at: float) -> dict[str, float]:
         found.append(lost.detail["detected_at"])
         claimed.append(max(e.at for e in events if e.kind == "lease_claimed"))
     finished = [store.get_run(i).finished_at for i in ids]
-    return {"lease_expired_s": max(expired) - killed_at, "requeued_s": max(found) - killed_at,
-            "claimed_again_s": max(claimed) - killed_at, "finished_s": max(finished) - killed_at}
+    return {
+        "lease_expired_s": max(expired) - killed_at,
+        "requeued_s": max(found) - killed_at,
+        "claimed_again_s": max(claimed) - killed_at,
+        "finished_s": max(finished) - killed_at,
+    }
 
 
 def _set_owner_host(dsn: str, ids: list[str], host: str) -> None:
@@ -259,9 +311,11 @@ def _set_owner_host(dsn: str, ids: list[str], host: str) -> None:
 
 def all_ours() -> dict[str, Any]:
     """Every figure of our side, for ``benchmarks/run.py --postgres``."""
-    return {"control_plane": [ours_pg(1, 3000), ours_pg(2, 3000)],
-            "claims": [claim_latency_pg(n) for n in (0, 100, 10_000, 100_000)],
-            "recovery": [recovery_pg(remote=False), recovery_pg(remote=True)]}
+    return {
+        "control_plane": [ours_pg(1, 3000), ours_pg(2, 3000)],
+        "claims": [claim_latency_pg(n) for n in (0, 100, 10_000, 100_000)],
+        "recovery": [recovery_pg(remote=False), recovery_pg(remote=True)],
+    }
 
 
 if __name__ == "__main__":

@@ -46,36 +46,37 @@ _counter = itertools.count()
 PROMISES: dict[str, dict[str, str]] = {
     "procrastinate": {
         "delivery": "at most once by default: a fetched job is marked 'doing' in the fetch's own "
-                    "transaction; if its worker dies it stays 'doing' (workers heartbeat, and "
-                    "JobManager.get_stalled_jobs finds such jobs and retry_job requeues them, only "
-                    "when you call them, e.g. from a periodic task): at least once then",
+        "transaction; if its worker dies it stays 'doing' (workers heartbeat, and "
+        "JobManager.get_stalled_jobs finds such jobs and retry_job requeues them, only "
+        "when you call them, e.g. from a periodic task): at least once then",
         "retries": "opt-in per task (retry=N or a RetryStrategy on exceptions); none by default",
         "locks": "lock=...: jobs sharing a lock run one at a time, in order; queueing_lock=...: at most "
-                 "one queued job per key",
+        "one queued job per key",
         "journal": "a job row (status todo/doing/succeeded/failed...) and procrastinate_events "
-                   "(deferred, started, succeeded...) per job; nothing about what the task did: no "
-                   "record of side effects, no fencing of a stalled worker's late writes",
+        "(deferred, started, succeeded...) per job; nothing about what the task did: no "
+        "record of side effects, no fencing of a stalled worker's late writes",
         "wake-up": "LISTEN/NOTIFY on insert, polling every 5 s as a fallback",
     },
     "pgqueuer": {
         "delivery": "at least once: a dequeue (FOR UPDATE SKIP LOCKED) marks jobs 'picked' and the "
-                    "worker heartbeats them; a picked job whose heartbeat is older than the heartbeat "
-                    "timeout (30 s) is picked again by any worker; completion is buffered (batch or "
-                    "timeout) and moves the job to pgqueuer_log, so a crash before the flush re-runs a "
-                    "finished job",
+        "worker heartbeats them; a picked job whose heartbeat is older than the heartbeat "
+        "timeout (30 s) is picked again by any worker; completion is buffered (batch or "
+        "timeout) and moves the job to pgqueuer_log, so a crash before the flush re-runs a "
+        "finished job",
         "retries": "opt-in (RetryRequested, or the DatabaseRetryEntrypointExecutor); by default a failed "
-                   "job is logged as 'exception' and deleted (on_failure='hold' keeps it)",
+        "job is logged as 'exception' and deleted (on_failure='hold' keeps it)",
         "locks": "per-entrypoint concurrency_limit enforced in SQL across workers; dedupe_key: at most "
-                 "one queued or picked job per key",
+        "one queued or picked job per key",
         "journal": "pgqueuer_log: one row per status change (queued, picked, successful/exception), "
-                   "aggregated into pgqueuer_statistics; nothing about what the job did: no record of "
-                   "side effects, no fencing of a job that outlived its heartbeat",
+        "aggregated into pgqueuer_statistics; nothing about what the job did: no record of "
+        "side effects, no fencing of a job that outlived its heartbeat",
         "wake-up": "LISTEN/NOTIFY (a trigger on the queue table), dequeue_timeout (30 s) as a fallback",
     },
 }
 
 
 # --- databases -------------------------------------------------------------------------------
+
 
 def _admin(sql: str) -> None:
     import psycopg
@@ -119,11 +120,13 @@ def raw_commit_rate(n: int = 500) -> float:
 
 # --- procrastinate (child side) --------------------------------------------------------------
 
+
 def _procrastinate_app(dsn: str, pool: int, body: Callable[[dict[str, Any]], Awaitable[None]]) -> Any:
     import procrastinate
 
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=min(pool, 4),
-                                                                     max_size=pool))
+    app = procrastinate.App(
+        connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=min(pool, 4), max_size=pool)
+    )
 
     @app.task(name="noop")
     async def noop(**payload: Any) -> None:
@@ -151,8 +154,9 @@ async def procrastinate_drain(dsn: str, concurrency: int) -> None:
 
     app = _procrastinate_app(dsn, concurrency + 2, nothing)
     async with app.open_async():
-        await app.run_worker_async(concurrency=concurrency, wait=False, listen_notify=False,
-                                   install_signal_handlers=False)
+        await app.run_worker_async(
+            concurrency=concurrency, wait=False, listen_notify=False, install_signal_handlers=False
+        )
 
 
 class Lags:
@@ -204,6 +208,7 @@ async def _never(payload: dict[str, Any]) -> None:  # pragma: no cover - the fee
 
 
 # --- PgQueuer (child side) -------------------------------------------------------------------
+
 
 async def _pgqueuer(dsn: str, body: Callable[[Any], Awaitable[None]]) -> tuple[Any, Any, Any]:
     import asyncpg
@@ -275,17 +280,22 @@ _PREPARE = {"procrastinate": procrastinate_prepare, "pgqueuer": pgqueuer_prepare
 _DRAIN = {"procrastinate": procrastinate_drain, "pgqueuer": pgqueuer_drain}
 _IMPORTS = {"procrastinate": ("procrastinate",), "pgqueuer": ("asyncpg", "pgqueuer", "pgqueuer.domain.types")}
 #: how many jobs a drain finished: (query, its expected result)
-_DONE = {"procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
-         "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"}
-_HOW = {"procrastinate": "run_worker_async(concurrency={c}, wait=False), a psycopg pool of {c} + 2; one fetch query "
-                         "per job",
-        "pgqueuer": "QueueManager.run(mode=drain, batch_size={c}), no cap on jobs in flight (its default), one "
-                    "asyncpg connection"}
+_DONE = {
+    "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
+    "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
+}
+_HOW = {
+    "procrastinate": "run_worker_async(concurrency={c}, wait=False), a psycopg pool of {c} + 2; one fetch query "
+    "per job",
+    "pgqueuer": "QueueManager.run(mode=drain, batch_size={c}), no cap on jobs in flight (its default), one "
+    "asyncpg connection",
+}
 _SERVE = {"procrastinate": procrastinate_serve, "pgqueuer": pgqueuer_serve}
 _FEED = {"procrastinate": procrastinate_feed, "pgqueuer": pgqueuer_feed}
 
 
 # --- the parent side -------------------------------------------------------------------------
+
 
 def _child(*args: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), *args]
@@ -303,28 +313,44 @@ def drain(peer: str, jobs: int, concurrency: int, workers: int = 1) -> dict[str,
         defer_s = time.perf_counter() - t0
         if prepared.returncode != 0:
             return {"peer": peer, "concurrency": concurrency, "error": _last_line(prepared.stderr)}
-        procs = [subprocess.Popen(_child("drain", peer, dsn, str(concurrency)), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(workers)]
+        procs = [
+            subprocess.Popen(
+                _child("drain", peer, dsn, str(concurrency)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(workers)
+        ]
         outs = [p.communicate(timeout=900) for p in procs]
         if any(p.returncode for p in procs):
-            return {"peer": peer, "concurrency": concurrency,
-                    "error": _last_line(next(err for p, (_, err) in zip(procs, outs, strict=True) if p.returncode))}
+            return {
+                "peer": peer,
+                "concurrency": concurrency,
+                "error": _last_line(next(err for p, (_, err) in zip(procs, outs, strict=True) if p.returncode)),
+            }
         spans = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
         with psycopg.connect(dsn) as conn:
             row = conn.execute(_DONE[peer]).fetchone()
         done = int(row[0]) if row else 0
     assert done == jobs, f"{peer}: only {done}/{jobs} jobs succeeded"
     seconds = max(s["end"] for s in spans) - min(s["start"] for s in spans)
-    return {"peer": peer, "jobs": jobs, "workers": workers, "concurrency": concurrency, "drain_s": seconds,
-            "jobs_per_s": jobs / seconds, "worker_cpu_ms_per_job": sum(s["cpu_s"] for s in spans) / jobs * 1000,
-            "defer_incl_startup_s": defer_s, "how": _HOW[peer].format(c=concurrency)}
+    return {
+        "peer": peer,
+        "jobs": jobs,
+        "workers": workers,
+        "concurrency": concurrency,
+        "drain_s": seconds,
+        "jobs_per_s": jobs / seconds,
+        "worker_cpu_ms_per_job": sum(s["cpu_s"] for s in spans) / jobs * 1000,
+        "defer_incl_startup_s": defer_s,
+        "how": _HOW[peer].format(c=concurrency),
+    }
 
 
 def idle_latency(peer: str, samples: int = 200) -> dict[str, Any]:
     """Enqueue -> job started for an idle worker of ``peer``, over ``samples`` paced jobs."""
     with fresh_database(f"{peer}_idle") as dsn:
-        proc = subprocess.Popen(_child("serve", peer, dsn, str(samples)), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            _child("serve", peer, dsn, str(samples)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             assert proc.stdout is not None
             ready = proc.stdout.readline().strip()
@@ -345,8 +371,11 @@ def idle_latency(peer: str, samples: int = 200) -> dict[str, Any]:
 def percentiles(seconds: list[float]) -> dict[str, Any]:
     """p50 and p99 (nearest rank) in milliseconds of a sample in seconds."""
     times = sorted(seconds)
-    return {"samples": len(times), "p50_ms": statistics.median(times) * 1000,
-            "p99_ms": times[max(0, int(len(times) * 0.99) - 1)] * 1000}
+    return {
+        "samples": len(times),
+        "p50_ms": statistics.median(times) * 1000,
+        "p99_ms": times[max(0, int(len(times) * 0.99) - 1)] * 1000,
+    }
 
 
 def _last_line(text: str | None) -> str:
@@ -369,10 +398,16 @@ def _main(argv: list[str]) -> None:
         print(json.dumps(asyncio.run(_SERVE[peer](dsn, samples))), flush=True)
     else:
         jobs = int(argv[1]) if len(argv) > 1 else 5000
-        out = {"server": server_version(),
-               "drain": [drain(p, jobs, c, w) for p in PEERS for c in ((8, 64) if p == "procrastinate" else (10,))
-                         for w in (1, 2)],
-               "idle": [idle_latency(p) for p in PEERS]}
+        out = {
+            "server": server_version(),
+            "drain": [
+                drain(p, jobs, c, w)
+                for p in PEERS
+                for c in ((8, 64) if p == "procrastinate" else (10,))
+                for w in (1, 2)
+            ],
+            "idle": [idle_latency(p) for p in PEERS],
+        }
         print(json.dumps(out, indent=2))
 
 

@@ -32,8 +32,9 @@ async def one(browser: Browser, base: str, i: int) -> None:
     form = await page.request.get(f"{base}/login")
     token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text())
     assert token
-    await page.request.post(f"{base}/login", form={"csrf_token": token.group(1), "username": "demo",
-                                                   "password": "demo", "next": "/healthz"})
+    await page.request.post(
+        f"{base}/login", form={"csrf_token": token.group(1), "username": "demo", "password": "demo", "next": "/healthz"}
+    )
     await page.goto(f"{base}/healthz")
     reply = await page.evaluate(POST, [f"i{i}", 1, f"{uuid.uuid4().hex}/submit"])
     assert reply["status"] == 201

@@ -36,11 +36,17 @@ def machine() -> dict[str, Any]:
     import psutil
 
     chromium = find_chromium()
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "sqlite": sqlite3.sqlite_version,
-            "chromium": chromium, "load_avg_at_start": os.getloadavg(),
-            "pythondontwritebytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
-            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "sqlite": sqlite3.sqlite_version,
+        "chromium": chromium,
+        "load_avg_at_start": os.getloadavg(),
+        "pythondontwritebytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
 
 
 def precompile() -> None:
@@ -63,17 +69,29 @@ def say(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.strip().splitlines()[0],
-                                     epilog="Takes 9-13 minutes on a 2-CPU machine (the PostgreSQL section "
-                                            "7-9 more); progress goes to stderr with elapsed seconds.")
-    parser.add_argument("--postgres", action="store_true",
-                        help="Also run the PostgreSQL section (ours on the PG store against procrastinate and "
-                             "PgQueuer; needs the server of $BROWSERWORKER_BENCH_PG, default "
-                             "postgresql://postgres@127.0.0.1:5432).")
-    parser.add_argument("--sessions-only", action="store_true",
-                        help="Run only (f), the login session benchmark; writes benchmarks/results/sessions.{json,md}.")
-    parser.add_argument("--postgres-only", action="store_true",
-                        help="Run only the PostgreSQL section; writes benchmarks/results/postgres.{json,md}.")
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/run.py",
+        description=__doc__.strip().splitlines()[0],
+        epilog="Takes 9-13 minutes on a 2-CPU machine (the PostgreSQL section "
+        "7-9 more); progress goes to stderr with elapsed seconds.",
+    )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="Also run the PostgreSQL section (ours on the PG store against procrastinate and "
+        "PgQueuer; needs the server of $BROWSERWORKER_BENCH_PG, default "
+        "postgresql://postgres@127.0.0.1:5432).",
+    )
+    parser.add_argument(
+        "--sessions-only",
+        action="store_true",
+        help="Run only (f), the login session benchmark; writes benchmarks/results/sessions.{json,md}.",
+    )
+    parser.add_argument(
+        "--postgres-only",
+        action="store_true",
+        help="Run only the PostgreSQL section; writes benchmarks/results/postgres.{json,md}.",
+    )
     args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     precompile()
@@ -87,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     say("(b) control plane: ours x1, x2 processes; Huey; DBOS (alternating)")
     cp: dict[str, list[dict[str, Any]]] = {"ours_1": [], "ours_2": [], "huey": [], "dbos": []}
     sides: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("ours_1", lambda: control_plane.ours(1, 3000)), ("huey", lambda: control_plane.huey(3000)),
-        ("ours_2", lambda: control_plane.ours(2, 3000)), ("dbos", lambda: control_plane.dbos(150))]
+        ("ours_1", lambda: control_plane.ours(1, 3000)),
+        ("huey", lambda: control_plane.huey(3000)),
+        ("ours_2", lambda: control_plane.ours(2, 3000)),
+        ("dbos", lambda: control_plane.dbos(150)),
+    ]
     for rep in range(3):
         for key, measure in browser_bench._abba(sides, rep):
             cp[key].append(measure())
@@ -102,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             say("(a) ten-step flow vs plain Playwright")
             out["ten_steps"] = browser_bench.ten_steps(shop.url)
             say("(d) recovery after SIGKILL between effects")
-            out["recovery"] = [browser_bench.recovery(shop.url, reps=3),
-                               browser_bench.recovery(shop.url, reps=3, remote=True)]
+            out["recovery"] = [
+                browser_bench.recovery(shop.url, reps=3),
+                browser_bench.recovery(shop.url, reps=3, remote=True),
+            ]
             say("(e) concurrency 1/4/8 on one Chromium vs plain Playwright")
             out["concurrency"] = browser_bench.concurrency(shop.url)
             say("(f) login + effect flow with and without a reused login session")
@@ -176,10 +199,15 @@ def postgres(jobs: int = 3000, reps: int = 5) -> dict[str, Any]:
     import pg_control_plane
     import pg_peers
 
-    out: dict[str, Any] = {"server": pg_peers.server_version(), "promises": pg_peers.PROMISES, "jobs": jobs,
-                           "raw_commits_per_s": pg_peers.raw_commit_rate()}
-    say("(pg-b) control plane on PostgreSQL: ours x1, x2; procrastinate c=8 x1, x2, c=64; PgQueuer x1, x2 "
-        "(alternating)")
+    out: dict[str, Any] = {
+        "server": pg_peers.server_version(),
+        "promises": pg_peers.PROMISES,
+        "jobs": jobs,
+        "raw_commits_per_s": pg_peers.raw_commit_rate(),
+    }
+    say(
+        "(pg-b) control plane on PostgreSQL: ours x1, x2; procrastinate c=8 x1, x2, c=64; PgQueuer x1, x2 (alternating)"
+    )
     sides: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("ours_1", lambda: _guarded(lambda: pg_control_plane.ours_pg(1, jobs))),
         ("procrastinate_8", lambda: pg_peers.drain("procrastinate", jobs, 8)),
@@ -187,21 +215,27 @@ def postgres(jobs: int = 3000, reps: int = 5) -> dict[str, Any]:
         ("ours_2", lambda: _guarded(lambda: pg_control_plane.ours_pg(2, jobs))),
         ("procrastinate_8_x2", lambda: pg_peers.drain("procrastinate", jobs, 8, workers=2)),
         ("pgqueuer_x2", lambda: pg_peers.drain("pgqueuer", jobs, 10, workers=2)),
-        ("procrastinate_64", lambda: pg_peers.drain("procrastinate", jobs, 64))]
+        ("procrastinate_64", lambda: pg_peers.drain("procrastinate", jobs, 64)),
+    ]
     detail: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in sides}
     for rep in range(reps):
         for key, measure in browser_bench._abba(sides, rep):
             detail[key].append(measure())
-    out["control_plane"] = {k: _median_of(v, "runs_per_s" if k.startswith("ours") else "jobs_per_s")
-                            for k, v in detail.items()}
+    out["control_plane"] = {
+        k: _median_of(v, "runs_per_s" if k.startswith("ours") else "jobs_per_s") for k, v in detail.items()
+    }
     out["control_plane_detail"] = detail
     say("(pg-c) idle claim latency: ours, procrastinate, PgQueuer; ours by backlog 100/10k/100k")
-    out["idle"] = {"ours": _guarded(lambda: pg_control_plane.claim_latency_pg(0)),
-                   **{p: pg_peers.idle_latency(p) for p in pg_peers.PEERS}}
+    out["idle"] = {
+        "ours": _guarded(lambda: pg_control_plane.claim_latency_pg(0)),
+        **{p: pg_peers.idle_latency(p) for p in pg_peers.PEERS},
+    }
     out["claims"] = [_guarded(lambda n=n: pg_control_plane.claim_latency_pg(n)) for n in (100, 10_000, 100_000)]
     say("(pg-d) recovery after SIGKILL of a worker holding leases")
-    out["recovery"] = [_guarded(lambda: pg_control_plane.recovery_pg(remote=False)),
-                       _guarded(lambda: pg_control_plane.recovery_pg(remote=True))]
+    out["recovery"] = [
+        _guarded(lambda: pg_control_plane.recovery_pg(remote=False)),
+        _guarded(lambda: pg_control_plane.recovery_pg(remote=True)),
+    ]
     return out
 
 
@@ -210,9 +244,14 @@ def _rate(row: dict[str, Any], key: str) -> str:
 
 
 #: the peers' drains each of our rows is compared with: ours with 1 process, ours with 2
-_PG_PEERS = {"ours_1": (("procrastinate_8", "procrastinate c=8"), ("procrastinate_64", "procrastinate c=64"),
-                        ("pgqueuer", "PgQueuer (batch 10)")),
-             "ours_2": (("procrastinate_8_x2", "procrastinate c=8 x2"), ("pgqueuer_x2", "PgQueuer (batch 10) x2"))}
+_PG_PEERS = {
+    "ours_1": (
+        ("procrastinate_8", "procrastinate c=8"),
+        ("procrastinate_64", "procrastinate c=64"),
+        ("pgqueuer", "PgQueuer (batch 10)"),
+    ),
+    "ours_2": (("procrastinate_8_x2", "procrastinate c=8 x2"), ("pgqueuer_x2", "PgQueuer (batch 10) x2")),
+}
 
 
 def _paired(detail: dict[str, list[dict[str, Any]]], ours: str, peers: list[str]) -> list[float]:
@@ -235,13 +274,16 @@ def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
     lines = []
     for key, label in (("ours_1", "1 process"), ("ours_2", "2 processes")):
         ours, peers = cp[key], _PG_PEERS[key]
-        against = ", ".join(f"{name} {_rate(cp[k], 'jobs_per_s')}{_cpu(cp[k], 'worker_cpu_ms_per_job')}"
-                            for k, name in peers)
+        against = ", ".join(
+            f"{name} {_rate(cp[k], 'jobs_per_s')}{_cpu(cp[k], 'worker_cpu_ms_per_job')}" for k, name in peers
+        )
         best = max(cp[k].get("jobs_per_s", 0.0) for k, name in peers if k.startswith("procrastinate"))
         pgq = cp[peers[-1][0]].get("jobs_per_s")
         if "runs_per_s" not in ours or not best:
-            lines.append(f"| pg-b | control plane on PostgreSQL, {label} | {_rate(ours, 'runs_per_s')} | {against} | - "
-                         f"| >= procrastinate, full journal | no |")
+            lines.append(
+                f"| pg-b | control plane on PostgreSQL, {label} | {_rate(ours, 'runs_per_s')} | {against} | - "
+                f"| >= procrastinate, full journal | no |"
+            )
             continue
         ratio = ours["runs_per_s"] / best
         paired = _paired(pg["control_plane_detail"], key, [k for k, _ in peers if k.startswith("procrastinate")])
@@ -252,7 +294,8 @@ def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
             f"{len(pg['control_plane_detail'][key])} | {ours['runs_per_s']:,.0f} runs/s"
             f"{_cpu(ours, 'worker_cpu_ms_per_run')} | {against}, as many worker processes (worker CPU per job) | "
             f"{ratio:.2f}x procrastinate{vs_pgq}; paired by repetition {', '.join(f'{r:.2f}' for r in paired)}x | "
-            f">= procrastinate, full journal | {'yes' if paired and statistics.median(paired) >= 1 else 'no'} |")
+            f">= procrastinate, full journal | {'yes' if paired and statistics.median(paired) >= 1 else 'no'} |"
+        )
     return lines
 
 
@@ -263,48 +306,71 @@ def _ms(row: dict[str, Any]) -> str:
 def _pg_claim_rows(pg: dict[str, Any]) -> list[str]:
     idle = pg["idle"]
     ours = idle["ours"]
-    lines = [f"| pg-c | idle claim latency, enqueue -> claimed, p50/p99 ({ours.get('samples', '?')} runs, real worker) | "
-             f"{_ms(ours)} | procrastinate {_ms(idle['procrastinate'])}, PgQueuer {_ms(idle['pgqueuer'])} "
-             f"(enqueue -> job started) | - | p50 < 10 ms | {'yes' if ours.get('p50_ms', 1e9) < 10 else 'no'} |"]
+    lines = [
+        f"| pg-c | idle claim latency, enqueue -> claimed, p50/p99 ({ours.get('samples', '?')} runs, real worker) | "
+        f"{_ms(ours)} | procrastinate {_ms(idle['procrastinate'])}, PgQueuer {_ms(idle['pgqueuer'])} "
+        f"(enqueue -> job started) | - | p50 < 10 ms | {'yes' if ours.get('p50_ms', 1e9) < 10 else 'no'} |"
+    ]
     c = {r.get("backlog"): r for r in pg["claims"]}
     if 100 in c and 100_000 in c and "p50_ms" in c[100] and "p50_ms" in c[100_000]:
         ratio = c[100_000]["p50_ms"] / c[100]["p50_ms"]
-        lines.append(f"| pg-c | claim_next latency p50/p99 by backlog | 100: {_ms(c[100])}; 10k: {_ms(c[10_000])}; "
-                     f"100k: {_ms(c[100_000])} | backlog of 100 | {ratio:.2f}x | 100k p50 <= 1.5x | "
-                     f"{'yes' if ratio <= 1.5 else 'no'} |")
+        lines.append(
+            f"| pg-c | claim_next latency p50/p99 by backlog | 100: {_ms(c[100])}; 10k: {_ms(c[10_000])}; "
+            f"100k: {_ms(c[100_000])} | backlog of 100 | {ratio:.2f}x | 100k p50 <= 1.5x | "
+            f"{'yes' if ratio <= 1.5 else 'no'} |"
+        )
     else:
-        lines.append(f"| pg-c | claim_next latency by backlog | {_ms(pg['claims'][0])} | - | - | 100k p50 <= 1.5x | no |")
+        lines.append(
+            f"| pg-c | claim_next latency by backlog | {_ms(pg['claims'][0])} | - | - | 100k p50 <= 1.5x | no |"
+        )
     return lines
 
 
 def render_postgres(pg: dict[str, Any]) -> str:
     """The PostgreSQL section's rows and what each peer promises, in markdown."""
-    lines = ["", f"PostgreSQL section: {pg['server']}, same server for every side, a fresh database each.", "",
-             "| # | what | ours | compared with | ratio | target | met |", "|---|---|---|---|---|---|---|",
-             *_pg_drain_rows(pg), *_pg_claim_rows(pg)]
+    lines = [
+        "",
+        f"PostgreSQL section: {pg['server']}, same server for every side, a fresh database each.",
+        "",
+        "| # | what | ours | compared with | ratio | target | met |",
+        "|---|---|---|---|---|---|---|",
+        *_pg_drain_rows(pg),
+        *_pg_claim_rows(pg),
+    ]
     for r in pg["recovery"]:
         if "recovery_s" not in r:
-            lines.append(f"| pg-d | recovery after SIGKILL of a worker holding leases | failed ({r.get('error', '?')}) "
-                         "| - | - | <= TTL + skew + 1 s | no |")
+            lines.append(
+                f"| pg-d | recovery after SIGKILL of a worker holding leases | failed ({r.get('error', '?')}) "
+                "| - | - | <= TTL + skew + 1 s | no |"
+            )
             continue
         ph = r["phases_median_s"]
-        lines.append(f"| pg-d | recovery after SIGKILL of a worker holding {r['held']} leases, {r['path']}, median "
-                     f"of {len(r['all_s'])} (after the kill: requeued {ph['requeued_s']:.2f} s, claimed again "
-                     f"{ph['claimed_again_s']:.2f} s, finished) | {r['recovery_s']:.1f} s | lease TTL {r['ttl_s']:.0f} s, "
-                     f"skew {r['skew_s']:.1f} s | - | <= {r['target_s']:.1f} s | {'yes' if r['met'] else 'no'} |")
-    lines += ["", f"Raw commit rate of this server (one-row INSERT transactions, one connection): "
-              f"{pg['raw_commits_per_s']:,.0f} commits/s.", "",
-              "What the peers promise (from their documentation and code):", ""]
+        lines.append(
+            f"| pg-d | recovery after SIGKILL of a worker holding {r['held']} leases, {r['path']}, median "
+            f"of {len(r['all_s'])} (after the kill: requeued {ph['requeued_s']:.2f} s, claimed again "
+            f"{ph['claimed_again_s']:.2f} s, finished) | {r['recovery_s']:.1f} s | lease TTL {r['ttl_s']:.0f} s, "
+            f"skew {r['skew_s']:.1f} s | - | <= {r['target_s']:.1f} s | {'yes' if r['met'] else 'no'} |"
+        )
+    lines += [
+        "",
+        f"Raw commit rate of this server (one-row INSERT transactions, one connection): "
+        f"{pg['raw_commits_per_s']:,.0f} commits/s.",
+        "",
+        "What the peers promise (from their documentation and code):",
+        "",
+    ]
     for peer, promise in pg["promises"].items():
         lines.append(f"- **{peer}**: " + "; ".join(f"{k}: {v}" for k, v in promise.items()) + ".")
     return "\n".join(lines) + "\n"
 
 
 def _machine_line(m: dict[str, Any]) -> str:
-    return (f"Machine: {m['cpus']} CPUs, {m['memory_gb']} GiB, Python {m['python']}, SQLite {m['sqlite']}, "
-            f"{m['platform']}; Chromium {m['chromium']}; load average at start "
-            f"{tuple(round(x, 2) for x in m['load_avg_at_start'])}; {m['when']}; bytecode precompiled "
-            f"(PYTHONDONTWRITEBYTECODE={'1' if m.get('pythondontwritebytecode') else 'unset'}).")
+    return (
+        f"Machine: {m['cpus']} CPUs, {m['memory_gb']} GiB, Python {m['python']}, SQLite {m['sqlite']}, "
+        f"{m['platform']}; Chromium {m['chromium']}; load average at start "
+        f"{tuple(round(x, 2) for x in m['load_avg_at_start'])}; {m['when']}; bytecode precompiled "
+        f"(PYTHONDONTWRITEBYTECODE={'1' if m.get('pythondontwritebytecode') else 'unset'})."
+    )
 
 
 _HEADER = "| # | what | ours | compared with | ratio | target | met |"
@@ -331,31 +397,41 @@ def render(o: dict[str, Any]) -> str:
             f"({cp[key]['commits_per_run']:.2f} commits/run) | "
             f"{ours:,.0f} runs/s | Huey {huey:,.0f}/s, DBOS {dbos:,.0f}/s | {ours / huey:.1f}x Huey, "
             f"{ours / dbos:.0f}x DBOS | >= 2,000/s and >= peers | "
-            f"{'yes' if ours >= 2000 and ours >= max(huey, dbos) else 'no'} |")
+            f"{'yes' if ours >= 2000 and ours >= max(huey, dbos) else 'no'} |"
+        )
     c = {r["backlog"]: r for r in o["claims"]}
     ratio = c[100_000]["p50_ms"] / c[100]["p50_ms"]
-    lines.append(f"| c | claim latency p50/p99 | 100: {c[100]['p50_ms']:.2f}/{c[100]['p99_ms']:.2f} ms; 10k: "
-                 f"{c[10_000]['p50_ms']:.2f}/{c[10_000]['p99_ms']:.2f} ms; 100k: {c[100_000]['p50_ms']:.2f}/"
-                 f"{c[100_000]['p99_ms']:.2f} ms | backlog of 100 | {ratio:.2f}x | 100k p50 <= 1.5x | "
-                 f"{'yes' if ratio <= 1.5 else 'no'} |")
+    lines.append(
+        f"| c | claim latency p50/p99 | 100: {c[100]['p50_ms']:.2f}/{c[100]['p99_ms']:.2f} ms; 10k: "
+        f"{c[10_000]['p50_ms']:.2f}/{c[10_000]['p99_ms']:.2f} ms; 100k: {c[100_000]['p50_ms']:.2f}/"
+        f"{c[100_000]['p99_ms']:.2f} ms | backlog of 100 | {ratio:.2f}x | 100k p50 <= 1.5x | "
+        f"{'yes' if ratio <= 1.5 else 'no'} |"
+    )
     for r in o["recovery"]:
-        lines.append(f"| d | recovery after SIGKILL between effects, {r['path']} | {r['recovery_s']:.1f} s | lease TTL "
-                     f"{r['ttl_s']:.0f} s | - | <= TTL + 2 s | {'yes' if r['met'] else 'no'} |")
+        lines.append(
+            f"| d | recovery after SIGKILL between effects, {r['path']} | {r['recovery_s']:.1f} s | lease TTL "
+            f"{r['ttl_s']:.0f} s | - | <= TTL + 2 s | {'yes' if r['met'] else 'no'} |"
+        )
     for r in o["concurrency"]:
-        lines.append(f"| e | {r['concurrency']} concurrent flows on one Chromium ({r['runs']} runs, first start to "
-                     f"last finish, median of {r['reps']}; PSS from {r['memory_reps']} separate "
-                     f"drains of {r['memory_runs']}) | {r['ours_runs_per_min']:.0f} runs/min, "
-                     f"{r['ours_peak_pss_mb']:.0f} MB PSS | plain {r['plain_runs_per_min']:.0f} runs/min, "
-                     f"{r['plain_peak_pss_mb']:.0f} MB (with Playwright's own flags only: "
-                     f"{r['plain_playwright_flags_runs_per_min']:.0f} runs/min, "
-                     f"{r.get('plain_playwright_flags_reps', r['reps'])} drains) | {r['throughput_ratio']:.2f}x runs, {r['memory_ratio']:.2f}x "
-                     f"memory (CPU {r['ours_cpu_s_per_run']:.2f} vs {r['plain_cpu_s_per_run']:.2f} s/run, "
-                     f"{r['cpu_ratio']:.2f}x) | >= 0.9x, <= 1.1x | "
-                     f"{'yes' if r['throughput_ratio'] >= 0.9 and r['memory_ratio'] <= 1.1 else 'no'} |")
+        lines.append(
+            f"| e | {r['concurrency']} concurrent flows on one Chromium ({r['runs']} runs, first start to "
+            f"last finish, median of {r['reps']}; PSS from {r['memory_reps']} separate "
+            f"drains of {r['memory_runs']}) | {r['ours_runs_per_min']:.0f} runs/min, "
+            f"{r['ours_peak_pss_mb']:.0f} MB PSS | plain {r['plain_runs_per_min']:.0f} runs/min, "
+            f"{r['plain_peak_pss_mb']:.0f} MB (with Playwright's own flags only: "
+            f"{r['plain_playwright_flags_runs_per_min']:.0f} runs/min, "
+            f"{r.get('plain_playwright_flags_reps', r['reps'])} drains) | {r['throughput_ratio']:.2f}x runs, {r['memory_ratio']:.2f}x "
+            f"memory (CPU {r['ours_cpu_s_per_run']:.2f} vs {r['plain_cpu_s_per_run']:.2f} s/run, "
+            f"{r['cpu_ratio']:.2f}x) | >= 0.9x, <= 1.1x | "
+            f"{'yes' if r['throughput_ratio'] >= 0.9 and r['memory_ratio'] <= 1.1 else 'no'} |"
+        )
     if "sessions" in o:
         lines.append(session_reuse.render(o["sessions"]))
-    lines += ["", f"Raw SQLite commit rate on this disk (WAL, synchronous=FULL): {o['raw_commits_per_s']:,.0f} commits/s "
-              "(the ceiling without group commit)."]
+    lines += [
+        "",
+        f"Raw SQLite commit rate on this disk (WAL, synchronous=FULL): {o['raw_commits_per_s']:,.0f} commits/s "
+        "(the ceiling without group commit).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -368,22 +444,30 @@ def chart(o: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     cp = o["control_plane"]
     names = ["ours x1", "ours x2", "Huey", "DBOS"]
-    values = [cp["ours_1"]["runs_per_s"], cp["ours_2"]["runs_per_s"], cp["huey"].get("runs_per_s", 0),
-              cp["dbos"].get("runs_per_s", 0)]
+    values = [
+        cp["ours_1"]["runs_per_s"],
+        cp["ours_2"]["runs_per_s"],
+        cp["huey"].get("runs_per_s", 0),
+        cp["dbos"].get("runs_per_s", 0),
+    ]
     axes[0].bar(names, values, color=["#2a6", "#2a6", "#888", "#888"])
     axes[0].set_title("(b) control plane, runs/s")
     c = o["claims"]
     axes[1].bar([f"{r['backlog']:,}" for r in c], [r["p50_ms"] for r in c], label="p50")
-    axes[1].bar([f"{r['backlog']:,}" for r in c], [r["p99_ms"] - r["p50_ms"] for r in c],
-                bottom=[r["p50_ms"] for r in c], label="p99", alpha=0.5)
+    axes[1].bar(
+        [f"{r['backlog']:,}" for r in c],
+        [r["p99_ms"] - r["p50_ms"] for r in c],
+        bottom=[r["p50_ms"] for r in c],
+        label="p99",
+        alpha=0.5,
+    )
     axes[1].set_title("(c) claim latency (ms) by backlog")
     axes[1].legend()
     e = o["concurrency"]
     x = [r["concurrency"] for r in e]
     axes[2].plot(x, [r["ours_runs_per_min"] for r in e], "o-", label="ours")
     axes[2].plot(x, [r["plain_runs_per_min"] for r in e], "s--", label="plain Playwright")
-    axes[2].plot(x, [r["plain_playwright_flags_runs_per_min"] for r in e], "^:",
-                 label="plain, Playwright's flags only")
+    axes[2].plot(x, [r["plain_playwright_flags_runs_per_min"] for r in e], "^:", label="plain, Playwright's flags only")
     axes[2].set_title("(e) runs/min by concurrency")
     axes[2].legend()
     fig.tight_layout()

@@ -47,13 +47,20 @@ def _drain(shop: Any, reuse: bool, runs: int, n: int) -> dict[str, float]:
                 enqueue(store, loaded, {"base_url": shop.url, "item": f"f{i}"})
         finally:
             store.close()
-        subprocess.run([PY, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        subprocess.run(
+            [PY, "-m", "browserworker", "worker", "--once", "-n", str(n), "--db", str(db)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=ROOT,
+        )
         store = SQLiteStore(db)
         try:
             done = store.list_runs(limit=runs + 1)
-            first = store.connector.conn.execute(
-                "SELECT MIN(at) FROM events WHERE kind = 'lease_claimed'").fetchone()[0]
+            first = store.connector.conn.execute("SELECT MIN(at) FROM events WHERE kind = 'lease_claimed'").fetchone()[
+                0
+            ]
         finally:
             store.close()
     ok = sum(1 for r in done if r.state == RunState.SUCCEEDED)
@@ -77,8 +84,10 @@ def session_reuse(shop: Any, runs: int = 16, n: int = 2, reps: int = 4) -> dict[
 
 def render(row: dict[str, Any]) -> str:
     """Its line of the results table."""
-    return (f"| f | login + effect flow, {row['runs']} runs, worker -n {row['concurrency']}, median of "
-            f"{row['reps']}: reused session (logins per drain {row['reuse_logins']:g}) vs logging in every run "
-            f"({row['login_each_run_logins']:g}) | {row['reuse_runs_per_min']:.0f} runs/min | "
-            f"{row['login_each_run_runs_per_min']:.0f} runs/min | {row['ratio']:.2f}x | > 1x | "
-            f"{'yes' if row['ratio'] > 1 else 'no'} |")
+    return (
+        f"| f | login + effect flow, {row['runs']} runs, worker -n {row['concurrency']}, median of "
+        f"{row['reps']}: reused session (logins per drain {row['reuse_logins']:g}) vs logging in every run "
+        f"({row['login_each_run_logins']:g}) | {row['reuse_runs_per_min']:.0f} runs/min | "
+        f"{row['login_each_run_runs_per_min']:.0f} runs/min | {row['ratio']:.2f}x | > 1x | "
+        f"{'yes' if row['ratio'] > 1 else 'no'} |"
+    )

@@ -32,11 +32,27 @@ from .errors import (
 # The rest is imported on first use: ``import browserworker`` (and every command that only
 # reads the store) stays light; the browser stack loads when something needs it.
 _LAZY = {
-    "Action": "flow", "Effect": "flow", "Flow": "flow", "RecordedResponse": "flow", "StepContext": "flow",
-    "Verdict": "flow", "BrowserSettings": "runtime", "Engine": "runtime", "Extension": "flow",
-    "enqueue": "control", "LeaseSettings": "journal", "LoadedFlow": "flow", "load_flow": "flow",
-    "AttemptState": "states", "RunState": "states", "SQLiteStore": "store", "Store": "store", "open_store": "store",
-    "AttemptRecord": "store", "RunRecord": "store", "WorkerSettings": "runtime",
+    "Action": "flow",
+    "Effect": "flow",
+    "Flow": "flow",
+    "RecordedResponse": "flow",
+    "StepContext": "flow",
+    "Verdict": "flow",
+    "BrowserSettings": "runtime",
+    "Engine": "runtime",
+    "Extension": "flow",
+    "enqueue": "control",
+    "LeaseSettings": "journal",
+    "LoadedFlow": "flow",
+    "load_flow": "flow",
+    "AttemptState": "states",
+    "RunState": "states",
+    "SQLiteStore": "store",
+    "Store": "store",
+    "open_store": "store",
+    "AttemptRecord": "store",
+    "RunRecord": "store",
+    "WorkerSettings": "runtime",
 }
 
 if _TYPE_CHECKING:  # pragma: no cover

@@ -16,9 +16,12 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 # settings, so it writes the same bytes. Without circular-reference bookkeeping (a marker
 # dict shared by calls would keep stale entries after a failed encode), so a value that
 # contains itself raises RecursionError instead of ValueError.
-_C_ENCODE = (None if json.encoder.c_make_encoder is None else  # type: ignore[attr-defined]
-             json.encoder.c_make_encoder(None, str, json.encoder.encode_basestring,  # type: ignore[attr-defined]
-                                         None, ":", ",", True, False, True))
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # private to the json module
+_C_ENCODE = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(None, str, json.encoder.encode_basestring, None, ":", ",", True, False, True)
+)
 
 
 def canonical_json(value: Any) -> str:

@@ -34,10 +34,21 @@ __all__ = ["DEFAULT_FIELDS", "REDACTED", "Redactor"]
 
 REDACTED = "[redacted]"
 
-DEFAULT_FIELDS = frozenset({
-    "password", "passwd", "pwd", "passphrase", "secret", "client_secret", "api_key", "apikey",
-    "access_token", "refresh_token", "id_token",
-})
+DEFAULT_FIELDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "secret",
+        "client_secret",
+        "api_key",
+        "apikey",
+        "access_token",
+        "refresh_token",
+        "id_token",
+    }
+)
 """Field names redacted in every recording, whatever the flow says."""
 
 _AUTH_HEADERS = frozenset({"authorization", "proxy-authorization"})
@@ -74,11 +85,15 @@ class Redactor:
                 continue
             red.trace_values.append(text)
             if len(text) < _MIN_SECRET_VALUE:
-                red.warnings.append(f"secret input {key!r} is shorter than {_MIN_SECRET_VALUE} characters: it is "
-                                    "redacted where its field name shows, not searched for elsewhere")
+                red.warnings.append(
+                    f"secret input {key!r} is shorter than {_MIN_SECRET_VALUE} characters: it is "
+                    "redacted where its field name shows, not searched for elsewhere"
+                )
             elif text in public:
-                red.warnings.append(f"secret input {key!r} has the same value as a public input: it is redacted "
-                                    "where its field name shows, not searched for elsewhere")
+                red.warnings.append(
+                    f"secret input {key!r} has the same value as a public input: it is redacted "
+                    "where its field name shows, not searched for elsewhere"
+                )
             else:
                 red.values.append(text)
         red.values.sort(key=len, reverse=True)
@@ -112,8 +127,13 @@ class Redactor:
     def scrub(self, text: str, values: Iterable[str] | None = None) -> str:
         """Replace every secret value (raw, URL-, JSON- or HTML-encoded) by ``[redacted]``."""
         for value in self.values if values is None else values:
-            for form in {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1],
-                         html.escape(value, quote=True)}:
+            for form in {
+                value,
+                quote(value, safe=""),
+                quote_plus(value),
+                json.dumps(value)[1:-1],
+                html.escape(value, quote=True),
+            }:
                 if form and form in text:
                     text = text.replace(form, REDACTED)
         return text
@@ -143,8 +163,10 @@ class Redactor:
     def json_data(self, value: Any) -> Any:
         """JSON data with secret keys redacted and secret values scrubbed from every string."""
         if isinstance(value, Mapping):
-            return {k: (REDACTED if self.is_secret(str(k)) and v is not None else self.json_data(v))
-                    for k, v in value.items()}
+            return {
+                k: (REDACTED if self.is_secret(str(k)) and v is not None else self.json_data(v))
+                for k, v in value.items()
+            }
         if isinstance(value, list | tuple):
             return [self.json_data(v) for v in value]
         if isinstance(value, str):
@@ -179,8 +201,9 @@ class Redactor:
     @staticmethod
     def cookie_header(value: str) -> str:
         """``a=1; b=2`` → ``a=[redacted]; b=[redacted]`` (names kept)."""
-        return "; ".join(f"{p.split('=', 1)[0].strip()}={REDACTED}" if "=" in p else p.strip()
-                         for p in value.split(";") if p.strip())
+        return "; ".join(
+            f"{p.split('=', 1)[0].strip()}={REDACTED}" if "=" in p else p.strip() for p in value.split(";") if p.strip()
+        )
 
     @staticmethod
     def set_cookie(value: str) -> str:
@@ -220,16 +243,23 @@ class Redactor:
         req["url"] = self.url(req.get("url", ""))
         req["headers"] = self.headers(req.get("headers") or [])
         req["cookies"] = self.cookies(req.get("cookies") or [])
-        req["queryString"] = [{"name": q["name"], "value": REDACTED if self.is_secret(q["name"])
-                               else self.scrub(q["value"])} for q in req.get("queryString") or []]
+        req["queryString"] = [
+            {"name": q["name"], "value": REDACTED if self.is_secret(q["name"]) else self.scrub(q["value"])}
+            for q in req.get("queryString") or []
+        ]
         post = req.get("postData")
         if post:
             post = dict(post)
             if "text" in post:
                 post["text"] = self.body(post["text"], post.get("mimeType"))
             if post.get("params"):
-                post["params"] = [{**p, "value": REDACTED if self.is_secret(p.get("name", ""))
-                                   else self.scrub(str(p.get("value", "")))} for p in post["params"]]
+                post["params"] = [
+                    {
+                        **p,
+                        "value": REDACTED if self.is_secret(p.get("name", "")) else self.scrub(str(p.get("value", ""))),
+                    }
+                    for p in post["params"]
+                ]
             req["postData"] = post
         return req
 

@@ -101,4 +101,3 @@ class BrowserNotFound(BrowserworkerError):
 
 class UndeclaredEffect(BrowserworkerError):
     """An action tried to send what only an effect may (``undeclared_effects="fail"``); it was not sent."""
-

@@ -12,8 +12,20 @@ import structlog
 
 __all__ = ["SECRET_KEYS", "RunLog", "configure_logging", "redact_secrets"]
 
-SECRET_KEYS = frozenset({"password", "passwd", "secret", "token", "authorization", "cookie", "set-cookie",
-                         "proxy-authorization", "api_key", "apikey"})
+SECRET_KEYS = frozenset(
+    {
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "authorization",
+        "cookie",
+        "set-cookie",
+        "proxy-authorization",
+        "api_key",
+        "apikey",
+    }
+)
 
 
 def redact_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -75,10 +87,17 @@ class RunLog:
         self.flow: str | None = None
 
     def _about(self, attempt: Any) -> Any:
-        return self.log.bind(run_id=attempt.run_id, flow=self.flow, step_id=attempt.step_id,
-                             attempt_no=attempt.attempt_no, request_key=attempt.request_key,
-                             fingerprint=attempt.request_fingerprint, state=str(attempt.state),
-                             worker_id=attempt.worker, lease_epoch=attempt.lease_epoch)
+        return self.log.bind(
+            run_id=attempt.run_id,
+            flow=self.flow,
+            step_id=attempt.step_id,
+            attempt_no=attempt.attempt_no,
+            request_key=attempt.request_key,
+            fingerprint=attempt.request_fingerprint,
+            state=str(attempt.state),
+            worker_id=attempt.worker,
+            lease_epoch=attempt.lease_epoch,
+        )
 
     def run_started(self, run: Any) -> None:
         self.flow = run.flow_name

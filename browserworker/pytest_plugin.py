@@ -44,13 +44,25 @@ _REPLAYS = pytest.StashKey[list["ReplayResult"]]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("browserworker", "browserworker")
-    group.addoption("--bw-sandbox-dedupe", action="store_true", default=False,
-                    help="Start the session sandbox with dedupe-on-reference switched on.")
-    group.addoption("--bw-record", choices=RECORD_MODES, default="none",
-                    help="none: replay recordings only (default); once: record missing recordings against the "
-                         "live target; all: re-record every recording a test uses.")
-    group.addoption("--bw-recordings", metavar="DIR", default=None,
-                    help="Directory of recordings (default: recordings/ under the rootdir).")
+    group.addoption(
+        "--bw-sandbox-dedupe",
+        action="store_true",
+        default=False,
+        help="Start the session sandbox with dedupe-on-reference switched on.",
+    )
+    group.addoption(
+        "--bw-record",
+        choices=RECORD_MODES,
+        default="none",
+        help="none: replay recordings only (default); once: record missing recordings against the "
+        "live target; all: re-record every recording a test uses.",
+    )
+    group.addoption(
+        "--bw-recordings",
+        metavar="DIR",
+        default=None,
+        help="Directory of recordings (default: recordings/ under the rootdir).",
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -84,8 +96,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     """The sandbox shop on a free loopback port, in its own process, for the whole session."""
     from .sandbox.testing import start_sandbox
 
-    proc = start_sandbox(tmp_path_factory.mktemp("sandbox") / "sandbox.db",
-                         dedupe=request.config.getoption("--bw-sandbox-dedupe"))
+    proc = start_sandbox(
+        tmp_path_factory.mktemp("sandbox") / "sandbox.db", dedupe=request.config.getoption("--bw-sandbox-dedupe")
+    )
     yield proc
     proc.stop()
 
@@ -131,8 +144,9 @@ def _slug(text: str) -> str:
 class Replayer:
     """The ``replay`` fixture: ``replay(NAME, crash_at=..., settle=..., inputs=..., flow=..., record_inputs=...)``."""
 
-    def __init__(self, request: pytest.FixtureRequest, directory: Path, mode: str, browser: BrowserSettings,
-                 artifacts: Path) -> None:
+    def __init__(
+        self, request: pytest.FixtureRequest, directory: Path, mode: str, browser: BrowserSettings, artifacts: Path
+    ) -> None:
         self.request = request
         self.directory = directory
         self.mode = mode
@@ -143,9 +157,16 @@ class Replayer:
     def path(self, name: str) -> Path:
         return Path(name) if ("/" in name or Path(name).is_absolute()) else self.directory / name
 
-    def __call__(self, name: str, *, crash_at: str | None = None, settle: float | None = None,
-                 inputs: Mapping[str, Any] | None = None, flow: str | Path | None = None,
-                 record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> ReplayResult:
+    def __call__(
+        self,
+        name: str,
+        *,
+        crash_at: str | None = None,
+        settle: float | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        flow: str | Path | None = None,
+        record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+    ) -> ReplayResult:
         """Replay recording NAME offline and return the result (see ``ReplayResult``).
 
         ``crash_at="STEP:POINT"`` crashes the replay there (SIGKILL) and resumes it;
@@ -162,45 +183,68 @@ class Replayer:
         elif not exists:
             pytest.fail(self._missing(name, path, flow, record_inputs), pytrace=False)
         trace_dir = self.artifacts / f"{len(self.results) + 1}-{_slug(path.name)}"
-        result = replay(path, crash_at=crash_at, settle=settle, inputs=inputs, flow=flow, browser=self.browser,
-                        trace_dir=trace_dir)
+        result = replay(
+            path, crash_at=crash_at, settle=settle, inputs=inputs, flow=flow, browser=self.browser, trace_dir=trace_dir
+        )
         self.results.append(result)
         self.request.node.stash.setdefault(_REPLAYS, []).append(result)
         return result
 
-    def _missing(self, name: str, path: Path, flow: str | Path | None,
-                 record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> str:
-        pairs = " ".join(f"--input {shlex.quote(f'{k}={v}')}" for k, v in record_inputs.items()) \
-            if isinstance(record_inputs, Mapping) else "--input KEY=VALUE ..."
+    def _missing(
+        self,
+        name: str,
+        path: Path,
+        flow: str | Path | None,
+        record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None,
+    ) -> str:
+        pairs = (
+            " ".join(f"--input {shlex.quote(f'{k}={v}')}" for k, v in record_inputs.items())
+            if isinstance(record_inputs, Mapping)
+            else "--input KEY=VALUE ..."
+        )
         command = f"browserworker run {flow or 'FLOW.py'} --record {path} {pairs}"
-        return (f"no recording {name!r} at {path} (--bw-record=none only replays). Create it with:\n"
-                f"    {command}\n"
-                + ("or run pytest with --bw-record=once" if flow and record_inputs is not None else
-                   "or pass flow= and record_inputs= to replay() and run pytest with --bw-record=once"))
+        return f"no recording {name!r} at {path} (--bw-record=none only replays). Create it with:\n    {command}\n" + (
+            "or run pytest with --bw-record=once"
+            if flow and record_inputs is not None
+            else "or pass flow= and record_inputs= to replay() and run pytest with --bw-record=once"
+        )
 
-    def _record(self, name: str, path: Path, flow: str | Path | None,
-                record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> None:
+    def _record(
+        self,
+        name: str,
+        path: Path,
+        flow: str | Path | None,
+        record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None,
+    ) -> None:
         from .flow import load_flow
         from .recording import record
         from .recording.replayer import _run_sync
         from .runtime import Engine
 
         if flow is None or record_inputs is None:
-            pytest.fail(f"--bw-record={self.mode} needs to record {name!r}: pass flow= and record_inputs= to "
-                        "replay()", pytrace=False)
+            pytest.fail(
+                f"--bw-record={self.mode} needs to record {name!r}: pass flow= and record_inputs= to replay()",
+                pytrace=False,
+            )
         inputs = record_inputs() if callable(record_inputs) else record_inputs
         loaded = load_flow(flow)
         with Engine(open_store(self.artifacts.parent / f"record-{_slug(name)}.db"), browser=self.browser) as engine:
             run, _ = engine.prepare(loaded, inputs, run_id=f"rec-{_slug(name)}-{time.strftime('%Y%m%d%H%M%S')}")
             final = _run_sync(record(engine, loaded, run, name=path)).run
         if final is None or final.state != "SUCCEEDED":
-            pytest.fail(f"recording {name!r} ended {final.state if final else 'without a state'}; see {path}",
-                        pytrace=False)
+            pytest.fail(
+                f"recording {name!r} ended {final.state if final else 'without a state'}; see {path}", pytrace=False
+            )
 
 
 @pytest.fixture
-def replay(request: pytest.FixtureRequest, tmp_path: Path, bw_record_mode: str, bw_recordings_dir: Path,
-           bw_browser_settings: BrowserSettings) -> Iterator[Replayer]:
+def replay(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    bw_record_mode: str,
+    bw_recordings_dir: Path,
+    bw_browser_settings: BrowserSettings,
+) -> Iterator[Replayer]:
     """Replay recordings offline: ``result = replay("place-order", crash_at="submit:after_dispatch")``.
 
     Traces and screenshots of the replays are kept under ``test-results/<test>/`` only when

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["RUN_TRANSITIONS", "TERMINAL_RUN_STATES", "AttemptState", "RunState", "check_attempt_transition",
-           "check_run_transition"]
+__all__ = [
+    "RUN_TRANSITIONS",
+    "TERMINAL_RUN_STATES",
+    "AttemptState",
+    "RunState",
+    "check_attempt_transition",
+    "check_run_transition",
+]
 
 
 class RunState(StrEnum):
@@ -45,10 +51,28 @@ class AttemptState(StrEnum):
 
 RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.QUEUED: frozenset({RunState.LEASED, RunState.CANCELLED}),
-    RunState.LEASED: frozenset({RunState.RUNNING, RunState.QUEUED, RunState.LEASED, RunState.CANCELLED,
-                                RunState.NEEDS_REVIEW, RunState.FAILED, RunState.AWAITING_APPROVAL}),
-    RunState.RUNNING: frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.NEEDS_REVIEW,
-                                 RunState.QUEUED, RunState.LEASED, RunState.AWAITING_APPROVAL}),
+    RunState.LEASED: frozenset(
+        {
+            RunState.RUNNING,
+            RunState.QUEUED,
+            RunState.LEASED,
+            RunState.CANCELLED,
+            RunState.NEEDS_REVIEW,
+            RunState.FAILED,
+            RunState.AWAITING_APPROVAL,
+        }
+    ),
+    RunState.RUNNING: frozenset(
+        {
+            RunState.SUCCEEDED,
+            RunState.FAILED,
+            RunState.CANCELLED,
+            RunState.NEEDS_REVIEW,
+            RunState.QUEUED,
+            RunState.LEASED,
+            RunState.AWAITING_APPROVAL,
+        }
+    ),
     RunState.NEEDS_REVIEW: frozenset({RunState.QUEUED, RunState.FAILED, RunState.CANCELLED}),
     # parked until a person approves (QUEUED) or rejects (FAILED), or the approval expires (FAILED)
     RunState.AWAITING_APPROVAL: frozenset({RunState.QUEUED, RunState.FAILED, RunState.CANCELLED}),
@@ -61,10 +85,12 @@ requeue: :func:`browserworker.jobs.requeue`)."""
 
 _ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
     AttemptState.RUNNING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),
-    AttemptState.INTENT: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED,
-                                    AttemptState.UNKNOWN}),
-    AttemptState.UNKNOWN: frozenset({AttemptState.SUCCEEDED, AttemptState.NOT_DONE, AttemptState.FAILED,
-                                     AttemptState.FAILED_BEFORE_SEND}),
+    AttemptState.INTENT: frozenset(
+        {AttemptState.SUCCEEDED, AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED, AttemptState.UNKNOWN}
+    ),
+    AttemptState.UNKNOWN: frozenset(
+        {AttemptState.SUCCEEDED, AttemptState.NOT_DONE, AttemptState.FAILED, AttemptState.FAILED_BEFORE_SEND}
+    ),
     AttemptState.SUCCEEDED: frozenset(),
     AttemptState.FAILED_BEFORE_SEND: frozenset(),
     AttemptState.FAILED: frozenset(),

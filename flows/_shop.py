@@ -38,9 +38,15 @@ async def log_in_over_http(ctx: StepContext[Order]) -> None:
     form = await ctx.page.request.get(f"{base}/login")
     token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text())
     assert token, "no CSRF token on the login page"
-    await ctx.page.request.post(f"{base}/login", form={
-        "csrf_token": token.group(1), "username": ctx.inputs.username,
-        "password": ctx.inputs.password.get_secret_value(), "next": "/healthz"})
+    await ctx.page.request.post(
+        f"{base}/login",
+        form={
+            "csrf_token": token.group(1),
+            "username": ctx.inputs.username,
+            "password": ctx.inputs.password.get_secret_value(),
+            "next": "/healthz",
+        },
+    )
 
 
 async def submit_order_form(ctx: StepContext[Order]) -> dict:

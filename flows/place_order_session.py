@@ -15,8 +15,9 @@ from _shop import Order, log_in, submit_order_form
 
 from browserworker import Flow, StepContext
 
-flow = Flow("place-order-session", inputs=Order, session=lambda inputs: inputs.username,
-            session_max_age=timedelta(hours=8))
+flow = Flow(
+    "place-order-session", inputs=Order, session=lambda inputs: inputs.username, session_max_age=timedelta(hours=8)
+)
 
 
 @flow.login

@@ -34,8 +34,14 @@ TOKEN = "docs-operator-token-0123456789"
 
 
 def bw(db: Path, *args: str, env: dict[str, str] | None = None, wait: bool = True) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "browserworker", *args, "--db", str(db)], cwd=db.parent, text=True,
-                            env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "browserworker", *args, "--db", str(db)],
+        cwd=db.parent,
+        text=True,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if wait:
         proc.wait(180)
     return proc
@@ -53,8 +59,17 @@ def dataset(db: Path, shop_url: str) -> None:
     order = ROOT / "flows" / "place_order.py"
     unverified = ROOT / "flows" / "place_order_unverified.py"
     for i, item in enumerate(["tea", "coffee", "cocoa", "tea", "mate", "coffee"]):
-        bw(db, "enqueue", str(order), "--input", f"base_url={shop_url}", "--input", f"item={item}",
-           "--run-id", f"order-{i + 1:03d}")
+        bw(
+            db,
+            "enqueue",
+            str(order),
+            "--input",
+            f"base_url={shop_url}",
+            "--input",
+            f"item={item}",
+            "--run-id",
+            f"order-{i + 1:03d}",
+        )
     bw(db, "worker", "--once")
     kill = {"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"}
     for flow, rid in ((order, "order-lost-reply"), (unverified, "order-in-doubt")):
@@ -69,8 +84,19 @@ def dataset(db: Path, shop_url: str) -> None:
     frozen.kill()
     frozen.wait()
     for i in range(7):
-        bw(db, "enqueue", str(order), "--input", f"base_url={shop_url}", "--input", "item=tea", "--queue", "reports",
-           "--run-id", f"report-{i + 1:03d}")
+        bw(
+            db,
+            "enqueue",
+            str(order),
+            "--input",
+            f"base_url={shop_url}",
+            "--input",
+            "item=tea",
+            "--queue",
+            "reports",
+            "--run-id",
+            f"report-{i + 1:03d}",
+        )
     control.cancel(store, "report-006", who="ann")
     control.cancel(store, "report-007", who="ann")
     store.close()
@@ -78,8 +104,10 @@ def dataset(db: Path, shop_url: str) -> None:
 
 def photograph(db: Path, out: Path) -> None:
     store = open_store(db)
-    keys, _ = load_keys(db.with_name("keys"), {"BROWSERWORKER_CONSOLE_TOKEN": TOKEN,
-                                                "BROWSERWORKER_CONSOLE_READONLY_TOKEN": TOKEN[::-1]})
+    keys, _ = load_keys(
+        db.with_name("keys"),
+        {"BROWSERWORKER_CONSOLE_TOKEN": TOKEN, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": TOKEN[::-1]},
+    )
     app = create_app(store, keys, evidence_dir=db.with_name(db.name + ".evidence"), recordings_dir=db.parent)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=8471, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
@@ -100,8 +128,12 @@ def photograph(db: Path, out: Path) -> None:
                 return "nightly" in page.content()
 
             until("the worker", worker_shown)
-            for name, path in (("overview", "/"), ("runs", "/runs"), ("run", "/runs/order-lost-reply"),
-                               ("review", "/review")):
+            for name, path in (
+                ("overview", "/"),
+                ("runs", "/runs"),
+                ("run", "/runs/order-lost-reply"),
+                ("review", "/review"),
+            ):
                 page.goto("http://127.0.0.1:8471" + path)
                 page.screenshot(path=str(out / f"console-{name}.png"), full_page=True)
             browser.close()

@@ -36,8 +36,9 @@ def main() -> int:
     shutil.rmtree(DEMO, ignore_errors=True)
     DEMO.mkdir()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "BROWSERWORKER_DB": str(DB)}
-    env.setdefault("BROWSERWORKER_CHROMIUM_ARGS",
-                   "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'")
+    env.setdefault(
+        "BROWSERWORKER_CHROMIUM_ARGS", "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'"
+    )
     shop = start_sandbox(DEMO / "sandbox.db")
     try:
         inputs = ("--input", f"base_url={shop.url}", "--input", "item=tea", "--input", "quantity=2")
@@ -53,8 +54,10 @@ def main() -> int:
         shop.wait_for_orders(f"{run_id}/submit", 1, timeout=60)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-        print(f"   SIGKILLed the worker (pid {worker.pid}): the order is committed, the worker never saw the reply",
-              flush=True)
+        print(
+            f"   SIGKILLed the worker (pid {worker.pid}): the order is committed, the worker never saw the reply",
+            flush=True,
+        )
 
         say(f"3. resume it: browserworker run flows/place_order.py --run-id {run_id}")
         resumed = subprocess.run(bw("run", str(FLOW), "--run-id", run_id), env=env)
@@ -65,8 +68,10 @@ def main() -> int:
         orders = shop.orders(f"{run_id}/submit")
         say(f"orders on the shop with reference {run_id}/submit: {len(orders)}")
         ok = resumed.returncode == 0 and len(orders) == 1
-        print("exactly one order: the verifier found it, nothing was resubmitted" if ok else "UNEXPECTED OUTCOME",
-              flush=True)
+        print(
+            "exactly one order: the verifier found it, nothing was resubmitted" if ok else "UNEXPECTED OUTCOME",
+            flush=True,
+        )
         print(f"\nexplore: browserworker sandbox --port 8800   then   browserworker runs --db {DB}")
         return 0 if ok else 1
     finally:

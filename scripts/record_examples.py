@@ -32,8 +32,9 @@ EXAMPLES: dict[str, tuple[str, dict[str, str], dict[str, object]]] = {
 
 def main(names: list[str]) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.setdefault("BROWSERWORKER_CHROMIUM_ARGS",
-                   "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'")
+    env.setdefault(
+        "BROWSERWORKER_CHROMIUM_ARGS", "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'"
+    )
     failed = 0
     with tempfile.TemporaryDirectory(prefix="browserworker-record-") as tmp:
         shop = start_sandbox(Path(tmp) / "sandbox.db")
@@ -43,9 +44,22 @@ def main(names: list[str]) -> int:
                 shop.clear_faults()
                 if knobs:
                     shop.set_faults(**knobs)
-                args = [sys.executable, "-m", "browserworker", "run", flow, "--record", f"recordings/{name}", "--force",
-                        "--run-id", f"rec-{name}", "--db", str(Path(tmp) / "browserworker.db"),
-                        "--input", f"base_url={shop.url}"]
+                args = [
+                    sys.executable,
+                    "-m",
+                    "browserworker",
+                    "run",
+                    flow,
+                    "--record",
+                    f"recordings/{name}",
+                    "--force",
+                    "--run-id",
+                    f"rec-{name}",
+                    "--db",
+                    str(Path(tmp) / "browserworker.db"),
+                    "--input",
+                    f"base_url={shop.url}",
+                ]
                 for key, value in inputs.items():
                     args += ["--input", f"{key}={value}"]
                 print(f"== {name}: {' '.join(args[2:])}", flush=True)

@@ -23,45 +23,44 @@ from urllib.parse import parse_qs, urlsplit
 
 __all__ = ["CHANNEL_PAGES", "ChannelTarget"]
 
-_GO = "<button id=go onclick=\"go()\">go</button>"
+_GO = '<button id=go onclick="go()">go</button>'
 CHANNEL_PAGES: dict[str, str] = {
     # held: requests the gate's route sees
-    "form": "<form method=post action='/land?key={key}'><input name=k value='{key}'>"
-            "<button id=go>go</button></form>",
+    "form": "<form method=post action='/land?key={key}'><input name=k value='{key}'><button id=go>go</button></form>",
     "fetch": _GO + "<script>function go(){{fetch('/land?key={key}',{{method:'POST',body:'x'}})}}</script>",
     "beacon": _GO + "<script>function go(){{navigator.sendBeacon('/land?key={key}','x')}}</script>",
     "worker": _GO + "<script>function go(){{new Worker('/worker.js?key={key}')}}</script>",
     "redirect": _GO + "<script>function go(){{fetch('/bounce?key={key}',{{method:'POST',body:'x'}})"
-                ".then(()=>document.title='answered')}}</script>",
+    ".then(()=>document.title='answered')}}</script>",
     # a link the effect follows: its departing document beacons on pagehide
     "pagehide": "<a id=go href='/done' onclick=\"window.addEventListener('pagehide',"
-                "()=>navigator.sendBeacon('/land?key={key}','x'))\">go</a>",
+    "()=>navigator.sendBeacon('/land?key={key}','x'))\">go</a>",
     # popups: one that loads a page which sends and closes itself, one scripted by its opener
     "popup": _GO + "<script>function go(){{window.open('/closer?key={key}')}}</script>",
     "blank-popup": _GO + "<script>function go(){{const w=window.open('about:blank');"
-                   "w.fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});"
-                   "w.close();document.title='sent'}}</script>",
+    "w.fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});"
+    "w.close();document.title='sent'}}</script>",
     # unload sends armed when the page loads (autosave of a draft, a "leave" ping): they fire
     # whenever the document is unloaded (navigated away from, closed, its context closed)
     "arm-pagehide": "<script>addEventListener('pagehide',()=>navigator.sendBeacon('/land?key={key}','x'))</script>"
-                    "<a id=go href='/done'>go</a>",
+    "<a id=go href='/done'>go</a>",
     "arm-keepalive": "<script>addEventListener('pagehide',()=>fetch('/land?key={key}',"
-                     "{{method:'POST',body:'x',keepalive:true}}))</script><a id=go href='/done'>go</a>",
+    "{{method:'POST',body:'x',keepalive:true}}))</script><a id=go href='/done'>go</a>",
     # a send a timer fires after the click has returned; the title says when it fired
     "timer": _GO + "<script>function go(){{setTimeout(()=>{{fetch('/land?key={key}',{{method:'POST',body:'x'}})"
-             ".catch(()=>{{}});document.title='fired'}},400)}}</script>",
+    ".catch(()=>{{}});document.title='fired'}},400)}}</script>",
     # two dispatches in one effect (a live preview, then the real post)
     "twice": _GO + "<script>function go(){{fetch('/preview?key={key}',{{method:'POST',body:'x'}})"
-             ".then(()=>fetch('/land?key={key}',{{method:'POST',body:'x'}}))}}</script>",
+    ".then(()=>fetch('/land?key={key}',{{method:'POST',body:'x'}}))}}</script>",
     # a GET that changes the world (gated only with a dispatch= glob that matches it)
     "get-link": "<a id=go href='/land?key={key}'>go</a>",
     # blocked: what no route sees
     "shared-worker": _GO + "<script>function go(){{try{{new SharedWorker('/worker.js?key={key}');"
-                     "document.title='started'}}catch(e){{document.title='blocked: '+e}}}}</script>",
+    "document.title='started'}}catch(e){{document.title='blocked: '+e}}}}</script>",
     # held: WebSocket messages (the socket opens with the page, before the effect)
     "websocket": _GO + "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
-                 "ws.onopen=()=>document.title='open';"
-                 "function go(){{ws.send('land:{key}')}}</script>",
+    "ws.onopen=()=>document.title='open';"
+    "function go(){{ws.send('land:{key}')}}</script>",
 }
 _EXTRA = {
     "closer": "<script>fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});window.close()</script>",
@@ -126,7 +125,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _query(self) -> dict[str, str]:
         return {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
 
-    def _send(self, status: int, body: str = "", ctype: str = "text/html", headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, body: str = "", ctype: str = "text/html", headers: dict[str, str] | None = None
+    ) -> None:
         data = body.encode()
         self.send_response(status)
         self.send_header("content-type", ctype)
@@ -151,8 +152,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps({"count": self.owner.landings(key)}), "application/json")
         if path == "/wait":
             reached = self.owner.wait_for(key, int(query.get("n", "1")), timeout=float(query.get("timeout", "30")))
-            return self._send(200 if reached else 504, json.dumps({"count": self.owner.landings(key)}),
-                              "application/json")
+            return self._send(
+                200 if reached else 504, json.dumps({"count": self.owner.landings(key)}), "application/json"
+            )
         if path == "/land":  # a GET that lands (for dispatch= rules that gate GETs)
             self.owner.land(key)
             return self._send(200, "landed")

@@ -22,8 +22,10 @@ def enqueue_many(db: Path, flow: str, shop: Any, n: int, prefix: str, **kw: Any)
     loaded = load_flow(TEST_FLOWS / flow)
     store = open_store(db)
     try:
-        return [enqueue(store, loaded, {"base_url": shop.url, "item": f"item-{i}"}, run_id=f"{prefix}-{i:04d}",
-                        **kw).id for i in range(n)]
+        return [
+            enqueue(store, loaded, {"base_url": shop.url, "item": f"item-{i}"}, run_id=f"{prefix}-{i:04d}", **kw).id
+            for i in range(n)
+        ]
     finally:
         store.close()
 
@@ -32,12 +34,17 @@ STARTED: list[subprocess.Popen[str]] = []
 """Every worker a test started; the `_reap_workers` fixture kills what a failing test left behind."""
 
 
-def start_worker(db: Path, *args: str, env: dict[str, str] | None = None,
-                 log: Path | None = None) -> subprocess.Popen[str]:
+def start_worker(
+    db: Path, *args: str, env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[str]:
     out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([sys.executable, "-m", "browserworker", "--log-level", "info", "worker", "--db", str(db),
-                             *args], stdout=out, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "browserworker", "--log-level", "info", "worker", "--db", str(db), *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
     STARTED.append(proc)
     return proc
 
@@ -50,7 +57,9 @@ def states(db: Path) -> collections.Counter[str]:
         store.close()
 
 
-def wait_until_done(db: Path, n: int, timeout: float, final: tuple[str, ...] = ("SUCCEEDED",)) -> collections.Counter[str]:
+def wait_until_done(
+    db: Path, n: int, timeout: float, final: tuple[str, ...] = ("SUCCEEDED",)
+) -> collections.Counter[str]:
     """Poll the store until ``n`` runs are in a final state (deadline, not a fixed sleep)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -83,8 +83,19 @@ import pytest
 from pg_cluster import BIN, PgCluster, available
 from tcp_relay import TcpRelay
 
-__all__ = ["Host", "HostError", "PgCluster", "Proc", "TcpRelay", "make_host", "own_database", "own_postgres",
-           "pg_relay", "survivors", "wait_for"]
+__all__ = [
+    "Host",
+    "HostError",
+    "PgCluster",
+    "Proc",
+    "TcpRelay",
+    "make_host",
+    "own_database",
+    "own_postgres",
+    "pg_relay",
+    "survivors",
+    "wait_for",
+]
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _SET_NAME_AND_EXEC = 'hostname "$0" && read -r go && [ "$go" = go ] && exec "$@" </dev/null'
@@ -92,8 +103,9 @@ _SET_NAME_AND_EXEC = 'hostname "$0" && read -r go && [ "$go" = go ] && exec "$@"
 becomes the command: so a command that ends at once cannot end before its host was seen."""
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, message: str = "condition",
-             interval: float = 0.02) -> object:
+def wait_for(
+    predicate: Callable[[], object], timeout: float, message: str = "condition", interval: float = 0.02
+) -> object:
     """Poll ``predicate`` until it returns something truthy (returned); TimeoutError after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -172,21 +184,47 @@ class Host:
     ``stdout_path``, ``stderr_path``: its output.
     """
 
-    def __init__(self, name: str, command: list[str], *, log_dir: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, start_timeout: float = 10) -> None:
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        *,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        start_timeout: float = 10,
+    ) -> None:
         """Start ``command`` inside a new UTS + PID + mount namespace named ``name``; return once it runs."""
         if not _NAME.match(name):
             raise ValueError(f"host name must be a lower-case DNS label, not {name!r}")
         self.hostname = name
         self.stdout_path = Path(log_dir) / f"{name}.out"
         self.stderr_path = Path(log_dir) / f"{name}.err"
-        argv = ["unshare", "--uts", "--pid", "--fork", "--mount-proc", "--kill-child", "--",
-                "sh", "-c", _SET_NAME_AND_EXEC, name, *command]
+        argv = [
+            "unshare",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            "--",
+            "sh",
+            "-c",
+            _SET_NAME_AND_EXEC,
+            name,
+            *command,
+        ]
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
             # the `unshare` process, outside the namespace: it waits for the host's pid 1 (and SIGKILLs
             # it, --kill-child, should it die itself)
-            self.wrapper = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.PIPE, cwd=cwd,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+            self.wrapper = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.PIPE,
+                cwd=cwd,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            )
         assert self.wrapper.stdin is not None
         self._own_ns = _pid_ns("self")
         try:
@@ -201,8 +239,9 @@ class Host:
 
     def _find_ns(self) -> str | None:
         if self.wrapper.poll() is not None:
-            raise HostError(f"host {self.hostname} exited {self.wrapper.returncode} at once: "
-                            f"{self.stderr_path.read_text()}")
+            raise HostError(
+                f"host {self.hostname} exited {self.wrapper.returncode} at once: {self.stderr_path.read_text()}"
+            )
         try:
             ns = os.readlink(f"/proc/{self.wrapper.pid}/ns/pid_for_children")
         except OSError:
@@ -210,8 +249,9 @@ class Host:
         return ns if ns != self._own_ns else None
 
     def _find_init(self) -> int | None:
-        return next((p.pid for p in _process_table().values()
-                     if p.ppid == self.wrapper.pid and _pid_ns(p.pid) == self.ns), None)
+        return next(
+            (p.pid for p in _process_table().values() if p.ppid == self.wrapper.pid and _pid_ns(p.pid) == self.ns), None
+        )
 
     # -- the process tree ----------------------------------------------------
     def _tree(self) -> dict[int, Proc]:
@@ -282,10 +322,12 @@ class Host:
 
     def stop(self, timeout: float = 10) -> list[int]:
         """SIGSTOP every process of the host, again until all are stopped; return their pids."""
+
         def frozen() -> bool:
             running = {pid: p for pid, p in self._tree().items() if p.state not in "Tt"}
             self._signal_tree(signal.SIGSTOP, running)
             return not running
+
         wait_for(frozen, timeout, f"host {self.hostname} frozen", interval=0.005)
         return self.pids()
 
@@ -329,13 +371,14 @@ def own_postgres() -> Iterator[PgCluster]:
     """A started PostgreSQL cluster of this test module's own (deleted after it); fails (never skips)
     without PostgreSQL's server binaries: the tests that need one are part of the suite."""
     if not available():
-        pytest.fail(f"PostgreSQL's server binaries are not in {BIN} (install postgresql-15) or runuser is missing",
-                    pytrace=False)
+        pytest.fail(
+            f"PostgreSQL's server binaries are not in {BIN} (install postgresql-15) or runuser is missing",
+            pytrace=False,
+        )
     cluster = PgCluster()
     try:
         cluster.start()
-        print(f"own_postgres: initdb {cluster.init_seconds:.2f}s, start {cluster.start_seconds:.2f}s",
-              file=sys.stderr)
+        print(f"own_postgres: initdb {cluster.init_seconds:.2f}s, start {cluster.start_seconds:.2f}s", file=sys.stderr)
         yield cluster
     finally:
         cluster.close()

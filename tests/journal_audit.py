@@ -65,8 +65,10 @@ def _dispatches(events: Sequence[EventRecord]) -> list[str]:
         if e.kind == "lease_claimed":
             holder = e.lease_epoch
         elif e.kind == "dispatched" and e.lease_epoch != holder:
-            problems.append(f"dispatch #{e.id} of {e.step_id}#{e.attempt_no} at epoch {e.lease_epoch}, "
-                            f"while epoch {holder} held the lease")
+            problems.append(
+                f"dispatch #{e.id} of {e.step_id}#{e.attempt_no} at epoch {e.lease_epoch}, "
+                f"while epoch {holder} held the lease"
+            )
     return problems
 
 
@@ -84,8 +86,11 @@ def _attempt(events: Sequence[EventRecord], attempt: AttemptRecord) -> list[str]
         state = after or state
     if state != attempt.state or attempt.state not in _ENDED:
         problems.append(f"{name} ended {attempt.state} (events say {state})")
-    if attempt.dispatched_at is not None and not any(e.kind == "dispatched" for e in mine) \
-            and not any(e.decision == "recovery:dispatched" for e in mine):
+    if (
+        attempt.dispatched_at is not None
+        and not any(e.kind == "dispatched" for e in mine)
+        and not any(e.decision == "recovery:dispatched" for e in mine)
+    ):
         problems.append(f"{name} was dispatched without a dispatched event")
     return problems
 
@@ -99,8 +104,10 @@ def _reconciled(events: Sequence[EventRecord], attempt: AttemptRecord) -> list[s
         return []
     lost = [e for e in events if e.kind == "lease_expired" and opened.id < e.id < decided.id]
     if lost and decided.decision not in RECONCILED_BY:
-        return [f"{attempt.step_id}#{attempt.attempt_no}: open when the lease was lost (event #{lost[0].id}), "
-                f"then decided by {decided.decision!r}, not by reconciliation"]
+        return [
+            f"{attempt.step_id}#{attempt.attempt_no}: open when the lease was lost (event #{lost[0].id}), "
+            f"then decided by {decided.decision!r}, not by reconciliation"
+        ]
     return []
 
 

@@ -26,11 +26,21 @@ store.close()
 """
 
 
-def queued(store: SQLStore, run_id: str, *, queue: str = "default", age: float = 0.0, flow: str = "f",
-           delay: float | None = None) -> RunRecord:
+def queued(
+    store: SQLStore,
+    run_id: str,
+    *,
+    queue: str = "default",
+    age: float = 0.0,
+    flow: str = "f",
+    delay: float | None = None,
+) -> RunRecord:
     """A QUEUED run, enqueued ``age`` seconds ago (and not claimable for ``delay`` more seconds)."""
-    store.enqueue(NewRun(id=run_id, flow_name=flow, inputs={}, queue=queue,
-                         not_before=None if delay is None else store.now() + delay))
+    store.enqueue(
+        NewRun(
+            id=run_id, flow_name=flow, inputs={}, queue=queue, not_before=None if delay is None else store.now() + delay
+        )
+    )
     shift(store, "runs", "created_at", age, id=run_id)
     run = store.get_run(run_id)
     assert run is not None

@@ -47,9 +47,11 @@ class PgServer:
         try:
             self.admin = psycopg.connect(server_url(), autocommit=True, connect_timeout=5)
         except psycopg.OperationalError as exc:
-            pytest.fail(f"PostgreSQL is not reachable at {server_url()} (${ENV_SERVER}): {exc}. Start it "
-                        "(pg_ctlcluster --skip-systemctl-redirect 15 main start) or point the variable at one.",
-                        pytrace=False)
+            pytest.fail(
+                f"PostgreSQL is not reachable at {server_url()} (${ENV_SERVER}): {exc}. Start it "
+                "(pg_ctlcluster --skip-systemctl-redirect 15 main start) or point the variable at one.",
+                pytrace=False,
+            )
         self.template = f"bw_tpl_{os.getpid()}"
         self._created: list[str] = []
 

@@ -84,8 +84,10 @@ class PgCluster:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=self.root)
         if done.returncode != 0:
-            raise PgClusterError(f"{tool} {' '.join(args)} exited {done.returncode}: {done.stdout}{done.stderr}"
-                                 f"\n--- server log ---\n{self.log_tail()}")
+            raise PgClusterError(
+                f"{tool} {' '.join(args)} exited {done.returncode}: {done.stdout}{done.stderr}"
+                f"\n--- server log ---\n{self.log_tail()}"
+            )
         return done.stdout
 
     def log_tail(self, lines: int = 30) -> str:
@@ -97,11 +99,24 @@ class PgCluster:
 
     def _initdb(self) -> None:
         began = time.monotonic()
-        self._run("initdb", "-D", str(self.data), "--auth=trust", "--username=postgres", "--encoding=UTF8",
-                  "--locale=C", "--no-sync")
-        settings = {**SETTINGS, "port": str(self.port), "unix_socket_directories": f"'{self.root}'",
-                    "fsync": "on" if self.fsync else "off", "synchronous_commit": "on" if self.fsync else "off",
-                    "full_page_writes": "on" if self.fsync else "off"}
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "--auth=trust",
+            "--username=postgres",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
+        settings = {
+            **SETTINGS,
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.root}'",
+            "fsync": "on" if self.fsync else "off",
+            "synchronous_commit": "on" if self.fsync else "off",
+            "full_page_writes": "on" if self.fsync else "off",
+        }
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write("\n# tests/pg_cluster.py\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
         self.init_seconds = time.monotonic() - began
@@ -123,8 +138,18 @@ class PgCluster:
         if not (self.data / "PG_VERSION").exists():
             self._initdb()
         began = time.monotonic()
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(int(timeout)), "start",
-                  timeout=timeout + 10)
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            str(int(timeout)),
+            "start",
+            timeout=timeout + 10,
+        )
         self.start_seconds = time.monotonic() - began
 
     def stop(self, mode: str = "fast", timeout: float = 30) -> None:
@@ -132,8 +157,9 @@ class PgCluster:
         quits at once, no checkpoint, WAL recovery on the next start) or ``smart`` (wait for clients)."""
         if mode not in STOP_MODES:
             raise ValueError(f"stop mode must be one of {STOP_MODES}, not {mode!r}")
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", str(int(timeout)), "stop",
-                  timeout=timeout + 10)
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", str(int(timeout)), "stop", timeout=timeout + 10
+        )
 
     def restart(self, mode: str = "fast", timeout: float = 30) -> float:
         """Stop with ``mode`` and start again on the same port with the same data; return the seconds it took."""

@@ -234,7 +234,7 @@ class TcpRelay:
         try:
             if events & selectors.EVENT_WRITE:
                 outbox = pair.outbox(sock)
-                del outbox[:sock.send(outbox)]
+                del outbox[: sock.send(outbox)]
             if events & selectors.EVENT_READ:
                 data = sock.recv(_CHUNK)
                 if not data:

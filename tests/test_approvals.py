@@ -52,8 +52,13 @@ def test_a_request_waits_across_a_sigkill_and_is_sent_once_when_approved(bw: BW,
     enqueue(store, load_flow(FLOW), {"base_url": shop.url, "item": SECRET_ITEM}, run_id=run_id)
     store.close()
     tag = uuid.uuid4().hex
-    holder = start_worker(db, "--lease-ttl", "5", env={"BROWSERWORKER_APPROVAL_HOLD": "300", "BW_TEST_TAG": tag},
-                          log=tmp_path / "holder.log")
+    holder = start_worker(
+        db,
+        "--lease-ttl",
+        "5",
+        env={"BROWSERWORKER_APPROVAL_HOLD": "300", "BW_TEST_TAG": tag},
+        log=tmp_path / "holder.log",
+    )
     [asked] = wait_for(db, lambda s: s.approvals.waiting())
     assert asked.run_id == run_id and asked.request_key == f"{run_id}/submit"
     assert asked.screenshot and Path(asked.screenshot).read_bytes()[:4] == b"\x89PNG"
@@ -63,8 +68,10 @@ def test_a_request_waits_across_a_sigkill_and_is_sent_once_when_approved(bw: BW,
     store = open_store(db)
     try:
         assert store.get_run(run_id).state == RunState.RUNNING  # type: ignore[union-attr]  (held, not parked)
-        stored = json.dumps([a.to_dict() for a in store.approvals.of_run(run_id)]
-                            + [e.detail for e in store.events(run_id)], default=str)
+        stored = json.dumps(
+            [a.to_dict() for a in store.approvals.of_run(run_id)] + [e.detail for e in store.events(run_id)],
+            default=str,
+        )
         assert SECRET_ITEM not in stored
     finally:
         store.close()
@@ -73,8 +80,9 @@ def test_a_request_waits_across_a_sigkill_and_is_sent_once_when_approved(bw: BW,
     wait_until_gone(tag)
     assert shop.orders(f"{run_id}/submit") == []
 
-    survivor = start_worker(db, "--lease-ttl", "5", env={"BROWSERWORKER_APPROVAL_HOLD": "0"},
-                            log=tmp_path / "survivor.log")
+    survivor = start_worker(
+        db, "--lease-ttl", "5", env={"BROWSERWORKER_APPROVAL_HOLD": "0"}, log=tmp_path / "survivor.log"
+    )
     wait_for(db, lambda s: s.get_run(run_id).state == RunState.AWAITING_APPROVAL)
     done = bw.run("approve", run_id, "submit", "--db", str(db), "--by", "alice", "--json")
     assert done.returncode == 0, done.stderr
@@ -100,8 +108,19 @@ def test_a_rejected_request_never_reaches_the_shop(bw: BW, shop: Any, pg_url: st
     """On PostgreSQL: ``run`` parks the run (exit 8) with nothing sent; ``reject --reason`` ends
     it FAILED with who and why, its attempt FAILED_BEFORE_SEND, and the shop has no order."""
     run_id = f"rj-{uuid.uuid4().hex[:8]}"
-    parked = bw.run("run", str(FLOW), "--db", pg_url, "--run-id", run_id, "--input", f"base_url={shop.url}",
-                    "--input", "item=tea", env={"BROWSERWORKER_APPROVAL_HOLD": "0"})
+    parked = bw.run(
+        "run",
+        str(FLOW),
+        "--db",
+        pg_url,
+        "--run-id",
+        run_id,
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        env={"BROWSERWORKER_APPROVAL_HOLD": "0"},
+    )
     assert parked.returncode == 8, parked.stderr
     listed = json.loads(bw.run("approvals", "--db", pg_url, "--json").stdout)
     assert [(a["run_id"], a["step_id"]) for a in listed] == [(run_id, "submit")]
@@ -120,8 +139,19 @@ def test_a_decision_while_the_worker_holds_the_page(bw: BW, shop: Any, decision:
     very request it held go (one attempt, one order, SUCCEEDED); rejected, it drops it (the
     attempt FAILED_BEFORE_SEND, the run FAILED, no order)."""
     run_id = f"ah-{uuid.uuid4().hex[:8]}"
-    running = bw.start("run", str(FLOW), "--db", str(bw.db), "--run-id", run_id, "--input", f"base_url={shop.url}",
-                       "--input", "item=tea", env={"BROWSERWORKER_APPROVAL_HOLD": "60"})
+    running = bw.start(
+        "run",
+        str(FLOW),
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        env={"BROWSERWORKER_APPROVAL_HOLD": "60"},
+    )
     try:
         wait_for(bw.db, lambda s: s.approvals.waiting())
         assert bw.run(decision, run_id, "submit", "--db", str(bw.db)).returncode == 0

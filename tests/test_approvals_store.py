@@ -29,14 +29,25 @@ def leased(store: SQLStore, run_id: str, ttl: float = 30.0) -> Any:
     store.create_run(NewRun(id=run_id, flow_name="f", inputs={}))
     run = store.claim_run(run_id, OWNER, ttl)
     assert run is not None
-    attempt = store.begin_attempt(run_id, run.lease_epoch, "submit", "effect", f"{run_id}/submit", "fp",
-                                  worker=OWNER.worker, margin=0.0)
+    attempt = store.begin_attempt(
+        run_id, run.lease_epoch, "submit", "effect", f"{run_id}/submit", "fp", worker=OWNER.worker, margin=0.0
+    )
     return run, attempt
 
 
 def ask(store: SQLStore, run: Any, fingerprint: str = "a" * 64, ttl: float = 3600.0) -> Any:
-    return store.approvals.request(run.id, run.lease_epoch, "submit", 1, f"{run.id}/submit", fingerprint, SUMMARY,
-                                   screenshot="/tmp/x.png", ttl=ttl, worker=OWNER.worker)
+    return store.approvals.request(
+        run.id,
+        run.lease_epoch,
+        "submit",
+        1,
+        f"{run.id}/submit",
+        fingerprint,
+        SUMMARY,
+        screenshot="/tmp/x.png",
+        ttl=ttl,
+        worker=OWNER.worker,
+    )
 
 
 def test_ask_park_approve_queues_the_run_once(any_store: SQLStore) -> None:
@@ -155,8 +166,10 @@ def test_cli_approvals_approve_reject(tmp_path: Path) -> None:
     listed = cli.invoke(main, ["approvals", "--db", str(db), "--json"])
     assert listed.exit_code == 0, listed.output
     rows = json.loads(listed.output)
-    assert [(r["run_id"], r["step_id"], r["request_key"]) for r in rows] == [("c1", "submit", "c1/submit"),
-                                                                            ("c2", "submit", "c2/submit")]
+    assert [(r["run_id"], r["step_id"], r["request_key"]) for r in rows] == [
+        ("c1", "submit", "c1/submit"),
+        ("c2", "submit", "c2/submit"),
+    ]
     assert {"request", "screenshot", "waiting_since", "expires_at", "flow"} <= set(rows[0])
     ok = cli.invoke(main, ["approve", "c1", "submit", "--db", str(db), "--by", "alice", "--json"])
     assert ok.exit_code == 0 and json.loads(ok.output)["decided_by"] == "alice"

@@ -23,7 +23,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 # and heartbeats come with the clock, not with the steps
 _LEASING = {"claim_run", "claim_next", "heartbeat", "get_run"}
 
-ONE_EFFECT = textwrap.dedent('''
+ONE_EFFECT = textwrap.dedent("""
     from pydantic import BaseModel
     from browserworker import Flow, StepContext
 
@@ -37,7 +37,7 @@ ONE_EFFECT = textwrap.dedent('''
         await ctx.page.goto(ctx.inputs.url)
         status = await ctx.page.evaluate("fetch('/api/reset', {method: 'POST'}).then(r => r.text().then(() => r.status))")
         return {"status": status}
-''')
+""")
 
 
 def _bench_module(name: str) -> Any:
@@ -63,7 +63,8 @@ def _calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_the_control_plane_benchmark_makes_the_store_calls_of_a_real_run(
-        tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Benchmark (b) times, without a browser, the store calls that a run of one effect sending
     one request makes in the executor and its gate: the same methods, as many times each."""
     control_plane = _bench_module("control_plane")
@@ -128,6 +129,5 @@ def test_the_postgres_claim_benchmark_seeds_runs_the_store_claims_in_order(pg_ur
         store.close()
     assert claimed[-1] is None
     runs = [r for r in claimed if r is not None]
-    assert [(r.priority, r.id) for r in runs] == sorted(((r.priority, r.id) for r in runs),
-                                                        key=lambda p: (-p[0], p[1]))
+    assert [(r.priority, r.id) for r in runs] == sorted(((r.priority, r.id) for r in runs), key=lambda p: (-p[0], p[1]))
     assert {r.state for r in runs} == {RunState.LEASED} and {r.inputs["i"] for r in runs} == set(range(6))

@@ -39,18 +39,21 @@ def test_set_list_and_clear(store_target: str) -> None:
     assert json.loads(limits(store_target, "--json").output) == []
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("set", "k", "--rate", "5/day"), "write N/s, N/min or N/h"),
-    (("set", "k", "--rate", "0/min"), "N must be positive"),
-    (("set", "k", "--rate", "-3/min"), "write N/s, N/min or N/h"),
-    (("set", "k", "--concurrency", "0"), "positive whole number"),
-    (("set", "k", "--concurrency", "two"), "is not a valid integer"),
-    (("set", "k"), "--concurrency N and/or --rate"),
-    (("set", "bad key", "--concurrency", "1"), "invalid limit key"),
-    (("clear",), "a KEY or --all"),
-    (("clear", "never-set"), "no budget or pause"),
-    (("list", "k"), "takes no KEY"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("set", "k", "--rate", "5/day"), "write N/s, N/min or N/h"),
+        (("set", "k", "--rate", "0/min"), "N must be positive"),
+        (("set", "k", "--rate", "-3/min"), "write N/s, N/min or N/h"),
+        (("set", "k", "--concurrency", "0"), "positive whole number"),
+        (("set", "k", "--concurrency", "two"), "is not a valid integer"),
+        (("set", "k"), "--concurrency N and/or --rate"),
+        (("set", "bad key", "--concurrency", "1"), "invalid limit key"),
+        (("clear",), "a KEY or --all"),
+        (("clear", "never-set"), "no budget or pause"),
+        (("list", "k"), "takes no KEY"),
+    ],
+)
 def test_bad_input_is_refused_with_nothing_written(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     """Each bad call exits 2 with a clear message and writes nothing."""
     db = str(tmp_path / "bw.db")

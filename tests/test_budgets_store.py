@@ -234,25 +234,60 @@ def test_concurrent_pauses_of_a_new_key_all_land(store_target: str) -> None:
 
 
 def _row(status: int | None, headers: dict[str, str] | None = None, channel: str = "held") -> OutboxRecord:
-    return OutboxRecord(id=1, attempt_id=1, run_id="r", step_id="submit", method="POST", url="http://s/api/orders",
-                        released_at=0.0, status=status, response_url="http://s/api/orders", headers=headers,
-                        response_at=None if status is None else 0.0, failure=None, failed_at=None, channel=channel)
+    return OutboxRecord(
+        id=1,
+        attempt_id=1,
+        run_id="r",
+        step_id="submit",
+        method="POST",
+        url="http://s/api/orders",
+        released_at=0.0,
+        status=status,
+        response_url="http://s/api/orders",
+        headers=headers,
+        response_at=None if status is None else 0.0,
+        failure=None,
+        failed_at=None,
+        channel=channel,
+    )
 
 
 def test_an_attempt_is_throttled_only_when_every_dispatch_was_told_to_come_back() -> None:
     """FAILED by `throttled` needs every dispatch answered 429/503 with a Retry-After; such an
     attempt does not count against the step's retries."""
     told = _row(429, {"retry-after": "3"})
-    verdict = classify_attempt(raised=RuntimeError("429"), returned=None, dispatched=True, outbox=[told],
-                               judge=default_judge)
+    verdict = classify_attempt(
+        raised=RuntimeError("429"), returned=None, dispatched=True, outbox=[told], judge=default_judge
+    )
     assert (verdict.state, verdict.decided_by) == (AttemptState.FAILED, THROTTLED)
     assert "Retry-After: 3" in (verdict.reason or "")
-    for rows in ([_row(429)], [_row(500, {"retry-after": "3"})], [told, _row(201)], [told, _row(None)],
-                 [told, _row(None, channel="detected")]):
+    for rows in (
+        [_row(429)],
+        [_row(500, {"retry-after": "3"})],
+        [told, _row(201)],
+        [told, _row(None)],
+        [told, _row(None, channel="detected")],
+    ):
         assert throttle_of(rows) is None, rows
-    attempt = AttemptRecord.from_row({"id": 1, "run_id": "r", "step_id": "submit", "kind": "effect", "attempt_no": 1,
-                                      "request_key": "r/submit", "request_fingerprint": "f", "state": "FAILED",
-                                      "lease_epoch": 1, "worker": "w", "intent_at": 0.0, "dispatched_at": 0.0,
-                                      "finished_at": 0.0, "result_json": None, "decided_by": THROTTLED,
-                                      "evidence": None, "error": "HTTP 429"})
+    attempt = AttemptRecord.from_row(
+        {
+            "id": 1,
+            "run_id": "r",
+            "step_id": "submit",
+            "kind": "effect",
+            "attempt_no": 1,
+            "request_key": "r/submit",
+            "request_fingerprint": "f",
+            "state": "FAILED",
+            "lease_epoch": 1,
+            "worker": "w",
+            "intent_at": 0.0,
+            "dispatched_at": 0.0,
+            "finished_at": 0.0,
+            "result_json": None,
+            "decided_by": THROTTLED,
+            "evidence": None,
+            "error": "HTTP 429",
+        }
+    )
     assert own_failures([attempt], "submit") == 0 and throttled_attempts([attempt], "submit") == 1

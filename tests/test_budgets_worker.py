@@ -28,15 +28,24 @@ def enqueue_sites(db: str, shop: Any, sites: list[str], prefix: str) -> list[str
     loaded = load_flow(TEST_FLOWS / "budget_order.py")
     store = open_store(db)
     try:
-        return [enqueue(store, loaded, {"base_url": shop.url, "item": f"{prefix}-{i:03d}", "site": site},
-                        run_id=f"{prefix}-{i:03d}").id for i, site in enumerate(sites)]
+        return [
+            enqueue(
+                store,
+                loaded,
+                {"base_url": shop.url, "item": f"{prefix}-{i:03d}", "site": site},
+                run_id=f"{prefix}-{i:03d}",
+            ).id
+            for i, site in enumerate(sites)
+        ]
     finally:
         store.close()
 
 
 def drain(db: str, tmp_path: Path, workers: int = 3) -> None:
-    procs = [start_worker(db, "--once", "-n", "2", log=tmp_path / f"w{i}.log")  # type: ignore[arg-type]
-             for i in range(workers)]
+    procs = [
+        start_worker(db, "--once", "-n", "2", log=tmp_path / f"w{i}.log")  # type: ignore[arg-type]
+        for i in range(workers)
+    ]
     for i, p in enumerate(procs):
         assert p.wait(timeout=300) == 0, (tmp_path / f"w{i}.log").read_text()[-3000:]
         STARTED.remove(p)
@@ -93,8 +102,13 @@ def test_retry_after_pauses_the_key_fleet_wide(store_target: str, shop: Any, tmp
         assert pause.detail["key"] == paced and pause.detail["status"] == 429
         until = pause.detail["until"]
         assert until - pause.at == pytest.approx(3, abs=0.2)
-        claims_after = [e.at for i in ids if runs[i].limit_key == paced for e in store.events(i)
-                        if e.kind == "lease_claimed" and e.at > pause.at]
+        claims_after = [
+            e.at
+            for i in ids
+            if runs[i].limit_key == paced
+            for e in store.events(i)
+            if e.kind == "lease_claimed" and e.at > pause.at
+        ]
         assert claims_after and min(claims_after) >= until - 0.1, (pause.at, until, sorted(claims_after)[:3])
         others_done = [r for r in runs.values() if r.limit_key == other and pause.at < (r.finished_at or 0) < until]
         assert others_done, "no run of the other key completed during the pause"

@@ -27,8 +27,15 @@ pytestmark = pytest.mark.browser
 
 FLOW = str(Path(__file__).parent / "flows" / "channels.py")
 LANDING = ["form", "fetch", "beacon", "worker", "redirect", "pagehide", "popup", "websocket", "api"]
-HELD = {"form": "held", "fetch": "held", "beacon": "held", "worker": "held", "redirect": "held",
-        "websocket": "websocket", "api": "api"}
+HELD = {
+    "form": "held",
+    "fetch": "held",
+    "beacon": "held",
+    "worker": "held",
+    "redirect": "held",
+    "websocket": "websocket",
+    "api": "api",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +44,9 @@ def target() -> Iterator[ChannelTarget]:
         yield server
 
 
-def _run(bw: BW, flow: str, run_id: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    bw: BW, flow: str, run_id: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return bw.run("run", FLOW, "--flow", flow, "--db", str(bw.db), "--run-id", run_id, *args, env=env)
 
 
@@ -50,8 +59,9 @@ def _fire(show: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("channel", LANDING)
-def test_a_kill_after_the_target_received_it_lands_exactly_once(bw: BW, target: ChannelTarget, run_id: str,
-                                                                 channel: str) -> None:
+def test_a_kill_after_the_target_received_it_lands_exactly_once(
+    bw: BW, target: ChannelTarget, run_id: str, channel: str
+) -> None:
     """Killed after the target counted the effect, the resumed run asks the verifier (the
     first attempt is journaled as dispatched, never as "nothing left") and does not send again."""
     first = _run(bw, "channels", run_id, *_inputs(target, channel, die=True))
@@ -69,8 +79,9 @@ def test_a_kill_after_the_target_received_it_lands_exactly_once(bw: BW, target: 
 
 
 @pytest.mark.parametrize("channel", LANDING)
-def test_without_a_verifier_the_kill_goes_to_review_with_one_landing(bw: BW, target: ChannelTarget, run_id: str,
-                                                                     channel: str) -> None:
+def test_without_a_verifier_the_kill_goes_to_review_with_one_landing(
+    bw: BW, target: ChannelTarget, run_id: str, channel: str
+) -> None:
     """Without a verifier nor idempotency, the same kill parks the run for a person: never replayed."""
     first = _run(bw, "channels-unverified", run_id, *_inputs(target, channel, die=True))
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
@@ -93,13 +104,24 @@ def _stopped(proc: subprocess.Popen[str], timeout: float = 60) -> None:
 
 
 @pytest.mark.parametrize("channel", LANDING)
-def test_a_held_channel_cannot_reach_the_target_before_its_commit(bw: BW, target: ChannelTarget, run_id: str,
-                                                                  channel: str) -> None:
+def test_a_held_channel_cannot_reach_the_target_before_its_commit(
+    bw: BW, target: ChannelTarget, run_id: str, channel: str
+) -> None:
     """With the store's write lock held while the channel fires, nothing reaches the target
     until the lock is released and the dispatch is committed. (For ``pagehide`` and ``popup``
     what waits is the navigation that opens the door: away from the page, into the popup.)"""
-    proc = bw.start("run", FLOW, "--flow", "channels", "--db", str(bw.db), "--run-id", run_id,
-                    *_inputs(target, channel), env={"BROWSERWORKER_FAULTS": "dispatch_held:fire=stop"})
+    proc = bw.start(
+        "run",
+        FLOW,
+        "--flow",
+        "channels",
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        *_inputs(target, channel),
+        env={"BROWSERWORKER_FAULTS": "dispatch_held:fire=stop"},
+    )
     _stopped(proc)  # the gate holds the channel, before its commit
     lock = sqlite3.connect(bw.db, isolation_level=None)
     lock.execute("BEGIN IMMEDIATE")
@@ -112,15 +134,17 @@ def test_a_held_channel_cannot_reach_the_target_before_its_commit(bw: BW, target
     assert not held, "the target received a held dispatch before its commit"
     assert proc.returncode == 0, err[-2000:]
     with sqlite3.connect(bw.db) as conn:
-        [(dispatched_at,)] = conn.execute("SELECT dispatched_at FROM attempts WHERE run_id = ? AND step_id = 'fire'",
-                                          (run_id,)).fetchall()
+        [(dispatched_at,)] = conn.execute(
+            "SELECT dispatched_at FROM attempts WHERE run_id = ? AND step_id = 'fire'", (run_id,)
+        ).fetchall()
     assert dispatched_at is not None  # its commit could only go through once the lock was gone...
     assert target.first_at(f"{run_id}/fire") >= released  # ...and only then did it reach the target
     assert target.landings(f"{run_id}/fire") == 1
 
 
-def test_shared_workers_are_blocked_and_count_as_dispatched_when_allowed(bw: BW, target: ChannelTarget,
-                                                                          run_id: str) -> None:
+def test_shared_workers_are_blocked_and_count_as_dispatched_when_allowed(
+    bw: BW, target: ChannelTarget, run_id: str
+) -> None:
     """A SharedWorker (which no route sees) cannot be made by default; allowed, what it sends
     lands and the attempt is journaled as possibly dispatched."""
     done = _run(bw, "channels", run_id, *_inputs(target, "shared-worker"))
@@ -130,8 +154,9 @@ def test_shared_workers_are_blocked_and_count_as_dispatched_when_allowed(bw: BW,
     assert fire["dispatched_at"] is None and target.landings(f"{run_id}/fire") == 0
 
     allowed = f"{run_id}-allowed"
-    done = _run(bw, "channels", allowed, *_inputs(target, "shared-worker"),
-                env={"BROWSERWORKER_SHARED_WORKERS": "allow"})
+    done = _run(
+        bw, "channels", allowed, *_inputs(target, "shared-worker"), env={"BROWSERWORKER_SHARED_WORKERS": "allow"}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert target.landings(f"{allowed}/fire") == 1
     [fire] = _fire(bw.show(allowed))
@@ -151,13 +176,23 @@ def test_a_popup_its_opener_scripts_is_detected(bw: BW, target: ChannelTarget, r
 
 
 def test_a_store_outage_while_a_detected_channel_fires_still_journals_the_dispatch(
-        bw: BW, target: ChannelTarget, run_id: str) -> None:
+    bw: BW, target: ChannelTarget, run_id: str
+) -> None:
     """The store locked past its busy timeout while a detected channel fires: the detection
     writes fail, the gate writes them again once the store is back, and the attempt never ends
     as "SUCCEEDED with nothing journaled"."""
-    proc = bw.start("run", FLOW, "--flow", "channels", "--db", str(bw.db), "--run-id", run_id,
-                    *_inputs(target, "blank-popup"),
-                    env={"BROWSERWORKER_FAULTS": "after_intent_commit:fire=stop", "BROWSERWORKER_BUSY_TIMEOUT": "0.2"})
+    proc = bw.start(
+        "run",
+        FLOW,
+        "--flow",
+        "channels",
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        *_inputs(target, "blank-popup"),
+        env={"BROWSERWORKER_FAULTS": "after_intent_commit:fire=stop", "BROWSERWORKER_BUSY_TIMEOUT": "0.2"},
+    )
     _stopped(proc)
     lock = sqlite3.connect(bw.db, isolation_level=None)
     lock.execute("BEGIN IMMEDIATE")
@@ -229,8 +264,7 @@ def test_an_action_that_sends_is_warned_or_refused(bw: BW, target: ChannelTarget
     assert target.landings(f"{refused_id}/fire") == 0
 
 
-def test_a_websocket_message_from_an_action_is_warned_or_refused(bw: BW, target: ChannelTarget,
-                                                                  run_id: str) -> None:
+def test_a_websocket_message_from_an_action_is_warned_or_refused(bw: BW, target: ChannelTarget, run_id: str) -> None:
     """A WebSocket message an action sends is an undeclared side effect, like a POST: warned
     (and delivered), or in fail mode never delivered, even when it reaches the kit only after
     the action has returned (the action here does not wait for it)."""
@@ -246,8 +280,9 @@ def test_a_websocket_message_from_an_action_is_warned_or_refused(bw: BW, target:
 
 
 @pytest.mark.parametrize("channel", ["arm-pagehide", "arm-keepalive"])
-def test_a_page_armed_to_send_on_pagehide_sends_once_per_effect_after_a_kill(bw: BW, target: ChannelTarget,
-                                                                              run_id: str, channel: str) -> None:
+def test_a_page_armed_to_send_on_pagehide_sends_once_per_effect_after_a_kill(
+    bw: BW, target: ChannelTarget, run_id: str, channel: str
+) -> None:
     """A page that sends on every ``pagehide`` (a beacon, a keepalive fetch, armed when it
     loads), SIGKILLed after its effect landed: the resumed pass loads the page again, its
     verifier decides SUCCEEDED, and closing the pass's context sends nothing more (it goes
@@ -268,7 +303,8 @@ def test_a_page_armed_to_send_on_pagehide_sends_once_per_effect_after_a_kill(bw:
 
 @pytest.mark.parametrize("kill_in", ["effect", "next action"])
 def test_a_page_armed_to_send_on_pagehide_sends_once_when_a_verifier_or_an_action_leaves_it(
-        bw: BW, target: ChannelTarget, run_id: str, kill_in: str) -> None:
+    bw: BW, target: ChannelTarget, run_id: str, kill_in: str
+) -> None:
     """The same page, SIGKILLed after its effect landed (in the effect, or in the action after
     it, which leaves the page): the resumed pass loads the page again, and the effect's
     verifier leaves it (it reads the count on a page of its own), or the effect is skipped as
@@ -293,16 +329,23 @@ def test_a_page_armed_to_send_on_pagehide_sends_once_when_a_verifier_or_an_actio
         assert [(a["state"], a["decided_by"]) for a in fire] == [("SUCCEEDED", "return")]
 
 
-def test_a_send_a_timer_fires_between_steps_is_refused_and_reported(bw: BW, target: ChannelTarget,
-                                                                     run_id: str) -> None:
+def test_a_send_a_timer_fires_between_steps_is_refused_and_reported(bw: BW, target: ChannelTarget, run_id: str) -> None:
     """An effect's click arms a timer that POSTs 400 ms later; the effect returns at once and
     its outcome commit waits for the store (the test holds its write lock), so the timer fires
     between the steps. The send is refused at the route and reported, naming the effect; the
     process is SIGKILLed in the next action and resumed: nothing lands, the run succeeds."""
-    proc = bw.start("run", FLOW, "--flow", "channels-timer", "--db", str(bw.db), "--run-id", run_id,
-                    *_inputs(target, "timer", die=True),
-                    env={"BROWSERWORKER_FAULTS": "before_outcome_commit:fire=stop",
-                         "BROWSERWORKER_BUSY_TIMEOUT": "30"})
+    proc = bw.start(
+        "run",
+        FLOW,
+        "--flow",
+        "channels-timer",
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        *_inputs(target, "timer", die=True),
+        env={"BROWSERWORKER_FAULTS": "before_outcome_commit:fire=stop", "BROWSERWORKER_BUSY_TIMEOUT": "30"},
+    )
     _stopped(proc)  # the effect has clicked and returned; its outcome is not journaled yet
     lock = sqlite3.connect(bw.db, isolation_level=None)
     lock.execute("BEGIN IMMEDIATE")
@@ -323,10 +366,18 @@ def test_a_send_a_timer_fires_between_steps_is_refused_and_reported(bw: BW, targ
 
 def test_a_timer_send_between_steps_fails_a_fail_mode_run(bw: BW, target: ChannelTarget, run_id: str) -> None:
     """With ``undeclared_effects="fail"`` the same send between steps, refused, also fails the run."""
-    proc = bw.start("run", FLOW, "--flow", "channels-timer-fail", "--db", str(bw.db), "--run-id", run_id,
-                    *_inputs(target, "timer"),
-                    env={"BROWSERWORKER_FAULTS": "before_outcome_commit:fire=stop",
-                         "BROWSERWORKER_BUSY_TIMEOUT": "30"})
+    proc = bw.start(
+        "run",
+        FLOW,
+        "--flow",
+        "channels-timer-fail",
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        *_inputs(target, "timer"),
+        env={"BROWSERWORKER_FAULTS": "before_outcome_commit:fire=stop", "BROWSERWORKER_BUSY_TIMEOUT": "30"},
+    )
     _stopped(proc)
     lock = sqlite3.connect(bw.db, isolation_level=None)
     lock.execute("BEGIN IMMEDIATE")
@@ -343,8 +394,7 @@ def test_a_timer_send_between_steps_fails_a_fail_mode_run(bw: BW, target: Channe
     assert target.landings(f"{run_id}/fire") == 0
 
 
-def test_a_self_closing_popup_in_a_fail_mode_action_fails_the_run(bw: BW, target: ChannelTarget,
-                                                                   run_id: str) -> None:
+def test_a_self_closing_popup_in_a_fail_mode_action_fails_the_run(bw: BW, target: ChannelTarget, run_id: str) -> None:
     """A popup an action opens sends a keepalive POST and closes itself: Chromium lets that
     POST out without asking any route, so fail mode cannot keep it back. It sees it all the
     same (the browser's request event), and the run fails, saying it may have been sent."""

@@ -22,13 +22,23 @@ def test_chaos_every_point_lands_exactly_once(bw: BW, shop: Any) -> None:
     """Crashing the submit at each point and resuming always ends with exactly one order,
     classified as the fault-point table says; the verifier passes its self-test (not done
     before the dispatch, done after the effect)."""
-    done = bw.run("chaos", str(FLOWS / "place_order.py"), "--input", f"base_url={shop.url}", "--input", "item=tea",
-                  "--json", timeout=600)
+    done = bw.run(
+        "chaos",
+        str(FLOWS / "place_order.py"),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--json",
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] is True
     assert [(t["step"], t["phase"], t["said"], t["status"], t["verifier"]) for t in report["self_tests"]] == [
-        ("submit", "before", "not_done", "ok", "submit_landed"), ("submit", "after", "done", "ok", "submit_landed")]
+        ("submit", "before", "not_done", "ok", "submit_landed"),
+        ("submit", "after", "done", "ok", "submit_landed"),
+    ]
     results = {r["point"]: r for r in report["results"]}
     assert set(results) == set(CHAOS_POINTS)
     for point, r in results.items():
@@ -65,21 +75,40 @@ def test_chaos_names_a_wrong_verifier_and_shows_the_duplicate_it_causes(bw: BW, 
     after_intent_commit (nothing sent, the verifier not asked) the order lands once."""
     flow = ROOT / "tests" / "flows" / "wrong_verifier_counted.py"
     where = f"{flow}:{flow.read_text().splitlines().index('@submit.verify') + 1}"  # as Step.where: the decorator
-    done = bw.run("chaos", str(flow), "--input", f"base_url={own_shop.url}", "--input", "item=tea",
-                  "--points", "reply_lost,after_intent_commit", "--json", timeout=300)
+    done = bw.run(
+        "chaos",
+        str(flow),
+        "--input",
+        f"base_url={own_shop.url}",
+        "--input",
+        "item=tea",
+        "--points",
+        "reply_lost,after_intent_commit",
+        "--json",
+        timeout=300,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] is False
-    tests = [(t["step"], t["verifier"], t["where"], t["phase"], t["said"], t["expected"], t["status"])
-             for t in report["self_tests"]]
-    assert tests == [("submit", "looks_for_the_wrong_order", where, "before", "not_done", "not_done", "ok"),
-                     ("submit", "looks_for_the_wrong_order", where, "after", "not_done", "done", "BROKEN")]
+    tests = [
+        (t["step"], t["verifier"], t["where"], t["phase"], t["said"], t["expected"], t["status"])
+        for t in report["self_tests"]
+    ]
+    assert tests == [
+        ("submit", "looks_for_the_wrong_order", where, "before", "not_done", "not_done", "ok"),
+        ("submit", "looks_for_the_wrong_order", where, "after", "not_done", "done", "BROKEN"),
+    ]
     results = {r["point"]: r for r in report["results"]}
-    assert (results["reply_lost"]["classification"], results["reply_lost"]["landings"],
-            results["reply_lost"]["verdict"]) == ("NOT_DONE (verifier)", 2, "DUPLICATE")
+    assert (
+        results["reply_lost"]["classification"],
+        results["reply_lost"]["landings"],
+        results["reply_lost"]["verdict"],
+    ) == ("NOT_DONE (verifier)", 2, "DUPLICATE")
     assert (results["after_intent_commit"]["landings"], results["after_intent_commit"]["verdict"]) == (1, "ok")
-    assert (f"error: verifier looks_for_the_wrong_order of step submit ({where}) is wrong: after the effect it "
-            "said not_done, expected done; under the crashes: DUPLICATE at reply_lost (landings 2)") in done.stderr
+    assert (
+        f"error: verifier looks_for_the_wrong_order of step submit ({where}) is wrong: after the effect it "
+        "said not_done, expected done; under the crashes: DUPLICATE at reply_lost (landings 2)"
+    ) in done.stderr
     assert "error: submit @ reply_lost #1: DUPLICATE" in done.stderr
 
 

@@ -39,8 +39,7 @@ def invoke(tmp_path: Path, *args: str) -> click.testing.Result:
         (("run", "missing.py"), "no such flow file"),
         (("run", str(FLOW), "--input", "item"), "must look like KEY=VALUE"),
         (("run", str(FLOW), "--input", "item=tea"), "base_url: Field required"),
-        (("run", str(FLOW), "--input", "item=tea", "--input", "base_url=x", "--input", "quantity=lots"),
-         "quantity"),
+        (("run", str(FLOW), "--input", "item=tea", "--input", "base_url=x", "--input", "quantity=lots"), "quantity"),
         (("run", str(FLOW), "--inputs-json", "{bad"), "not valid JSON"),
         (("run", str(FLOW), "--flow", "nope"), "no flow named 'nope'"),
         (("run", str(FLOW), "--run-id", "../etc/passwd"), "invalid run id"),
@@ -89,18 +88,21 @@ def test_bad_inputs_on_existing_db_write_no_row(tmp_path: Path) -> None:
 def test_resume_with_other_inputs_is_refused(tmp_path: Path) -> None:
     """An existing run id with different inputs is refused rather than silently changed."""
     db = tmp_path / "bw.db"
-    SQLiteStore(db).create_run(NewRun(id="r1", flow_name="place-order",
-                                      inputs={"base_url": "http://127.0.0.1:1", "item": "tea"}))
-    result = invoke(tmp_path, "run", str(FLOW), "--run-id", "r1", "--input", "base_url=http://127.0.0.1:1",
-                    "--input", "item=coffee")
+    SQLiteStore(db).create_run(
+        NewRun(id="r1", flow_name="place-order", inputs={"base_url": "http://127.0.0.1:1", "item": "tea"})
+    )
+    result = invoke(
+        tmp_path, "run", str(FLOW), "--run-id", "r1", "--input", "base_url=http://127.0.0.1:1", "--input", "item=coffee"
+    )
     assert result.exit_code == 2 and "other inputs" in result.output
 
 
 def test_runs_and_show_json(tmp_path: Path) -> None:
     """`runs --json` and `show --json` print machine-readable views; secrets masked."""
     db = tmp_path / "bw.db"
-    SQLiteStore(db).create_run(NewRun(id="r1", flow_name="f", inputs={"password": "hunter2"},
-                                      secret_fields=("password",)))
+    SQLiteStore(db).create_run(
+        NewRun(id="r1", flow_name="f", inputs={"password": "hunter2"}, secret_fields=("password",))
+    )
     listed = json.loads(invoke(tmp_path, "runs", "--json").output)
     assert [r["id"] for r in listed] == ["r1"] and listed[0]["state"] == "QUEUED"
     shown = invoke(tmp_path, "show", "r1", "--json")

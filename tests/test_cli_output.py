@@ -27,8 +27,24 @@ FLOW = Path(__file__).resolve().parents[1] / "flows" / "place_order.py"
 INPUTS = ("--input", "base_url=http://127.0.0.1:9", "--input", "item=tea")
 
 #: The commands a script reads; each has --json.
-SCRIPTED = ("run", "enqueue", "worker", "show", "runs", "review", "resolve", "cancel", "queue", "status", "health",
-            "backup", "restore", "check-db", "chaos", "replay")
+SCRIPTED = (
+    "run",
+    "enqueue",
+    "worker",
+    "show",
+    "runs",
+    "review",
+    "resolve",
+    "cancel",
+    "queue",
+    "status",
+    "health",
+    "backup",
+    "restore",
+    "check-db",
+    "chaos",
+    "replay",
+)
 
 
 def bw(db: Path, *args: str) -> Result:
@@ -102,8 +118,13 @@ def test_a_piped_table_never_splits_a_cell(tmp_path: Path) -> None:
     for run_id in ids:
         opsdata.queued(store, run_id, flow="a-flow-with-a-name-long-enough-to-need-its-own-line")
     store.close()
-    out = subprocess.run([sys.executable, "-m", "browserworker", "runs", "--db", str(db)], capture_output=True,
-                         text=True, check=True, env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"}).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "browserworker", "runs", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"},
+    ).stdout
     for run_id in ids:
         [row] = [line for line in out.splitlines() if run_id in line]
         assert "a-flow-with-a-name-long-enough-to-need-its-own-line" in row and "QUEUED" in row
@@ -113,21 +134,43 @@ def test_the_chaos_table_keeps_after_response_whole_when_piped(capsys: pytest.Ca
     """The chaos table on a stdout that is not a terminal: no cell (`after_response`) split."""
     report = ChaosReport()
     for point in ("after_response", "after_intent_commit", "reply_lost"):
-        report.results.append(ChaosResult(step="submit-the-order", point=point, round=1, run_id="r", fired=True,
-                                          run_state="SUCCEEDED", classification="dispatched, response journaled",
-                                          decision="verifier said done (asked 2x)", landings=1, probe="count",
-                                          verdict="ok", seconds=1.0))
+        report.results.append(
+            ChaosResult(
+                step="submit-the-order",
+                point=point,
+                round=1,
+                run_id="r",
+                fired=True,
+                run_state="SUCCEEDED",
+                classification="dispatched, response journaled",
+                decision="verifier said done (asked 2x)",
+                landings=1,
+                probe="count",
+                verdict="ok",
+                seconds=1.0,
+            )
+        )
     print_chaos(report, console())
     rows = [line for line in capsys.readouterr().out.splitlines() if "submit-the-order" in line]
     assert len(rows) == 3 and all("verifier said done (asked 2x) [SUCCEEDED]" in row for row in rows)
     assert any("after_response" in row for row in rows)
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    (errors.UsageError, 2), (errors.FlowLoadError, 2), (errors.InputError, 2), (errors.RunNotFound, 2),
-    (errors.BrowserNotFound, 2), (ReplayError, 2), (errors.StoreError, 5), (errors.LeaseLost, 5),
-    (errors.QueueFull, 6), (errors.UndeclaredEffect, 1),
-])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (errors.UsageError, 2),
+        (errors.FlowLoadError, 2),
+        (errors.InputError, 2),
+        (errors.RunNotFound, 2),
+        (errors.BrowserNotFound, 2),
+        (ReplayError, 2),
+        (errors.StoreError, 5),
+        (errors.LeaseLost, 5),
+        (errors.QueueFull, 6),
+        (errors.UndeclaredEffect, 1),
+    ],
+)
 def test_each_error_class_carries_its_exit_code(error: type[errors.BrowserworkerError], code: int) -> None:
     assert error.exit_code == code
     line, exit_code = explain(error("boom"), Stage())
@@ -140,22 +183,28 @@ def test_the_stage_says_what_an_error_left_behind() -> None:
     assert explain(errors.StoreError("no database at x"), Stage(refusing=True)) == ("Error: no database at x", 2)
     under_way = Stage(left=", run r stopped without an outcome", hint="; resume it with --run-id r", under_way=True)
     assert explain(errors.StoreError("locked"), under_way) == (
-        "error: store unavailable, run r stopped without an outcome: locked; resume it with --run-id r", 5)
+        "error: store unavailable, run r stopped without an outcome: locked; resume it with --run-id r",
+        5,
+    )
     assert explain(errors.BrowserNotFound("could not launch"), under_way) == ("error: could not launch", 5)
     assert explain(errors.LeaseLost("epoch 3"), under_way) == (
-        "error: lease lost, stopped without dispatching anything more: epoch 3", 5)
+        "error: lease lost, stopped without dispatching anything more: epoch 3",
+        5,
+    )
     assert explain(errors.InputError("bad"), under_way) == ("Error: bad", 2)
 
 
-def test_db_may_be_a_url_and_evidence_goes_to_the_working_directory(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_db_may_be_a_url_and_evidence_goes_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from browserworker.cli.session import Session
 
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "bw.db"
     opsdata.queued(SQLiteStore(db), "via-url")
-    assert [r["id"] for r in as_json(bw(tmp_path / "unused.db", "runs", "--db", f"sqlite:///{db}", "--json"))] \
-        == ["via-url"]
+    assert [r["id"] for r in as_json(bw(tmp_path / "unused.db", "runs", "--db", f"sqlite:///{db}", "--json"))] == [
+        "via-url"
+    ]
     session = Session(click.Context(main))
     session.db = f"sqlite:///{db}"
     assert session.evidence_dir == Path("browserworker.evidence")
@@ -174,9 +223,11 @@ def test_an_unknown_input_is_a_usage_error_and_nothing_is_written(tmp_path: Path
         assert "unknown input 'colour'" in done.output and "base_url, item" in done.output
     assert not db.exists() or SQLiteStore(db).list_runs() == []
     loose = tmp_path / "loose.py"
-    loose.write_text("from pydantic import BaseModel, ConfigDict\nfrom browserworker import Flow\n\n"
-                     "class Inputs(BaseModel):\n    model_config = ConfigDict(extra='allow')\n    item: str\n\n"
-                     "flow = Flow('loose', inputs=Inputs)\n\n@flow.step\nasync def look(ctx):\n    pass\n")
+    loose.write_text(
+        "from pydantic import BaseModel, ConfigDict\nfrom browserworker import Flow\n\n"
+        "class Inputs(BaseModel):\n    model_config = ConfigDict(extra='allow')\n    item: str\n\n"
+        "flow = Flow('loose', inputs=Inputs)\n\n@flow.step\nasync def look(ctx):\n    pass\n"
+    )
     queued = as_json(bw(db, "enqueue", str(loose), "--input", "item=tea", "--input", "colour=red", "--json"))
     assert as_json(bw(db, "show", queued["id"], "--json"))["run"]["inputs"] == {"item": "tea", "colour": "red"}
 
@@ -187,8 +238,23 @@ def test_show_prints_a_secret_input_as_redacted_not_as_empty(tmp_path: Path) -> 
     brackets prints whole too."""
     db = tmp_path / "bw.db"
     flow = Path(__file__).parent / "flows" / "secret_order.py"
-    queued = bw(db, "enqueue", str(flow), "--input", "base_url=http://127.0.0.1:9", "--input", "username=u",
-                "--input", "password=hunter2", "--input", "api_token=t0k", "--input", "note=n", "--run-id", "s1")
+    queued = bw(
+        db,
+        "enqueue",
+        str(flow),
+        "--input",
+        "base_url=http://127.0.0.1:9",
+        "--input",
+        "username=u",
+        "--input",
+        "password=hunter2",
+        "--input",
+        "api_token=t0k",
+        "--input",
+        "note=n",
+        "--run-id",
+        "s1",
+    )
     assert queued.exit_code == 0, queued.output
     shown = bw(db, "show", "s1")
     assert shown.exit_code == 0, shown.output
@@ -206,7 +272,14 @@ def test_progress_gives_no_duration_for_an_outcome_it_did_not_see_start() -> Non
 
     out = io.StringIO()
     progress = Progress(out)
-    attempt = SimpleNamespace(step_id="submit", kind="effect", attempt_no=1, state=AttemptState.SUCCEEDED,
-                              decided_by="verifier", error=None, result={"order_id": "1"})
+    attempt = SimpleNamespace(
+        step_id="submit",
+        kind="effect",
+        attempt_no=1,
+        state=AttemptState.SUCCEEDED,
+        decided_by="verifier",
+        error=None,
+        result={"order_id": "1"},
+    )
     progress.outcome(attempt)  # type: ignore[arg-type]
     assert "submit [effect #1]" in out.getvalue() and "s)" not in out.getvalue()

@@ -49,8 +49,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     db = tmp_path_factory.mktemp("console") / "browserworker.db"
     store = open_store(db)
     assert isinstance(store, SQLStore)
-    keys, _ = load_keys(db.with_name("keys"), {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR,
-                                                "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER})
+    keys, _ = load_keys(
+        db.with_name("keys"), {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER}
+    )
     app = create_app(store, keys, evidence_dir=db.with_name(db.name + ".evidence"), recordings_dir=db.parent / "rec")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -143,8 +144,11 @@ def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Serv
 def _seed(server: Server, prefix: str, n: int) -> None:
     with server.store.group():
         for i in range(n):
-            server.store.create_run(NewRun(id=f"{prefix}-{i:04d}", flow_name="bulk" if i % 2 else "other",
-                                           inputs={"i": i}, queue=f"q-{prefix}"))
+            server.store.create_run(
+                NewRun(
+                    id=f"{prefix}-{i:04d}", flow_name="bulk" if i % 2 else "other", inputs={"i": i}, queue=f"q-{prefix}"
+                )
+            )
 
 
 def test_without_a_session_there_is_no_page_and_no_action(server: Server) -> None:
@@ -171,9 +175,16 @@ def test_the_read_only_role_sees_but_cannot_act_and_cross_site_posts_are_refused
     viewer = signed_in(server, VIEWER, "vic")
     page = viewer.get("/runs", params={"q": "ro-"})
     assert "ro-0000" in page.text and "Cancel</button>" not in page.text and "(read-only)" in page.text
-    assert viewer.post("/runs/action", data={"action": "cancel", "run": "ro-0000", "csrf": csrf_of(page)}).status_code == 403
-    assert viewer.post("/review/resolve", data={"run_id": "ro-0001", "step": "s", "decision": "failed",
-                                                "csrf": csrf_of(page)}).status_code == 403
+    assert (
+        viewer.post("/runs/action", data={"action": "cancel", "run": "ro-0000", "csrf": csrf_of(page)}).status_code
+        == 403
+    )
+    assert (
+        viewer.post(
+            "/review/resolve", data={"run_id": "ro-0001", "step": "s", "decision": "failed", "csrf": csrf_of(page)}
+        ).status_code
+        == 403
+    )
     operator = signed_in(server, OPERATOR)
     token = csrf_of(operator.get("/runs"))
     form = {"action": "cancel", "run": "ro-0000", "csrf": token}
@@ -194,13 +205,19 @@ def test_what_a_run_holds_is_shown_as_text_with_strict_headers(server: Server) -
     from browserworker.store.records import Owner
 
     store = server.store
-    store.create_run(NewRun(id="xss-1", flow_name=evil, inputs={"note": evil, "password": "s3cret-pw"},
-                            secret_fields=("password",)))
+    store.create_run(
+        NewRun(id="xss-1", flow_name=evil, inputs={"note": evil, "password": "s3cret-pw"}, secret_fields=("password",))
+    )
     run = store.claim_run("xss-1", Owner("w", "h", 1), 30)
     assert run is not None
     attempt = store.begin_attempt("xss-1", run.lease_epoch, evil, "action", f"xss-1/{evil}", "fp")
-    store.finish_attempt(attempt, run.lease_epoch, AttemptState.SUCCEEDED, decided_by="return",
-                         result={"said": evil, "echo": "s3cret-pw"})
+    store.finish_attempt(
+        attempt,
+        run.lease_epoch,
+        AttemptState.SUCCEEDED,
+        decided_by="return",
+        result={"said": evil, "echo": "s3cret-pw"},
+    )
     store.set_run_state("xss-1", run.lease_epoch, RunState.RUNNING)
     store.set_run_state("xss-1", run.lease_epoch, RunState.FAILED, error=evil)
     operator = signed_in(server, OPERATOR)
@@ -238,8 +255,12 @@ def test_filters_search_pages_and_bulk_cancel_on_a_thousand_runs_are_fast(server
     assert "k-0000" in last.text and "page 20 of 20" in last.text
     ids = re.findall(r'name="run" value="(k-\d+)"', page.text)
     assert len(ids) == 50
-    done = timed("bulk cancel", lambda: operator.post("/runs/action", data={
-        "action": "cancel", "run": ids, "csrf": csrf_of(page), "back": "/runs"}))
+    done = timed(
+        "bulk cancel",
+        lambda: operator.post(
+            "/runs/action", data={"action": "cancel", "run": ids, "csrf": csrf_of(page), "back": "/runs"}
+        ),
+    )
     assert done.status_code == 303 and "50 runs cancelled" in operator.get(done.headers["location"]).text
     assert server.store.search_runs(state="CANCELLED", queue="q-k", flow="bulk")[1] == 50  # type: ignore[arg-type]
     assert max(took.values()) < 1.0, took
@@ -252,8 +273,9 @@ def test_every_page_renders_and_acts_on_both_stores(any_store: SQLStore, tmp_pat
     import asyncio
 
     any_store.create_run(NewRun(id="both-1", flow_name="f", inputs={"n": 1}, queue="q"))
-    keys, _ = load_keys(tmp_path / "keys", {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR,
-                                            "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER})
+    keys, _ = load_keys(
+        tmp_path / "keys", {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER}
+    )
     app = create_app(any_store, keys, evidence_dir=tmp_path / "evidence", recordings_dir=tmp_path)
 
     async def use() -> None:
@@ -285,8 +307,9 @@ def test_the_console_command_prints_new_tokens_once_and_keeps_only_their_hashes(
 
     bw = BW(db=tmp_path / "browserworker.db")
     open_store(bw.db).close()
-    refused = CliRunner().invoke(main, ["console", "--db", str(bw.db), "--host", "0.0.0.0"], env={
-        "BROWSERWORKER_CONSOLE_TOKEN": None})
+    refused = CliRunner().invoke(
+        main, ["console", "--db", str(bw.db), "--host", "0.0.0.0"], env={"BROWSERWORKER_CONSOLE_TOKEN": None}
+    )
     assert refused.exit_code == 2 and "not a loopback address" in refused.output
     assert not (tmp_path / "browserworker.db.console-keys").exists()
     with socket.socket() as s:
@@ -322,8 +345,9 @@ def test_the_console_command_prints_new_tokens_once_and_keeps_only_their_hashes(
     assert all(token not in text for token in printed[0]) and set(json.loads(text)["hashes"]) == {"operator", "viewer"}
 
 
-def test_an_operator_approves_one_effect_and_rejects_another(server: Server, shop: Any, run_id: str,
-                                                             tmp_path: Path) -> None:
+def test_an_operator_approves_one_effect_and_rejects_another(
+    server: Server, shop: Any, run_id: str, tmp_path: Path
+) -> None:
     """Two runs of an approve=True effect wait with their request and a screenshot (the secret
     item masked on the page): one held by a worker that is SIGKILLed while it waits, one parked.
     The read-only role cannot decide; an operator approves the first in Chromium and rejects the
@@ -336,8 +360,9 @@ def test_an_operator_approves_one_effect_and_rejects_another(server: Server, sho
     yes, no = f"{run_id}-yes", f"{run_id}-no"
     enqueue(server.store, load_flow(flow), {"base_url": shop.url, "item": "secret-tea-7f3a"}, run_id=yes)
     tag = uuid.uuid4().hex
-    holder = start_worker(server.db, env={"BROWSERWORKER_APPROVAL_HOLD": "300", "BW_TEST_TAG": tag},
-                          log=tmp_path / "holder.log")
+    holder = start_worker(
+        server.db, env={"BROWSERWORKER_APPROVAL_HOLD": "300", "BW_TEST_TAG": tag}, log=tmp_path / "holder.log"
+    )
     deadline = time.monotonic() + 60
     while not any(a.run_id == yes for a in list_approvals(server.store)):
         assert time.monotonic() < deadline and holder.poll() is None, "the worker never asked for approval"
@@ -345,17 +370,30 @@ def test_an_operator_approves_one_effect_and_rejects_another(server: Server, sho
     sigkill(holder)
     wait_until_gone(tag)
     assert shop.orders(f"{yes}/submit") == []
-    parked = bw.run("run", str(flow), "--db", str(server.db), "--run-id", no, "--input", f"base_url={shop.url}",
-                    "--input", "item=secret-cake-91b2", env={"BROWSERWORKER_APPROVAL_HOLD": "0"})
+    parked = bw.run(
+        "run",
+        str(flow),
+        "--db",
+        str(server.db),
+        "--run-id",
+        no,
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=secret-cake-91b2",
+        env={"BROWSERWORKER_APPROVAL_HOLD": "0"},
+    )
     assert parked.returncode == 8, parked.stderr  # left awaiting approval
     viewer = signed_in(server, VIEWER, "vic")
     listed = viewer.get("/approvals")
     assert listed.status_code == 200 and yes in listed.text and no in listed.text
     assert "secret-tea-7f3a" not in listed.text and "secret-cake-91b2" not in listed.text
     assert "Approve: send it" not in listed.text
-    refused = viewer.post("/approvals/decide", data={"csrf": csrf_of(viewer.get("/runs")), "run_id": no,
-                                                     "step": "submit", "decision": "approve"},
-                          headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"})
+    refused = viewer.post(
+        "/approvals/decide",
+        data={"csrf": csrf_of(viewer.get("/runs")), "run_id": no, "step": "submit", "decision": "approve"},
+        headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"},
+    )
     assert refused.status_code == 403
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(find_chromium()))
@@ -378,13 +416,25 @@ def test_an_operator_approves_one_effect_and_rejects_another(server: Server, sho
         assert f"run {yes}: submit approved by Ann Operator" in page.inner_text(".flash")
         browser.close()
     operator = signed_in(server, OPERATOR, "Bob Operator")
-    rejected = operator.post("/approvals/decide", data={
-        "csrf": csrf_of(operator.get("/approvals")), "run_id": no, "step": "submit", "decision": "reject",
-        "reason": "wrong shop"}, headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"})
+    rejected = operator.post(
+        "/approvals/decide",
+        data={
+            "csrf": csrf_of(operator.get("/approvals")),
+            "run_id": no,
+            "step": "submit",
+            "decision": "reject",
+            "reason": "wrong shop",
+        },
+        headers={"Origin": server.url, "Sec-Fetch-Site": "same-origin"},
+    )
     assert rejected.status_code == 303
     worker = bw.run("worker", "--once", "--db", str(server.db))
     assert worker.returncode == 0, worker.stderr
     done, failed = server.store.get_run(yes), server.store.get_run(no)
     assert done is not None and done.state == "SUCCEEDED"
-    assert failed is not None and failed.state == "FAILED" and "rejected by Bob Operator: wrong shop" in (failed.error or "")
+    assert (
+        failed is not None
+        and failed.state == "FAILED"
+        and "rejected by Bob Operator: wrong shop" in (failed.error or "")
+    )
     assert len(shop.orders(f"{yes}/submit")) == 1 and shop.orders(f"{no}/submit") == []

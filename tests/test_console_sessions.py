@@ -150,8 +150,9 @@ def test_the_store_keeps_sessions_by_the_hash_of_their_id(any_store: SQLStore) -
     found = s.get("sid-1")
     assert found is not None and (found.name, found.role, found.token_key) == ("ann", "operator", "k-op")
     assert s.get("sid-x") is None
-    row = any_store.connector.read_one("console_session_get", {"id_hash": hashlib.sha256(b"sid-1").hexdigest(),
-                                                               "now": any_store.now()})
+    row = any_store.connector.read_one(
+        "console_session_get", {"id_hash": hashlib.sha256(b"sid-1").hexdigest(), "now": any_store.now()}
+    )
     assert row is not None and "sid-1" not in [str(v) for v in dict(row).values()]
     assert s.end("sid-1") and not s.end("sid-1") and s.get("sid-1") is None
     assert s.end_all("ann", "viewer") == 0 and s.end_all("ann", "operator") == 1
@@ -166,15 +167,22 @@ def _files(where: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(where.iterdir()) if p.is_file()}
 
 
-@pytest.mark.parametrize("env, host, why", [
-    ({"BROWSERWORKER_CONSOLE_TOKEN": "short"}, "127.0.0.1", "too short"),
-    ({"BROWSERWORKER_CONSOLE_READONLY_TOKEN": "short"}, "127.0.0.1", "too short"),
-    ({"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": OPERATOR}, "127.0.0.1",
-     "must differ"),
-    ({"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR}, "0.0.0.0", "BROWSERWORKER_CONSOLE_READONLY_TOKEN"),
-])
+@pytest.mark.parametrize(
+    "env, host, why",
+    [
+        ({"BROWSERWORKER_CONSOLE_TOKEN": "short"}, "127.0.0.1", "too short"),
+        ({"BROWSERWORKER_CONSOLE_READONLY_TOKEN": "short"}, "127.0.0.1", "too short"),
+        (
+            {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": OPERATOR},
+            "127.0.0.1",
+            "must differ",
+        ),
+        ({"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR}, "0.0.0.0", "BROWSERWORKER_CONSOLE_READONLY_TOKEN"),
+    ],
+)
 def test_a_refused_start_writes_nothing_and_the_next_start_prints_both_tokens(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], host: str, why: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], host: str, why: str
+) -> None:
     """`console` refused (a short token, equal tokens, or beyond loopback with only the operator
     token) exits 2 with the reason, prints no token and leaves the directory byte for byte as it
     was (no keys file, the database untouched); the next start without tokens prints both."""

@@ -17,8 +17,14 @@ from browserworker.store.records import NewRun
 def _seed(store: SQLStore) -> None:
     with store.group():
         for i in range(30):
-            store.create_run(NewRun(id=f"r{i:03d}", flow_name="buy" if i % 3 else "sell", inputs={"n": i},
-                                    queue="fast" if i % 2 else "default"))
+            store.create_run(
+                NewRun(
+                    id=f"r{i:03d}",
+                    flow_name="buy" if i % 3 else "sell",
+                    inputs={"n": i},
+                    queue="fast" if i % 2 else "default",
+                )
+            )
 
 
 def test_search_runs_filters_searches_and_pages(any_store: SQLStore) -> None:
@@ -56,7 +62,9 @@ def test_requeue_and_bulk_cancel_journal_who(any_store: SQLStore) -> None:
     outcomes = control.cancel_many(any_store, ["r001", "r002", "nope"], who="ann")
     assert outcomes["r001"] == outcomes["r002"] == "cancelled" and outcomes["nope"].startswith("error")
     assert control.requeue_many(any_store, ["r001", "r003"], who="bob") == {
-        "r001": "requeued", "r003": "error: run r003 is QUEUED: only FAILED or CANCELLED runs are requeued"}
+        "r001": "requeued",
+        "r003": "error: run r003 is QUEUED: only FAILED or CANCELLED runs are requeued",
+    }
     assert any_store.get_run("r001").state == RunState.QUEUED  # type: ignore[union-attr]
     events = [(e.decision, e.worker, e.detail) for e in any_store.events("r001") if e.kind == "run_state"]
     assert events == [("cancelled", "ann", {"who": "ann"}), ("requeued", "bob", {"who": "bob"})]
@@ -73,12 +81,17 @@ def test_activity_counts_lost_leases_per_slot(any_store: SQLStore) -> None:
 
 def test_mask_hides_secret_inputs_everywhere(any_store: SQLStore) -> None:
     """mask() hides secret inputs by name and by value inside strings, and credential headers."""
-    any_store.create_run(NewRun(id="s1", flow_name="f", inputs={"password": "hunter22", "item": "tea"},
-                                secret_fields=("password",)))
+    any_store.create_run(
+        NewRun(id="s1", flow_name="f", inputs={"password": "hunter22", "item": "tea"}, secret_fields=("password",))
+    )
     run = any_store.get_run("s1")
     assert run is not None
     masked = mask({"url": "https://x/?p=hunter22", "password": "hunter22", "headers": {"Set-Cookie": "s=1"}}, run)
-    assert masked == {"url": "https://x/?p=[redacted]", "password": "[redacted]", "headers": {"Set-Cookie": "[redacted]"}}
+    assert masked == {
+        "url": "https://x/?p=[redacted]",
+        "password": "[redacted]",
+        "headers": {"Set-Cookie": "[redacted]"},
+    }
 
 
 def test_only_files_the_journal_names_inside_the_evidence_dir_are_served(tmp_path: Path) -> None:
@@ -94,14 +107,17 @@ def test_only_files_the_journal_names_inside_the_evidence_dir_are_served(tmp_pat
     (evidence / "r1" / "submit-1.png").write_bytes(b"\x89PNG")
     (tmp_path / "outside.png").write_bytes(b"\x89PNG")
     (evidence / "r1" / "notes.txt").write_text("x")
-    assert screenshot_file(str(evidence / "r1" / "submit-1.png"), evidence) == (evidence / "r1" / "submit-1.png").resolve()
+    assert (
+        screenshot_file(str(evidence / "r1" / "submit-1.png"), evidence) == (evidence / "r1" / "submit-1.png").resolve()
+    )
     assert screenshot_file(str(evidence / ".." / "outside.png"), evidence) is None
     assert screenshot_file(str(evidence / "r1" / "notes.txt"), evidence) is None
     rec = tmp_path / "recordings" / "place-order"
     (rec / "trace").mkdir(parents=True)
     (rec / "trace" / "0001-submit.zip").write_bytes(b"PK")
-    (rec / "meta.json").write_text(json.dumps({"run_id": "r1", "status": "complete",
-                                               "traces": ["trace/0001-submit.zip", "../../outside.png"]}))
+    (rec / "meta.json").write_text(
+        json.dumps({"run_id": "r1", "status": "complete", "traces": ["trace/0001-submit.zip", "../../outside.png"]})
+    )
     [found] = recordings_of("r1", tmp_path / "recordings")
     assert found.name == "place-order" and [t.name for t in found.traces] == ["0001-submit.zip"]
     assert recordings_of("r2", tmp_path / "recordings") == []

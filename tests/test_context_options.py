@@ -44,7 +44,9 @@ def test_context_options_are_checked_when_the_flow_loads() -> None:
     """A name ``Browser.new_context`` does not take, or the kit's own ``service_workers``, is a
     flow definition error naming it; a function of the inputs is checked when it answers."""
     assert Flow("ok", context={"locale": "de-DE", "viewport": {"width": 800, "height": 600}}).context == {
-        "locale": "de-DE", "viewport": {"width": 800, "height": 600}}
+        "locale": "de-DE",
+        "viewport": {"width": 800, "height": 600},
+    }
     with pytest.raises(FlowDefinitionError, match="'colour'"):
         Flow("bad", context={"locale": "de-DE", "colour": "red"})
     with pytest.raises(FlowDefinitionError, match="service_workers"):
@@ -61,15 +63,40 @@ def test_credentials_and_locale_from_the_inputs_reach_the_page(bw: BW, shop: Any
     and no log line."""
     flow = tmp_path / "staff.py"
     flow.write_text(FLOW)
-    done = bw.run("run", str(flow), "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input",
-                  f"user={BASIC_USER}", "--input", f"password={BASIC_PASSWORD}", "--run-id", "staff-1", "--json")
+    done = bw.run(
+        "run",
+        str(flow),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        f"user={BASIC_USER}",
+        "--input",
+        f"password={BASIC_PASSWORD}",
+        "--run-id",
+        "staff-1",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     view = bw.show("staff-1")
     [look] = view["journal"]
     assert look["result"] == {"status": 200, "language": "fr-FR"}
     assert BASIC_PASSWORD not in done.stdout + done.stderr + json.dumps(view)
-    wrong = bw.run("run", str(flow), "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input",
-                   f"user={BASIC_USER}", "--input", "password=nope", "--run-id", "staff-2")
+    wrong = bw.run(
+        "run",
+        str(flow),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        f"user={BASIC_USER}",
+        "--input",
+        "password=nope",
+        "--run-id",
+        "staff-2",
+    )
     assert wrong.returncode == 0, wrong.stderr
     [denied] = bw.show("staff-2")["journal"]
     assert denied["result"]["status"] == 401

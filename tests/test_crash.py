@@ -36,8 +36,13 @@ def resume(bw: BW, flow: str, run_id: str, expect: int = 0) -> str:
 def test_a_killed_after_intent_before_click_replays_without_verifying(bw: BW, shop: Any, run_id: str) -> None:
     """(a) Intent committed, killed before the click: the gate released nothing, so the step is
     FAILED_BEFORE_SEND and replayed with the same key, without asking the verifier."""
-    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
-                         env={"BROWSERWORKER_FAULTS": "after_intent_commit:submit=kill"})
+    killed = bw.run_flow(
+        "place_order.py",
+        *inputs(shop),
+        "--run-id",
+        run_id,
+        env={"BROWSERWORKER_FAULTS": "after_intent_commit:submit=kill"},
+    )
     assert killed.returncode == -9
     [intent] = submit_attempts(bw, run_id)
     assert intent["state"] == "INTENT" and intent["dispatched_at"] is None
@@ -71,6 +76,7 @@ def tagged_processes(tag: str) -> list[int]:
 
 def wait_until_gone(tag: str, only: set[int] | None = None, timeout: float = 30) -> None:
     """Poll until no process tagged ``tag`` (of ``only``, if given) is alive; fail after ``timeout``."""
+
     def alive() -> set[int]:
         found = set(tagged_processes(tag))
         return found if only is None else found & only
@@ -88,8 +94,13 @@ def test_killed_while_the_gate_holds_the_request_sends_nothing(bw: BW, shop: Any
     process of that worker is gone the shop has no order, and the resume replays it exactly once."""
     tag = uuid.uuid4().hex
     received_before = shop.inflight()["received"]
-    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
-                         env={"BROWSERWORKER_FAULTS": "dispatch_held:submit=kill", "BW_TEST_TAG": tag})
+    killed = bw.run_flow(
+        "place_order.py",
+        *inputs(shop),
+        "--run-id",
+        run_id,
+        env={"BROWSERWORKER_FAULTS": "dispatch_held:submit=kill", "BW_TEST_TAG": tag},
+    )
     assert killed.returncode == -9
     wait_until_gone(tag)
     [intent] = submit_attempts(bw, run_id)
@@ -113,8 +124,13 @@ def test_a_killed_worker_takes_its_driver_and_browser_with_it(bw: BW, shop: Any,
     from browserworker.prove._chaos import _wait_stopped
 
     tag = uuid.uuid4().hex
-    proc = bw.start_flow("place_order.py", *inputs(shop), "--run-id", run_id,
-                         env={"BROWSERWORKER_FAULTS": "dispatch_held:submit=stop", "BW_TEST_TAG": tag})
+    proc = bw.start_flow(
+        "place_order.py",
+        *inputs(shop),
+        "--run-id",
+        run_id,
+        env={"BROWSERWORKER_FAULTS": "dispatch_held:submit=stop", "BW_TEST_TAG": tag},
+    )
     assert _wait_stopped(proc.pid, proc, timeout=60)
     family = {pid: Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1] for pid in tagged_processes(tag)}
     [driver] = [pid for pid, ppid in family.items() if int(ppid) == proc.pid]
@@ -153,8 +169,9 @@ def test_b_killed_after_the_post_reached_the_sandbox_is_verified(bw: BW, shop: A
 def test_c_killed_after_response_before_journal_uses_the_outbox(bw: BW, shop: Any, run_id: str) -> None:
     """(c) The 303 was recorded in the outbox, then the worker died before the journal update:
     recovery confirms from the outbox without touching the site."""
-    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
-                         env={"BROWSERWORKER_FAULTS": "after_response:submit=kill"})
+    killed = bw.run_flow(
+        "place_order.py", *inputs(shop), "--run-id", run_id, env={"BROWSERWORKER_FAULTS": "after_response:submit=kill"}
+    )
     assert killed.returncode == -9
     [attempt] = submit_attempts(bw, run_id)
     assert attempt["state"] == "INTENT" and attempt["outbox"][0]["status"] == 303
@@ -171,8 +188,9 @@ def test_killed_with_the_reply_lost_is_decided_by_the_verifier(bw: BW, shop: Any
     died before any of the reply was journaled. The journal has `dispatched_at` and an outbox row
     without a response, so `confirm` has nothing to judge: the verifier finds the order and the
     step is SUCCEEDED without a replay."""
-    killed = bw.run_flow("place_order.py", *inputs(shop), "--run-id", run_id,
-                         env={"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"})
+    killed = bw.run_flow(
+        "place_order.py", *inputs(shop), "--run-id", run_id, env={"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"}
+    )
     assert killed.returncode == -9, killed.stderr
     assert len(shop.orders(f"{run_id}/submit")) == 1
     [attempt] = submit_attempts(bw, run_id)
@@ -275,12 +293,21 @@ def test_evidence_names_what_an_api_verifier_checked(bw: BW, shop: Any, run_id: 
     """A verifier that looks the order up with page.request (the reply of a page.request POST lost
     in a crash): the resumed run's journal names the verifier and the lookup it made, its URL and
     status, not the page's URL."""
-    killed = bw.run("run", str(Path(__file__).parent / "flows" / "api_verifier.py"), "--db", str(bw.db),
-                    *inputs(shop), "--run-id", run_id, env={"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"})
+    killed = bw.run(
+        "run",
+        str(Path(__file__).parent / "flows" / "api_verifier.py"),
+        "--db",
+        str(bw.db),
+        *inputs(shop),
+        "--run-id",
+        run_id,
+        env={"BROWSERWORKER_FAULTS": "reply_lost:submit=kill"},
+    )
     assert killed.returncode == -9, killed.stderr
     assert len(shop.orders(f"{run_id}/submit")) == 1
-    done = bw.run("run", str(Path(__file__).parent / "flows" / "api_verifier.py"), "--db", str(bw.db),
-                  "--run-id", run_id)
+    done = bw.run(
+        "run", str(Path(__file__).parent / "flows" / "api_verifier.py"), "--db", str(bw.db), "--run-id", run_id
+    )
     assert done.returncode == 0, done.stderr
     [attempt] = submit_attempts(bw, run_id)
     assert (attempt["state"], attempt["decided_by"]) == ("SUCCEEDED", "verifier")

@@ -60,8 +60,14 @@ def env_without_db() -> dict[str, str]:
 
 
 def bw(cwd: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "browserworker", *argv], capture_output=True, text=True,
-                          cwd=cwd, env=env_without_db(), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "browserworker", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env_without_db(),
+        timeout=120,
+    )
 
 
 @pytest.mark.browser
@@ -113,8 +119,15 @@ def test_every_python_snippet_of_the_docs_runs(tmp_path: Path, shop: Any) -> Non
                 ran[page.name] = ran.get(page.name, 0) + 1
     finally:
         os.chdir(cwd)
-    assert ran == {"README.md": 1, "approvals.md": 1, "budgets.md": 1, "fleet.md": 1, "flows.md": 5,
-                   "proving.md": 2, "sessions.md": 1}
+    assert ran == {
+        "README.md": 1,
+        "approvals.md": 1,
+        "budgets.md": 1,
+        "fleet.md": 1,
+        "flows.md": 5,
+        "proving.md": 2,
+        "sessions.md": 1,
+    }
     assert len(shop.orders()) == before + 1  # the Engine example placed one order
 
 
@@ -124,8 +137,21 @@ def test_the_writing_flows_example_places_an_order_on_the_sandbox(tmp_path: Path
     order with the quantity given."""
     flow = blocks(ROOT / "docs" / "flows.md", "python")[0]
     (tmp_path / "order.py").write_text(flow)
-    done = bw(tmp_path, ["run", "order.py", "--input", f"base_url={shop.url}", "--input", "item=tea",
-                         "--input", "quantity=3", "--run-id", "docs-flows-1"])
+    done = bw(
+        tmp_path,
+        [
+            "run",
+            "order.py",
+            "--input",
+            f"base_url={shop.url}",
+            "--input",
+            "item=tea",
+            "--input",
+            "quantity=3",
+            "--run-id",
+            "docs-flows-1",
+        ],
+    )
     assert done.returncode == 0, done.stderr
     [order] = shop.orders("docs-flows-1/submit")
     assert order["quantity"] == 3 and order["item"] == "tea"
@@ -168,8 +194,12 @@ def test_the_sandbox_fault_knobs_are_documented_with_their_defaults(shop: Any) -
     table = dict(re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", page.split("\n## ", 1)[0], re.M))
     live = json.loads(urlopen(f"{shop.url}/api/faults", timeout=10).read())
     assert table == {name: json.dumps(value) for name, value in live.items()}
-    bad = Request(f"{shop.url}/api/faults", data=b'{"drop_after_comit": true}', method="PUT",
-                  headers={"Content-Type": "application/json"})
+    bad = Request(
+        f"{shop.url}/api/faults",
+        data=b'{"drop_after_comit": true}',
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(HTTPError) as refused:
         urlopen(bad, timeout=10)
     assert refused.value.code == 400 and "drop_after_comit" in refused.value.read().decode()

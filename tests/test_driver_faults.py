@@ -106,7 +106,8 @@ def test_a_worker_whose_browser_died_starts_a_new_one_and_drains_on(tmp_path: Pa
     store = open_store(tmp_path / "bw.db")
     loaded = load_flow(TEST_FLOWS / "short_order.py")
     worker = Engine(store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=3)).worker(
-        WorkerSettings(concurrency=1))
+        WorkerSettings(concurrency=1)
+    )
 
     def run_state(run_id: str) -> RunState:
         return store.get_run(run_id).state  # type: ignore[union-attr]
@@ -118,7 +119,9 @@ def test_a_worker_whose_browser_died_starts_a_new_one_and_drains_on(tmp_path: Pa
             await asyncio.sleep(0.1)
 
     def new_run(name: str) -> str:
-        return enqueue(store, loaded, {"base_url": shop.url, "item": name}, run_id=f"gone-{tmp_path.name[-6:]}-{name}").id
+        return enqueue(
+            store, loaded, {"base_url": shop.url, "item": name}, run_id=f"gone-{tmp_path.name[-6:]}-{name}"
+        ).id
 
     async def main() -> list[str]:
         working = asyncio.create_task(worker.run())

@@ -17,8 +17,19 @@ def test_stale_epoch_gate_aborts_the_submit(bw: BW, shop: Any, run_id: str) -> N
     happens, so the fenced dispatch commit fails, the POST is aborted in the browser, the
     sandbox never sees it, and the run stops with exit 5."""
     received = shop.inflight()["received"]
-    done = bw.run("run", str(FLOW), "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=tea",
-                  "--run-id", run_id, env={"BW_TEST_DB": str(bw.db)})
+    done = bw.run(
+        "run",
+        str(FLOW),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--run-id",
+        run_id,
+        env={"BW_TEST_DB": str(bw.db)},
+    )
     assert done.returncode == 5, done.stderr
     assert "lease lost" in done.stderr
     view = bw.show(run_id)
@@ -41,9 +52,21 @@ def test_paused_between_dispatch_commit_and_release_sends_nothing(bw: BW, shop: 
 
     flow = str(Path(__file__).parent / "flows" / "short_order.py")
     received = shop.inflight()["received"]
-    proc = bw.start("run", flow, "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=tea",
-                    "--run-id", run_id, "--lease-ttl", "3",
-                    env={"BROWSERWORKER_FAULTS": "after_dispatch_commit:submit=stop"})
+    proc = bw.start(
+        "run",
+        flow,
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--run-id",
+        run_id,
+        "--lease-ttl",
+        "3",
+        env={"BROWSERWORKER_FAULTS": "after_dispatch_commit:submit=stop"},
+    )
     deadline = time.monotonic() + 60
     while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
         assert proc.poll() is None and time.monotonic() < deadline
@@ -73,8 +96,19 @@ def test_an_effect_that_fails_while_its_post_is_held_still_journals_the_post(bw:
     POST go unjournaled: the gate journals it, then releases it, so the attempt counts as
     dispatched with an unknown outcome, the verifier finds the order, and nothing is replayed."""
     flow = Path(__file__).parent / "flows" / "raise_while_held.py"
-    done = bw.run("run", str(flow), "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=tea",
-                  "--run-id", run_id, env={"BW_TEST_DB": str(bw.db)})
+    done = bw.run(
+        "run",
+        str(flow),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--run-id",
+        run_id,
+        env={"BW_TEST_DB": str(bw.db)},
+    )
     assert done.returncode == 0, done.stderr
     assert len(shop.orders(f"{run_id}/submit")) == 1
     [attempt] = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "submit"]

@@ -26,7 +26,6 @@ def add(store: SQLStore, run_id: str, **kw: object) -> None:
     store.enqueue(NewRun(id=run_id, flow_name="f", inputs={}, **kw))  # type: ignore[arg-type]
 
 
-
 def test_claims_go_by_priority_then_age(store: SQLStore) -> None:
     """Higher priority first; equal priority oldest first; a delayed run waits."""
     add(store, "old-low")
@@ -141,8 +140,11 @@ def test_resolve_done_requeues_with_the_result(store: SQLStore) -> None:
     run = store.resolve("r", "submit", "done", result={"order_id": "7"}, who="alice")
     assert run.state == RunState.QUEUED
     attempt = store.latest_attempt("r", "submit")
-    assert (attempt.state, attempt.decided_by, attempt.result) == (AttemptState.SUCCEEDED, "human:alice",
-                                                                    {"order_id": "7"})
+    assert (attempt.state, attempt.decided_by, attempt.result) == (
+        AttemptState.SUCCEEDED,
+        "human:alice",
+        {"order_id": "7"},
+    )
     assert attempt.evidence["who"] == "alice"
 
 

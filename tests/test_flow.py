@@ -67,6 +67,7 @@ def test_duplicate_step_id_names_both_places() -> None:
     async def a(ctx): ...
 
     with pytest.raises(FlowDefinitionError, match=r"duplicate step id 'a'.*test_flow.py:\d+"):
+
         @flow.effect(id="a")
         async def b(ctx): ...
 
@@ -79,6 +80,7 @@ def test_verifier_on_an_action_is_refused() -> None:
     async def a(ctx): ...
 
     with pytest.raises(FlowDefinitionError, match="verifier on action step 'a'"):
+
         @a.verify
         async def v(ctx): ...
 
@@ -116,13 +118,28 @@ def test_canonical_json_writes_what_the_stdlib_encoder_writes() -> None:
     every fingerprint already journaled) stay those of the stdlib encoder with the same
     settings: sorted keys, no spaces, unicode kept, unknown objects as str()."""
     stdlib = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    values = [None, True, 3, -0.0, 1e300, float("inf"), "é\u2028\"\\", [1, "a", None], (1, {"u": 2}),
-              {"b": 1, "a": [{"z": 2, "y": None}]}, {"when": datetime.date(2020, 1, 2)}, {2: "b", 1: "a"},
-              {"dec": decimal.Decimal("1.10")}, {"big": 2**70}, {1.5: "x"}]
+    values = [
+        None,
+        True,
+        3,
+        -0.0,
+        1e300,
+        float("inf"),
+        'é\u2028"\\',
+        [1, "a", None],
+        (1, {"u": 2}),
+        {"b": 1, "a": [{"z": 2, "y": None}]},
+        {"when": datetime.date(2020, 1, 2)},
+        {2: "b", 1: "a"},
+        {"dec": decimal.Decimal("1.10")},
+        {"big": 2**70},
+        {1.5: "x"},
+    ]
     for value in values:
         assert canonical_json(value) == stdlib.encode(value)
     assert fingerprint_of({"item": "tea", "qty": 2}) == (
-        "940d57aaaceef22c396f1fb9a44be97074e585106e76fb96892efdee89cf4a7a")
+        "940d57aaaceef22c396f1fb9a44be97074e585106e76fb96892efdee89cf4a7a"
+    )
     with pytest.raises(TypeError):
         canonical_json({1: "a", "b": 2})  # keys that do not sort, as with the stdlib
 
@@ -231,7 +248,9 @@ def test_load_flow_missing_and_empty(tmp_path: Path) -> None:
 
 def test_load_flow_two_flows_need_a_name(tmp_path: Path) -> None:
     """Two flows in one file need --flow; an unknown name lists the known ones."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         from browserworker import Flow
         a = Flow('a')
         b = Flow('b')
@@ -239,7 +258,8 @@ def test_load_flow_two_flows_need_a_name(tmp_path: Path) -> None:
         async def s(ctx): ...
         @b.step
         async def t(ctx): ...
-    """)
+    """,
+    )
     with pytest.raises(FlowLoadError, match=r"defines 2 flows \(a, b\)"):
         load_flow(path)
     assert load_flow(path, "b").flow.name == "b"
@@ -249,14 +269,17 @@ def test_load_flow_two_flows_need_a_name(tmp_path: Path) -> None:
 
 def test_load_flow_definition_error_points_at_the_flow_file(tmp_path: Path) -> None:
     """A duplicate step id in a flow file is reported with that file's line."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         from browserworker import Flow
         flow = Flow('x')
         @flow.step
         async def s(ctx): ...
         @flow.step(id='s')
         async def t(ctx): ...
-    """)
+    """,
+    )
     with pytest.raises(FlowDefinitionError, match=rf"{path}:\d+: duplicate step id 's'"):
         load_flow(path)
 

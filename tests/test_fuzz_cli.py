@@ -25,8 +25,12 @@ from browserworker.store import NewRun, SQLiteStore
 FLOW = Path(__file__).resolve().parents[1] / "flows" / "place_order.py"
 LOADED = load_flow(FLOW)
 GOOD = ("--input", "base_url=http://127.0.0.1:9", "--input", "item=tea")
-FUZZ = settings(max_examples=60, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 # -- strategies ---------------------------------------------------------------------------------
 
@@ -34,22 +38,52 @@ FIELDS = ("base_url", "item", "quantity", "username", "password")
 any_text = st.text(max_size=80)
 keys = st.one_of(st.sampled_from(FIELDS), st.text(max_size=12))
 field_pair = st.builds(lambda k, v: f"{k}={v}", st.sampled_from(FIELDS), any_text)
-pairs = st.lists(st.one_of(field_pair, field_pair, field_pair, st.builds(lambda k, v: f"{k}={v}", keys, any_text),
-                           any_text), max_size=4)
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | any_text,
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(any_text, inner, max_size=3),
-                           max_leaves=8)
+pairs = st.lists(
+    st.one_of(field_pair, field_pair, field_pair, st.builds(lambda k, v: f"{k}={v}", keys, any_text), any_text),
+    max_size=4,
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | any_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(any_text, inner, max_size=3),
+    max_leaves=8,
+)
 inputs_json = st.one_of(
-    st.none(), st.none(), st.none(),
+    st.none(),
+    st.none(),
+    st.none(),
     any_text,  # mostly not JSON at all
     json_values.map(json.dumps),  # JSON, mostly not an object
     st.dictionaries(st.one_of(st.sampled_from(FIELDS), any_text), json_values, max_size=5).map(json.dumps),
 )
 run_ids = st.one_of(
     st.text(max_size=200),
-    st.sampled_from(["../etc/passwd", "a/b", "..", ".", "/abs", "C:\\x", "a\\b", "~root", "a b", "-rf",
-                     "x'; DROP TABLE runs;--", "1 OR 1=1", "' OR ''='", "%", "_", "early'--", "a\x00b",
-                     "r\n2", "\u202eevil", "ü", "🙂", "a" * 129, "z" * 5000]),
+    st.sampled_from(
+        [
+            "../etc/passwd",
+            "a/b",
+            "..",
+            ".",
+            "/abs",
+            "C:\\x",
+            "a\\b",
+            "~root",
+            "a b",
+            "-rf",
+            "x'; DROP TABLE runs;--",
+            "1 OR 1=1",
+            "' OR ''='",
+            "%",
+            "_",
+            "early'--",
+            "a\x00b",
+            "r\n2",
+            "\u202eevil",
+            "ü",
+            "🙂",
+            "a" * 129,
+            "z" * 5000,
+        ]
+    ),
     st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,140}", fullmatch=True),
 )
 RAISES = {
@@ -87,8 +121,10 @@ def invoke(db: Path, *args: str) -> Result:
 def rows(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     conn = sqlite3.connect(db)
     try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
-                for t in ("runs", "attempts", "events", "outbox")}
+        return {
+            t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()
+            for t in ("runs", "attempts", "events", "outbox")
+        }
     finally:
         conn.close()
 
@@ -140,8 +176,9 @@ def test_fuzzed_bad_inputs_to_run_are_refused_before_any_write(raw_pairs: list[s
 
 @FUZZ
 @given(base=st.booleans(), raw_pairs=pairs, raw_json=inputs_json)
-def test_fuzzed_inputs_to_enqueue_write_one_exact_row_or_nothing(base: bool, raw_pairs: list[str],
-                                                                raw_json: str | None) -> None:
+def test_fuzzed_inputs_to_enqueue_write_one_exact_row_or_nothing(
+    base: bool, raw_pairs: list[str], raw_json: str | None
+) -> None:
     """`enqueue` either stores exactly the validated inputs as one new run (exit 0) or refuses
     with one line and exit 2, leaving every existing row as it was."""
     if base:  # start from valid inputs, so that the fuzzed values decide
@@ -209,10 +246,15 @@ def test_fuzzed_unknown_run_ids_for_show_cancel_resolve_change_nothing(run_id: s
 
 
 @FUZZ
-@given(kind=st.sampled_from(sorted(RAISES)), msg=st.text(max_size=60), padding=st.integers(0, 30),
-       in_function=st.booleans())
-def test_flow_files_raising_at_import_are_refused_with_file_and_line(kind: str, msg: str, padding: int,
-                                                                     in_function: bool) -> None:
+@given(
+    kind=st.sampled_from(sorted(RAISES)),
+    msg=st.text(max_size=60),
+    padding=st.integers(0, 30),
+    in_function=st.booleans(),
+)
+def test_flow_files_raising_at_import_are_refused_with_file_and_line(
+    kind: str, msg: str, padding: int, in_function: bool
+) -> None:
     """A flow file whose import raises (any exception, even SystemExit, at any line, directly or
     from a function it calls): `run` and `enqueue` exit 2 with one line naming file:line and
     the exception, and write nothing."""
@@ -238,4 +280,3 @@ def test_flow_files_raising_at_import_are_refused_with_file_and_line(kind: str, 
         path.write_text(source, encoding="utf-8")
         assert_refused(invoke(fresh, "run", str(path), *GOOD))
         assert not fresh.exists()
-

@@ -23,13 +23,31 @@ pytestmark = pytest.mark.browser
 def test_the_outcome_evidence_matches_the_stored_outbox(bw: BW, shop: Any, run_id: str) -> None:
     """The effect's outcome is classified from the gate's own copy of the outbox rows (not
     read back); the responses kept as evidence are exactly what the store's outbox holds."""
-    done = bw.run("run", str(Path(__file__).parent / "flows" / "short_order.py"), "--db", str(bw.db),
-                  "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id)
+    done = bw.run(
+        "run",
+        str(Path(__file__).parent / "flows" / "short_order.py"),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--run-id",
+        run_id,
+    )
     assert done.returncode == 0, done.stderr
     [submit] = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "submit"]
-    stored = [{"method": o["method"], "url": o["url"], "status": o["status"],
-               "location": (o["headers"] or {}).get("location"), "answered": o["response_at"] is not None,
-               "failure": o["failure"]} for o in submit["outbox"]]
+    stored = [
+        {
+            "method": o["method"],
+            "url": o["url"],
+            "status": o["status"],
+            "location": (o["headers"] or {}).get("location"),
+            "answered": o["response_at"] is not None,
+            "failure": o["failure"],
+        }
+        for o in submit["outbox"]
+    ]
     assert len(stored) == 1 and stored[0]["method"] == "POST" and stored[0]["status"] == 201
     assert submit["evidence"]["responses"] == stored
     assert len(shop.orders(f"{run_id}/submit")) == 1

@@ -44,8 +44,20 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.hosts]
 
 RUNS = 200
 TTL = 3.0
-WORKER = [sys.executable, "-m", "browserworker", "--log-level", "info", "worker", "-n", "3",
-          "--lease-ttl", str(TTL), "--max-lease-losses", "10"]
+WORKER = [
+    sys.executable,
+    "-m",
+    "browserworker",
+    "--log-level",
+    "info",
+    "worker",
+    "-n",
+    "3",
+    "--lease-ttl",
+    str(TTL),
+    "--max-lease-losses",
+    "10",
+]
 """``--max-lease-losses`` above the default: a run struck by several faults in a row must stay a
 run to finish, not become a poison run sent to review."""
 LIVE = (RunState.LEASED, RunState.RUNNING)
@@ -86,16 +98,24 @@ class Fleet:
         for run_id, epoch in held.items():
             try:
                 r = self.store.get_run(run_id)
-                lines.append(f"{run_id} (held at epoch {epoch}): " + ("gone" if r is None else
-                             f"{r.state} epoch {r.lease_epoch} owner {r.owner} expires "
-                             f"{(r.lease_expires_at or 0) - time.time():+.1f}s"))
+                lines.append(
+                    f"{run_id} (held at epoch {epoch}): "
+                    + (
+                        "gone"
+                        if r is None
+                        else f"{r.state} epoch {r.lease_epoch} owner {r.owner} expires "
+                        f"{(r.lease_expires_at or 0) - time.time():+.1f}s"
+                    )
+                )
             except StoreError as exc:
                 lines.append(f"{run_id}: the store failed: {exc}")
         try:
             with self.store.connector.pool.connection() as conn:  # type: ignore[attr-defined]
-                for row in conn.execute("SELECT application_name, state, wait_event_type, wait_event, "
-                                        "now() - state_change AS for, left(query, 80) AS query "
-                                        "FROM pg_stat_activity WHERE datname = current_database()").fetchall():
+                for row in conn.execute(
+                    "SELECT application_name, state, wait_event_type, wait_event, "
+                    "now() - state_change AS for, left(query, 80) AS query "
+                    "FROM pg_stat_activity WHERE datname = current_database()"
+                ).fetchall():
                     lines.append(f"  session {dict(row)}")
         except Exception as exc:  # noqa: BLE001 - diagnostics only
             lines.append(f"  (sessions not read: {exc})")
@@ -117,10 +137,15 @@ class Fleet:
     def tails(self) -> str:
         """The runs not ended yet, and the last lines of each host's output (for a failure)."""
         runs = self.read(lambda: self.store.list_runs(limit=100_000)) or []
-        open_runs = [f"{r.id} {r.state} owner {r.owner} epoch {r.lease_epoch} losses {r.lease_losses}"
-                     for r in runs if str(r.state) not in TERMINAL]
-        return "\n".join(["--- runs not ended ---", *open_runs[:20]] + [
-            f"--- {n} ---\n" + "\n".join(h.output().splitlines()[-15:]) for n, h in self.hosts.items()])
+        open_runs = [
+            f"{r.id} {r.state} owner {r.owner} epoch {r.lease_epoch} losses {r.lease_losses}"
+            for r in runs
+            if str(r.state) not in TERMINAL
+        ]
+        return "\n".join(
+            ["--- runs not ended ---", *open_runs[:20]]
+            + [f"--- {n} ---\n" + "\n".join(h.output().splitlines()[-15:]) for n, h in self.hosts.items()]
+        )
 
 
 @pytest.fixture
@@ -187,8 +212,12 @@ def cut(fleet: Fleet, name: str) -> tuple[dict[str, int], float]:
 def claims_by_host(fleet: Fleet, run_ids: list[str]) -> collections.Counter[str]:
     """How many leases each host has claimed so far (by the registry's worker -> host)."""
     hosts = {w.id: w.host for w in fleet.store.workers()}
-    return collections.Counter(hosts.get(e.worker or "", "?") for run_id in run_ids
-                               for e in fleet.store.events(run_id) if e.kind == "lease_claimed")
+    return collections.Counter(
+        hosts.get(e.worker or "", "?")
+        for run_id in run_ids
+        for e in fleet.store.events(run_id)
+        if e.kind == "lease_claimed"
+    )
 
 
 def lost_by_host(fleet: Fleet, run_ids: list[str]) -> collections.Counter[str]:
@@ -218,14 +247,20 @@ def strike(fleet: Fleet, ids: list[str]) -> dict[str, Any]:
 
 
 def test_hosts_die_freeze_and_lose_the_database_yet_every_order_lands_once(
-        fleet: Fleet, shop: Any, tmp_path: Path) -> None:
+    fleet: Fleet, shop: Any, tmp_path: Path
+) -> None:
     """Kill, freeze and cut off hosts and crash the database while four hosts drain 200 runs: every
     run SUCCEEDED with exactly one order and one SUCCEEDED attempt of its effect, each journal
     accounts for every decision, the struck hosts' leases were reclaimed by others, and the
     frozen and the cut-off hosts claimed runs again afterwards."""
     began = time.monotonic()
-    ids = enqueue_many(fleet.cluster.url(fleet.db), "short_order.py", shop, RUNS,  # type: ignore[arg-type]
-                       prefix=f"hosts-{tmp_path.name[-6:]}")
+    ids = enqueue_many(
+        fleet.cluster.url(fleet.db),
+        "short_order.py",
+        shop,
+        RUNS,  # type: ignore[arg-type]
+        prefix=f"hosts-{tmp_path.name[-6:]}",
+    )
     for i in range(4):
         fleet.add(f"host{i}")
     try:
@@ -237,9 +272,12 @@ def test_hosts_die_freeze_and_lose_the_database_yet_every_order_lands_once(
     drained = time.monotonic() - began
     counts = fleet.states()
     claims, lost = claims_by_host(fleet, ids), lost_by_host(fleet, ids)
-    print(f"drained {RUNS} runs in {drained:.1f}s: {dict(counts)}; claims {dict(claims)}; lost {dict(lost)}; "
-          f"journal {summary(fleet.store, ids)}; frozen {seen['frozen_for']:.1f}s, cut {seen['cut_for']:.1f}s, "
-          f"restart {seen['restart_took']:.1f}s", file=sys.stderr)
+    print(
+        f"drained {RUNS} runs in {drained:.1f}s: {dict(counts)}; claims {dict(claims)}; lost {dict(lost)}; "
+        f"journal {summary(fleet.store, ids)}; frozen {seen['frozen_for']:.1f}s, cut {seen['cut_for']:.1f}s, "
+        f"restart {seen['restart_took']:.1f}s",
+        file=sys.stderr,
+    )
     assert counts == {"SUCCEEDED": RUNS}, fleet.tails()
     orders = collections.Counter(o["reference"] for o in shop.orders())
     assert {run_id: orders[f"{run_id}/submit"] for run_id in ids if orders[f"{run_id}/submit"] != 1} == {}

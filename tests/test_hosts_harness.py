@@ -27,7 +27,8 @@ def connect(url: str, timeout: int = 5) -> psycopg.Connection[Any]:
 
 
 def test_a_relay_cut_resets_open_connections_and_refuses_new_ones_until_restored(
-        own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay) -> None:
+    own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay
+) -> None:
     """Through the relay a query runs; cut() makes the open connection's next query raise
     OperationalError and a new connection fail; after restore() a new connection works."""
     url = own_postgres.url(own_database, port=pg_relay.port)
@@ -55,7 +56,8 @@ def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]
 
 
 def test_a_blackhole_holds_queries_and_new_connections_until_restored(
-        own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay) -> None:
+    own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay
+) -> None:
     """While blackholed, a query on an open connection and a new connection get no answer (no error
     either, as behind a partition); after restore() both complete."""
     url = own_postgres.url(own_database, port=pg_relay.port)
@@ -168,13 +170,26 @@ def test_stop_freezes_the_whole_host_and_cont_resumes_it(make_host: HostFactory,
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_worker_runs_chromium_inside_a_host_and_registers_under_its_name(
-        make_host: HostFactory, tmp_path: Path, shop: Any) -> None:
+    make_host: HostFactory, tmp_path: Path, shop: Any
+) -> None:
     """A browserworker worker (Chromium included) works inside a Host: it drains its runs, and the
     worker registry names the host and the pid the worker has inside it (1), not the machine's."""
     db = tmp_path / "bw.db"
     ids = enqueue_many(db, "short_order.py", shop, 3, prefix=f"inhost-{tmp_path.name[-6:]}")
-    host = make_host("worker-host", sys.executable, "-m", "browserworker", "--log-level", "info", "worker",
-                     "--db", str(db), "-n", "2", "--once")
+    host = make_host(
+        "worker-host",
+        sys.executable,
+        "-m",
+        "browserworker",
+        "--log-level",
+        "info",
+        "worker",
+        "--db",
+        str(db),
+        "-n",
+        "2",
+        "--once",
+    )
     assert host.wait(180) == 0, host.output()
     assert states(db)["SUCCEEDED"] == len(ids)
     assert duplicate_references(shop) == {}
@@ -195,7 +210,8 @@ def _comm(pid: int) -> str:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_kill_takes_chromium_with_the_host_and_terminate_stops_a_worker_gracefully(
-        make_host: HostFactory, tmp_path: Path, shop: Any) -> None:
+    make_host: HostFactory, tmp_path: Path, shop: Any
+) -> None:
     """Two hosts each running a run with Chromium open: kill() leaves no process of its host (Chromium
     and the driver included); terminate() reaches the other worker although it is its host's pid 1,
     and it exits 0."""
@@ -213,8 +229,7 @@ def test_kill_takes_chromium_with_the_host_and_terminate_stops_a_worker_graceful
     assert graceful.pids() == []
 
 
-def test_killing_a_host_that_ended_spares_the_host_that_reuses_its_namespace_number(
-        make_host: HostFactory) -> None:
+def test_killing_a_host_that_ended_spares_the_host_that_reuses_its_namespace_number(make_host: HostFactory) -> None:
     """The kernel reuses a freed pid namespace's number (pid:[INODE]) for a later namespace: kill(),
     stop() and pids() of a host that already ended touch nothing, in particular not a newer host
     whose namespace got the same number (forced here, as it happens when the kernel recycles it)."""
@@ -231,8 +246,8 @@ def test_killing_a_host_that_ended_spares_the_host_that_reuses_its_namespace_num
 @pytest.mark.browser
 @pytest.mark.slow
 def test_two_hosts_drain_a_postgres_store_through_the_relay_both_as_pid_1(
-        make_host: HostFactory, own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay, shop: Any,
-        tmp_path: Path) -> None:
+    make_host: HostFactory, own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay, shop: Any, tmp_path: Path
+) -> None:
     """The chaos test's set-up end to end: two hosts' workers, both pid 1 of their host, drain runs from
     the PostgreSQL store of the test's own cluster through the relay, each order placed once, and the
     registry tells the two workers apart by host name."""

@@ -34,8 +34,9 @@ def started(store: Store) -> tuple[RunRecord, AttemptRecord]:
     claimed = store.claim_next(owner, ["default"], ttl=30)
     assert claimed is not None
     store.advance_run(run.id, claimed.lease_epoch, RunState.RUNNING, worker=owner.worker)
-    attempt = store.begin_attempt(run.id, claimed.lease_epoch, "submit", "effect", f"{run.id}/submit", "fp",
-                                  worker=owner.worker)
+    attempt = store.begin_attempt(
+        run.id, claimed.lease_epoch, "submit", "effect", f"{run.id}/submit", "fp", worker=owner.worker
+    )
     return claimed, attempt
 
 
@@ -43,8 +44,9 @@ def test_a_run_that_dispatched_and_succeeded_once_accounts(store: Store) -> None
     """Claim, intent, dispatch, SUCCEEDED attempt, SUCCEEDED run: no problem."""
     run, attempt = started(store)
     store.mark_dispatched(attempt, run.lease_epoch, "POST", "http://127.0.0.1:9/api/orders")
-    store.finish_attempt(attempt, run.lease_epoch, AttemptState.SUCCEEDED, decided_by="return",
-                         worker=attempt.worker, dispatched=True)
+    store.finish_attempt(
+        attempt, run.lease_epoch, AttemptState.SUCCEEDED, decided_by="return", worker=attempt.worker, dispatched=True
+    )
     store.set_run_state(run.id, run.lease_epoch, RunState.SUCCEEDED, worker=attempt.worker)
     assert audit(store, run.id, "submit") == []
 

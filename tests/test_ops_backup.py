@@ -108,8 +108,9 @@ def test_restore_refused_while_another_process_has_the_database_open(tmp_path: P
     store = SQLiteStore(db)
     queued(store, "after-backup")
     store.close()
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         with pytest.raises(DatabaseInUse, match="another process has it open"):
@@ -170,8 +171,9 @@ def test_restore_hands_back_leases_fences_old_owners_and_keeps_the_old_database(
         assert leased.needs_reconcile and leased.owner is None
         with pytest.raises(LeaseLost):
             store.heartbeat("leased", before.lease_epoch, 30)
-        restored = {r: [e for e in store.events(r) if e.kind == "restored"] for r in ("queued", "leased", "review",
-                                                                                      "done")}
+        restored = {
+            r: [e for e in store.events(r) if e.kind == "restored"] for r in ("queued", "leased", "review", "done")
+        }
         assert {r: len(v) for r, v in restored.items()} == {"queued": 1, "leased": 1, "review": 1, "done": 0}
         assert restored["leased"][0].from_state == "RUNNING" and restored["leased"][0].to_state == "QUEUED"
         assert store.get_run("review").state == RunState.NEEDS_REVIEW
@@ -210,7 +212,9 @@ def test_cli_backup_restore_check_db(tmp_path: Path) -> None:
     db, _ = make_backup(tmp_path)
     runner = CliRunner()
     out = runner.invoke(main, ["backup", str(tmp_path / "b2.db"), "--db", str(db)])
-    assert out.exit_code == 0 and out.output.startswith(f"backup {tmp_path / 'b2.db'}:") and "integrity ok" in out.output
+    assert (
+        out.exit_code == 0 and out.output.startswith(f"backup {tmp_path / 'b2.db'}:") and "integrity ok" in out.output
+    )
     again = runner.invoke(main, ["backup", str(tmp_path / "b2.db"), "--db", str(db)])
     assert again.exit_code == 2 and len(again.output.strip().splitlines()) == 1
     out = runner.invoke(main, ["restore", str(tmp_path / "b2.db"), "--db", str(db)])

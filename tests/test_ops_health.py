@@ -67,7 +67,8 @@ def test_old_queue_breaches_max_queue_age(db: Path) -> None:
     result = health(db, "--max-queue-age", "5m")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "max-queue-age: queue default: oldest claimable run waited 10m (max 5m; 1 claimable, 1 queued)"]
+        "max-queue-age: queue default: oldest claimable run waited 10m (max 5m; 1 claimable, 1 queued)"
+    ]
     assert health(db, "--max-queue-age", "15m").exit_code == 0
 
 
@@ -84,13 +85,16 @@ def test_empty_queue_with_growing_unknown_is_unhealthy(db: Path) -> None:
     assert result.exit_code == 1
     assert result.output.splitlines() == [
         "max-unknown-growth: queue default: nothing pending, but 2 new unresolved UNKNOWN attempts in the last "
-        "10m (max 1)"]
+        "10m (max 1)"
+    ]
     store = with_store(db)
     shift(store, "attempts", "finished_at", 900, state="UNKNOWN")
     store.close()
     assert health(db, "--max-unknown-growth", "1/10m").exit_code == 0
     result = health(db, "--max-unknown", "1")
-    assert result.exit_code == 1 and result.output.startswith("max-unknown: 2 effect attempts UNKNOWN (max 1): f/submit 2")
+    assert result.exit_code == 1 and result.output.startswith(
+        "max-unknown: 2 effect attempts UNKNOWN (max 1): f/submit 2"
+    )
 
 
 def test_stale_workers_breach_until_stopped(db: Path) -> None:
@@ -124,14 +128,28 @@ def test_every_breached_rule_is_its_own_line(db: Path) -> None:
     result = health(db, "--max-unknown", "0")
     assert result.exit_code == 1
     assert [line.split(":")[0] for line in result.output.splitlines()] == [
-        "max-queue-age", "max-unknown", "max-unknown-growth", "max-stale-workers"]
-    off = health(db, "--max-queue-age", "off", "--max-unknown", "off", "--max-unknown-growth", "off",
-                 "--max-stale-workers", "off")
+        "max-queue-age",
+        "max-unknown",
+        "max-unknown-growth",
+        "max-stale-workers",
+    ]
+    off = health(
+        db,
+        "--max-queue-age",
+        "off",
+        "--max-unknown",
+        "off",
+        "--max-unknown-growth",
+        "off",
+        "--max-stale-workers",
+        "off",
+    )
     assert (off.exit_code, off.output) == (0, "healthy\n")
 
 
-@pytest.mark.parametrize("args", [("--max-queue-age", "soon"), ("--max-unknown-growth", "3"),
-                                  ("--max-stale-workers", "many")])
+@pytest.mark.parametrize(
+    "args", [("--max-queue-age", "soon"), ("--max-unknown-growth", "3"), ("--max-stale-workers", "many")]
+)
 def test_bad_options_exit_2(db: Path, args: tuple[str, str]) -> None:
     """A malformed threshold is a one-line usage error (exit 2), checked before the store is opened."""
     result = health(db, *args)

@@ -56,15 +56,37 @@ def test_worker_logs_identify_every_step_and_never_the_password(tmp_path: Path, 
     db = tmp_path / "bw.db"
     store = open_store(db)
     loaded = load_flow(FLOWS / "place_order.py")
-    ids = [enqueue(store, loaded, {"base_url": shop.url, "item": f"tea-{i}", "username": username,
-                                   "password": password}).id for i in range(2)]
+    ids = [
+        enqueue(
+            store, loaded, {"base_url": shop.url, "item": f"tea-{i}", "username": username, "password": password}
+        ).id
+        for i in range(2)
+    ]
     store.close()
 
     stdout = tmp_path / "worker.out"
     with open(stdout, "w") as out_file:
-        worker = subprocess.Popen([sys.executable, "-m", "browserworker", "--log-level", "debug", "worker", "--db",
-                                   str(db), "--once", "-n", "2", "--metrics-port", "0"], stdout=out_file,
-                                  stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "browserworker",
+                "--log-level",
+                "debug",
+                "worker",
+                "--db",
+                str(db),
+                "--once",
+                "-n",
+                "2",
+                "--metrics-port",
+                "0",
+            ],
+            stdout=out_file,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     lines: list[str] = []
     url: list[str] = []
     seen = threading.Event()
@@ -103,4 +125,3 @@ def test_worker_logs_identify_every_step_and_never_the_password(tmp_path: Path, 
         assert not missing, (missing, event)
     assert {e["run_id"] for e in about_steps} == set(ids)
     assert all(e["level"] in ("debug", "info", "warning", "error") and e["timestamp"] for e in events)
-

@@ -119,18 +119,22 @@ def test_lease_expiries_and_reconciliation_latency_by_decision(store: SQLStore) 
     assert 46 < snap.reconcile_latency["done"].sum + snap.reconcile_latency["not_sent"].sum < 50
 
 
-@pytest.mark.parametrize(("kind", "from_state", "to_state", "decision", "label"), [
-    ("attempt_state", "UNKNOWN", "SUCCEEDED", "outbox", "done"),
-    ("attempt_state", "UNKNOWN", "NOT_DONE", "verifier", "not_done"),
-    ("attempt_state", "UNKNOWN", "FAILED", "outbox", "failed"),
-    ("attempt_state", "UNKNOWN", "SUCCEEDED", "human:alice", "human"),
-    ("decision", None, None, "needs_review", "needs_review"),
-    ("decision", None, None, "idempotent_replay", "idempotent_replay"),
-    ("attempt_state", "INTENT", "SUCCEEDED", "return", None),
-    ("lease_expired", "RUNNING", "QUEUED", "requeued", None),
-])
-def test_reconcile_decision_names(kind: str, from_state: str | None, to_state: str | None, decision: str,
-                                  label: str | None) -> None:
+@pytest.mark.parametrize(
+    ("kind", "from_state", "to_state", "decision", "label"),
+    [
+        ("attempt_state", "UNKNOWN", "SUCCEEDED", "outbox", "done"),
+        ("attempt_state", "UNKNOWN", "NOT_DONE", "verifier", "not_done"),
+        ("attempt_state", "UNKNOWN", "FAILED", "outbox", "failed"),
+        ("attempt_state", "UNKNOWN", "SUCCEEDED", "human:alice", "human"),
+        ("decision", None, None, "needs_review", "needs_review"),
+        ("decision", None, None, "idempotent_replay", "idempotent_replay"),
+        ("attempt_state", "INTENT", "SUCCEEDED", "return", None),
+        ("lease_expired", "RUNNING", "QUEUED", "requeued", None),
+    ],
+)
+def test_reconcile_decision_names(
+    kind: str, from_state: str | None, to_state: str | None, decision: str, label: str | None
+) -> None:
     """The event that settled a lost lease is named by what it decided (None: nothing was in doubt)."""
     assert reconcile_decision(kind, from_state, to_state, decision) == label
 
@@ -244,8 +248,13 @@ def test_ops_queries_never_scan_a_table(tmp_path: Path) -> None:
         if not name.startswith("ops_") or not sql.lstrip().upper().startswith("SELECT"):
             continue
         plan = [row[3] for row in store.connector.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
-        full_scans = [p for p in plan if re.match(r"SCAN (runs|attempts|events|outbox)\b", p)
-                      and "COVERING INDEX" not in p and "USING INDEX" not in p]
+        full_scans = [
+            p
+            for p in plan
+            if re.match(r"SCAN (runs|attempts|events|outbox)\b", p)
+            and "COVERING INDEX" not in p
+            and "USING INDEX" not in p
+        ]
         if name == "ops_last_event":
             assert plan == ["SCAN events"]  # reads one row from the rowid end (ORDER BY id DESC LIMIT 1)
             continue
@@ -281,9 +290,9 @@ def test_a_workers_own_counters_are_an_extension_served_beside_the_store(tmp_pat
     bus = Extensions([counters])
 
     async def a_run() -> None:
-        await bus.emit("dispatched", effect, "POST", "http://127.0.0.1/x")
-        await bus.emit("outcome", effect)
-        bus.notify("lease_lost", "r2", RuntimeError("taken over"))
+        await bus.dispatched(effect, "POST", "http://127.0.0.1/x")
+        await bus.outcome(effect)
+        bus.later.lease_lost("r2", RuntimeError("taken over"))
 
     asyncio.run(a_run())
     with MetricsServer(tmp_path / "bw.db", 0, counters=counters) as server:

@@ -62,8 +62,19 @@ def sql(url: str, statement: str) -> None:
 
 
 def enqueue(cli: Any, url: str, run_id: str, *extra: str) -> None:
-    done = cli("enqueue", FLOW, "--db", url, "--input", "base_url=http://127.0.0.1:9", "--input", "item=x",
-               "--run-id", run_id, *extra)
+    done = cli(
+        "enqueue",
+        FLOW,
+        "--db",
+        url,
+        "--input",
+        "base_url=http://127.0.0.1:9",
+        "--input",
+        "item=x",
+        "--run-id",
+        run_id,
+        *extra,
+    )
     assert done.exit_code == 0, done.output
 
 
@@ -72,12 +83,20 @@ def test_migrate_creates_a_schema_and_is_idempotent(cli: Any, pg_url: str, tmp_p
     changes nothing and reports the version before and after; a SQLite path works the same."""
     first = cli("migrate", "--db", pg_url, "--db-schema", "other", "--json")
     assert first.exit_code == 0, first.output
-    assert json.loads(first.output) == {"store": f"{pg_url} (schema other)", "dialect": "postgresql", "before": 0,
-                                        "after": SCHEMA_VERSION, "supported": SCHEMA_VERSION, "created": True}
+    assert json.loads(first.output) == {
+        "store": f"{pg_url} (schema other)",
+        "dialect": "postgresql",
+        "before": 0,
+        "after": SCHEMA_VERSION,
+        "supported": SCHEMA_VERSION,
+        "created": True,
+    }
     again = cli("migrate", "--db", pg_url, "--db-schema", "other")
     assert again.exit_code == 0
-    assert again.output.strip() == (f"up to date: {pg_url} (schema other) (postgresql): schema version "
-                                    f"{SCHEMA_VERSION} -> {SCHEMA_VERSION} (this browserworker: {SCHEMA_VERSION})")
+    assert again.output.strip() == (
+        f"up to date: {pg_url} (schema other) (postgresql): schema version "
+        f"{SCHEMA_VERSION} -> {SCHEMA_VERSION} (this browserworker: {SCHEMA_VERSION})"
+    )
     assert "other" in schemas(pg_url)
     db = tmp_path / "bw.db"
     made, kept = cli("migrate", "--db", str(db), "--json"), cli("migrate", "--db", str(db), "--json")
@@ -85,8 +104,9 @@ def test_migrate_creates_a_schema_and_is_idempotent(cli: Any, pg_url: str, tmp_p
     assert json.loads(kept.output)["before"] == json.loads(kept.output)["after"] == json.loads(made.output)["after"]
 
 
-@pytest.mark.parametrize("command", [["runs"], ["show", "r1"], ["status"], ["metrics"], ["health"], ["review"],
-                                     ["check-db"]])
+@pytest.mark.parametrize(
+    "command", [["runs"], ["show", "r1"], ["status"], ["metrics"], ["health"], ["review"], ["check-db"]]
+)
 def test_read_commands_refuse_a_missing_schema_and_create_nothing(cli: Any, pg_url: str, command: list[str]) -> None:
     """A read-only command against a database without the store's schema says "no browserworker
     store in ..." (exit 2) and creates nothing."""
@@ -202,12 +222,17 @@ def test_backup_then_restore_brings_back_the_backup_and_fences_it(cli: Any, pg_u
     store = open_store(pg_url)
     try:
         leased = store.get_run("leased")
-        assert leased.state == RunState.QUEUED and leased.needs_reconcile and leased.lease_epoch == before.lease_epoch + 1
+        assert (
+            leased.state == RunState.QUEUED and leased.needs_reconcile and leased.lease_epoch == before.lease_epoch + 1
+        )
         with pytest.raises(LeaseLost):
             store.heartbeat("leased", before.lease_epoch, 30)
         assert store.get_run("after-backup") is None and store.get_run("done").state == RunState.SUCCEEDED
-        assert [len([e for e in store.events(r) if e.kind == "restored"]) for r in ("queued", "review", "done")] == \
-            [1, 1, 0]
+        assert [len([e for e in store.events(r) if e.kind == "restored"]) for r in ("queued", "review", "done")] == [
+            1,
+            1,
+            0,
+        ]
         assert {w.health for w in store.workers()} == {"stopped"}
     finally:
         store.close()
@@ -219,8 +244,9 @@ def test_backup_then_restore_brings_back_the_backup_and_fences_it(cli: Any, pg_u
     assert cli("check-db", "--db", pg_url).exit_code == 0
 
 
-def test_restore_is_refused_while_the_store_is_in_use(pg_url: str, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_restore_is_refused_while_the_store_is_in_use(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Restore refuses, touching nothing, while a session of the store is connected (a process
     has it open), while the registry shows a live worker on another host, or while a live
     process on this host holds a lease; once none is left it goes through."""
@@ -247,8 +273,9 @@ def test_restore_is_refused_while_the_store_is_in_use(pg_url: str, tmp_path: Pat
     assert restore(dest, pg_url).requeued == ["leased"]
 
 
-def test_a_failed_restore_puts_the_previous_schema_back(pg_url: str, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_restore_puts_the_previous_schema_back(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A restore that fails after the current schema was set aside (here: the fence) drops what
     it loaded and renames the previous schema back: the store is as it was."""
     dest = tmp_path / "bw.dump"
@@ -302,8 +329,9 @@ def wait_for_runs(url: str, n: int, timeout: float = 30.0) -> None:
         assert time.monotonic() < deadline, f"fewer than {n} runs after {timeout}s"
 
 
-def test_a_backup_taken_while_another_process_writes_is_one_snapshot(pg_url: str, pg_server: PgServer,
-                                                                    tmp_path: Path) -> None:
+def test_a_backup_taken_while_another_process_writes_is_one_snapshot(
+    pg_url: str, pg_server: PgServer, tmp_path: Path
+) -> None:
     """A backup taken while another process keeps enqueueing reports the runs it holds: restored
     into an empty database it has exactly those, each with its run_created event; the writer
     is not stopped by it."""

@@ -35,9 +35,13 @@ def backup_contents(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     conn = sqlite3.connect(path)
     try:
         runs = dict(conn.execute("SELECT id, state FROM runs"))
-        submits = {run_id: f"{state}{' sent' if sent else ''}" for run_id, state, sent in conn.execute(
-            "SELECT run_id, state, dispatched_at IS NOT NULL FROM attempts a WHERE step_id = 'submit' AND attempt_no = "
-            "(SELECT MAX(attempt_no) FROM attempts b WHERE b.run_id = a.run_id AND b.step_id = 'submit')")}
+        submits = {
+            run_id: f"{state}{' sent' if sent else ''}"
+            for run_id, state, sent in conn.execute(
+                "SELECT run_id, state, dispatched_at IS NOT NULL FROM attempts a WHERE step_id = 'submit' AND attempt_no = "
+                "(SELECT MAX(attempt_no) FROM attempts b WHERE b.run_id = a.run_id AND b.step_id = 'submit')"
+            )
+        }
         return runs, submits
     finally:
         conn.close()
@@ -74,8 +78,10 @@ def test_backup_mid_drain_restore_and_resume_without_duplicate_orders(tmp_path: 
     # unfinished runs whose order the backup does not show placed: they must be verified, not replayed
     in_doubt = [i for i in unfinished if submits.get(i) != "SUCCEEDED sent"]
     assert len(in_doubt) >= 3, (in_backup, submits)  # the backup really was taken mid-drain
-    print(f"\nbackup: {dict(collections.Counter(in_backup.values()))}; latest submit attempts of unfinished runs: "
-          f"{dict(collections.Counter(submits.get(i, 'none') for i in unfinished))}")
+    print(
+        f"\nbackup: {dict(collections.Counter(in_backup.values()))}; latest submit attempts of unfinished runs: "
+        f"{dict(collections.Counter(submits.get(i, 'none') for i in unfinished))}"
+    )
 
     restored = CliRunner().invoke(main, ["restore", str(copy), "--db", str(db)])
     assert restored.exit_code == 0, restored.output
@@ -100,8 +106,10 @@ def test_backup_mid_drain_restore_and_resume_without_duplicate_orders(tmp_path: 
                 assert ok[0].decided_by == "return" and not prevented
     finally:
         store.close()
-    print(f"resumed {len(unfinished)} unfinished runs: {len(in_doubt)} duplicate_prevented by the verifier, "
-          f"0 replays; orders per reference: 1")
+    print(
+        f"resumed {len(unfinished)} unfinished runs: {len(in_doubt)} duplicate_prevented by the verifier, "
+        f"0 replays; orders per reference: 1"
+    )
 
 
 def test_restored_effect_without_verifier_waits_for_a_person(bw: BW, shop: Any, run_id: str, tmp_path: Path) -> None:
@@ -113,8 +121,16 @@ def test_restored_effect_without_verifier_waits_for_a_person(bw: BW, shop: Any, 
     def cli(*args: str) -> Any:
         return CliRunner().invoke(main, [*args, "--db", str(bw.db)])
 
-    created = cli("enqueue", str(FLOWS / "place_order_unverified.py"), "--run-id", run_id,
-                  "--input", f"base_url={shop.url}", "--input", "item=tea")
+    created = cli(
+        "enqueue",
+        str(FLOWS / "place_order_unverified.py"),
+        "--run-id",
+        run_id,
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+    )
     assert created.exit_code == 0, created.output
     assert cli("backup", str(copy)).exit_code == 0
     first = bw.run_flow("place_order_unverified.py", "--run-id", run_id)

@@ -58,7 +58,9 @@ def test_managed_browser_before_system(tmp_path: Path) -> None:
     system = fake_exe(tmp_path / "bin" / "chromium")
     env = {"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "pw"), "PATH": str(system.parent)}
     assert find_chromium(env) == str(new) != str(old)
-    assert find_chromium({"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "none"), "PATH": str(system.parent)}) == str(system)
+    assert find_chromium({"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "none"), "PATH": str(system.parent)}) == str(
+        system
+    )
 
 
 PDEATHSIG = """import ctypes
@@ -67,8 +69,10 @@ ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSI
 print(sig.value)"""
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None,
-                    reason="parent-death signals are a Linux feature (setpriv)")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("setpriv") is None,
+    reason="parent-death signals are a Linux feature (setpriv)",
+)
 def test_tethered_executable_dies_with_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver and the browser are started through a wrapper that sets their parent-death
     signal to SIGKILL; arguments pass through untouched. A shared directory is refused."""
@@ -105,10 +109,16 @@ def test_cli_reports_missing_browser(tmp_path: Path) -> None:
     from browserworker.cli import main
 
     flow = Path(__file__).resolve().parents[1] / "flows" / "place_order.py"
-    env = {**os.environ, "PATH": str(tmp_path), "PLAYWRIGHT_BROWSERS_PATH": str(tmp_path),
-           "BROWSERWORKER_CHROMIUM": "", "BROWSERWORKER_DB": str(tmp_path / "bw.db")}
-    result = CliRunner().invoke(main, ["run", str(flow), "--input", "base_url=http://127.0.0.1:1",
-                                       "--input", "item=tea"], env=env)
+    env = {
+        **os.environ,
+        "PATH": str(tmp_path),
+        "PLAYWRIGHT_BROWSERS_PATH": str(tmp_path),
+        "BROWSERWORKER_CHROMIUM": "",
+        "BROWSERWORKER_DB": str(tmp_path / "bw.db"),
+    }
+    result = CliRunner().invoke(
+        main, ["run", str(flow), "--input", "base_url=http://127.0.0.1:1", "--input", "item=tea"], env=env
+    )
     assert result.exit_code == 2 and "no Chromium found" in result.output
     assert not (tmp_path / "bw.db").exists()
 
@@ -121,8 +131,7 @@ def _start_and_stop_driver() -> None:
     asyncio.run(go())
 
 
-def test_the_driver_keeps_its_compiled_code_in_a_private_cache(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_driver_keeps_its_compiled_code_in_a_private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver's node is started with ``NODE_COMPILE_CACHE`` in the private directory,
     which it fills; the variable is set only while the driver starts. A cache the user
     chose is left as it is, and used."""
@@ -142,15 +151,20 @@ def test_the_driver_keeps_its_compiled_code_in_a_private_cache(tmp_path: Path,
     assert not ours.exists() and any(p.is_file() for p in theirs.rglob("*"))
 
 
-PLAYWRIGHT_DEFAULTS = ["--disable-field-trial-config", "--disable-features=PaintHolding,HttpsUpgrades",
-                       "--enable-features=CDPScreenshotNewSurface", "--no-first-run"]
+PLAYWRIGHT_DEFAULTS = [
+    "--disable-field-trial-config",
+    "--disable-features=PaintHolding,HttpsUpgrades",
+    "--enable-features=CDPScreenshotNewSurface",
+    "--no-first-run",
+]
 
 
 def test_disabled_features_are_merged_into_playwrights_one_switch() -> None:
     """Chromium reads only the last --disable-features: the kit's features, Playwright's and the
     user's go into one switch, Playwright's own switch is left out, nothing is listed twice."""
-    args, ignore = merge_disabled_features(PLAYWRIGHT_DEFAULTS, ["--lang=fr", "--disable-features=Foo,PaintHolding"],
-                                           ["WebUIOmniboxPopup"])
+    args, ignore = merge_disabled_features(
+        PLAYWRIGHT_DEFAULTS, ["--lang=fr", "--disable-features=Foo,PaintHolding"], ["WebUIOmniboxPopup"]
+    )
     assert args == ["--lang=fr", "--disable-features=PaintHolding,HttpsUpgrades,Foo,WebUIOmniboxPopup"]
     assert ignore == ["--disable-features=PaintHolding,HttpsUpgrades"]
 
@@ -168,9 +182,11 @@ def test_shared_workers_are_blocked_unless_allowed() -> None:
     anything else is a usage error naming the variable."""
     assert _without_shared_workers(["--x"]) == ["--x", "--disable-blink-features=SharedWorker"]
     assert _without_shared_workers(["--disable-blink-features=AutomationControlled"]) == [
-        "--disable-blink-features=AutomationControlled,SharedWorker"]
+        "--disable-blink-features=AutomationControlled,SharedWorker"
+    ]
     assert _without_shared_workers(["--disable-blink-features=SharedWorker"]) == [
-        "--disable-blink-features=SharedWorker"]
+        "--disable-blink-features=SharedWorker"
+    ]
     chromium = {"BROWSERWORKER_CHROMIUM": sys.executable}
     assert BrowserSettings.discover(env=chromium).shared_workers == "block"
     assert BrowserSettings.discover(env={**chromium, "BROWSERWORKER_SHARED_WORKERS": "allow"}).shared_workers == "allow"
@@ -208,8 +224,11 @@ def _browser_processes(settings: BrowserSettings) -> tuple[list[str], int]:
         async with BrowserSession(settings) as session, session.context() as context:
             page = await context.new_page()
             await page.goto("data:text/html,<p>ready</p>")
-            browser = [(pid, cmd) for pid, cmd in _descendants(os.getpid())
-                       if "chrom" in cmd.split(" ", 1)[0] and "--type=" not in cmd]
+            browser = [
+                (pid, cmd)
+                for pid, cmd in _descendants(os.getpid())
+                if "chrom" in cmd.split(" ", 1)[0] and "--type=" not in cmd
+            ]
             assert len(browser) == 1
             switches = [a for a in browser[0][1].split(" ") if a.startswith("--disable-features=")]
             webui = 0
@@ -292,8 +311,13 @@ def test_a_killed_sessions_temporary_files_go_with_the_next_session() -> None:
         procs[0].wait(timeout=30)
         assert killed.is_dir()  # nobody removed it: its process was killed
 
-        out = subprocess.run([sys.executable, "-c", NEXT_SESSION, str(killed), str(alive)], env=env,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", NEXT_SESSION, str(killed), str(alive)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr
         seen = json.loads(out.stdout)
         assert seen["there"] == {str(killed): False, str(alive): True}  # the dead one's gone, the live one's kept

@@ -123,8 +123,12 @@ async def until(predicate: Callable[[], object], timeout: float, what: str) -> A
 
 def held_run(store: Store, shop: Any, tmp_path: Path, name: str) -> tuple[RunRecord, Path]:
     go = tmp_path / f"{name}.go"
-    return enqueue(store, FLOW, {"base_url": shop.url, "item": name, "go_file": str(go)},
-                   run_id=f"pgf-{tmp_path.name[-12:].strip('_')}-{name}"), go
+    return enqueue(
+        store,
+        FLOW,
+        {"base_url": shop.url, "item": name, "go_file": str(go)},
+        run_id=f"pgf-{tmp_path.name[-12:].strip('_')}-{name}",
+    ), go
 
 
 def intent_waiting(store: Store, run_id: str) -> bool:
@@ -146,8 +150,9 @@ class Outage:
     context_closed_after: float | None = None
 
 
-async def cut_while_held(relay: TcpRelay, mode: str, a: Side, b_url: str, direct: Store, shop: Any,
-                         run: RunRecord, go: Path) -> Outage:
+async def cut_while_held(
+    relay: TcpRelay, mode: str, a: Side, b_url: str, direct: Store, shop: Any, run: RunRecord, go: Path
+) -> Outage:
     """Cut A's link while its effect waits, let the effect send, have B finish the run; restore."""
     await until(lambda: intent_waiting(direct, run.id), 60, "the effect's intent committed")
     refused = relay.refused
@@ -178,8 +183,14 @@ def backoffs(logs: list[dict[str, Any]]) -> list[float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["reset", "blackhole"])
 def test_a_worker_cut_off_from_postgres_sends_nothing_and_claims_again_once_back(
-        own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay, shop: Any, tmp_path: Path,
-        pool_log: PoolLog, mode: str) -> None:
+    own_postgres: PgCluster,
+    own_database: str,
+    pg_relay: TcpRelay,
+    shop: Any,
+    tmp_path: Path,
+    pool_log: PoolLog,
+    mode: str,
+) -> None:
     """Worker A's link to PostgreSQL is cut (``mode``) for 12 s while its effect is about to
     dispatch: A sends nothing (the only order is B's), closes the run's context within the lease,
     tries to reconnect a few times (a backoff, not a hot loop; a call the stalled link never answers
@@ -207,13 +218,17 @@ def test_a_worker_cut_off_from_postgres_sends_nothing_and_claims_again_once_back
         outage, back_in = asyncio.run(scenario())
     window = outage.ended - outage.began
     attempts = outage.refused if mode == "reset" else len(pool_log.failures)
-    print(f"{mode}: context closed after {outage.context_closed_after:.2f}s, {attempts} connection attempts in "
-          f"{window:.1f}s, listener backoffs {backoffs(logs)}, A back {back_in:.2f}s after the restore")
+    print(
+        f"{mode}: context closed after {outage.context_closed_after:.2f}s, {attempts} connection attempts in "
+        f"{window:.1f}s, listener backoffs {backoffs(logs)}, A back {back_in:.2f}s after the restore"
+    )
     try:
         assert len(shop.orders(f"{first.id}/submit")) == 1
         submits = [x for x in direct.attempts(first.id) if x.step_id == "submit"]
         assert [(x.state, x.dispatched_at is None) for x in submits] == [
-            (AttemptState.FAILED_BEFORE_SEND, True), (AttemptState.SUCCEEDED, False)], submits
+            (AttemptState.FAILED_BEFORE_SEND, True),
+            (AttemptState.SUCCEEDED, False),
+        ], submits
         assert submits[0].worker == a.worker.id and submits[1].worker != a.worker.id
         events = direct.events(first.id)
         assert [e.worker for e in events if e.kind in ("lease_expired", "dispatched")] == [submits[1].worker] * 2
@@ -232,7 +247,8 @@ def test_a_worker_cut_off_from_postgres_sends_nothing_and_claims_again_once_back
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_postgres_restart_while_an_effect_waits_costs_time_not_a_duplicate(
-        own_postgres: PgCluster, own_database: str, shop: Any, tmp_path: Path) -> None:
+    own_postgres: PgCluster, own_database: str, shop: Any, tmp_path: Path
+) -> None:
     """PostgreSQL crashes and restarts (``immediate``: every connection dies) while a worker's
     effect is about to dispatch, then the effect sends: the run still ends SUCCEEDED with one
     order and one SUCCEEDED attempt of its effect, and the worker, its pool renewed, claims and
@@ -269,7 +285,8 @@ def test_a_postgres_restart_while_an_effect_waits_costs_time_not_a_duplicate(
 
 
 def test_a_call_a_stalled_link_never_answers_fails_at_its_deadline(
-        own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay) -> None:
+    own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay
+) -> None:
     """Through a link that holds the connection open and forwards nothing (the TCP user timeout
     never fires: everything is acknowledged), a call fails with StoreError once its deadline has
     passed instead of blocking the store's thread for as long as the stall lasts; once the link
@@ -304,7 +321,8 @@ def test_after_a_database_restart_the_next_call_works(own_postgres: PgCluster, o
 
 
 def test_a_store_is_back_within_seconds_of_a_long_outage_ending(
-        own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay, pool_log: PoolLog) -> None:
+    own_postgres: PgCluster, own_database: str, pg_relay: TcpRelay, pool_log: PoolLog
+) -> None:
     """After its link was cut (reset) for 20 s, a store's next call succeeds within a few seconds
     of the link coming back, although its pool backs off between reconnect attempts (they do not
     grow past a few seconds); meanwhile it tried, but not in a hot loop."""

@@ -19,7 +19,8 @@ def test_replay_fixture_and_artifacts_kept_only_for_failed_tests(pytester: pytes
     """`replay` replays a committed recording offline; a failing test gets the replay report in its
     output and keeps its traces under --output; a passing one keeps nothing; a missing recording
     (record mode none) fails with the command that would create it."""
-    pytester.makepyfile(test_flows="""
+    pytester.makepyfile(
+        test_flows="""
         def test_ok(replay):
             result = replay("place-order-api")
             assert result.ok and result.state == "SUCCEEDED"
@@ -30,10 +31,12 @@ def test_replay_fixture_and_artifacts_kept_only_for_failed_tests(pytester: pytes
 
         def test_missing(replay):
             replay("nope", flow="flows/nope.py", record_inputs={"item": "tea"})
-    """)
+    """
+    )
     out = pytester.path / "results"
-    done = pytester.runpytest_subprocess("--bw-recordings", str(RECORDINGS), "--output", str(out),
-                                         "-p", "no:cacheprovider")
+    done = pytester.runpytest_subprocess(
+        "--bw-recordings", str(RECORDINGS), "--output", str(out), "-p", "no:cacheprovider"
+    )
     done.assert_outcomes(passed=1, failed=2)
     text = done.stdout.str()
     assert "browserworker replays" in text and "matches the recording" in text
@@ -50,7 +53,8 @@ def test_replay_fixture_and_artifacts_kept_only_for_failed_tests(pytester: pytes
 def test_record_once_records_what_is_missing_then_none_replays_it(pytester: pytest.Pytester) -> None:
     """--bw-record=once records a missing recording against the live sandbox and replays it; a
     later --bw-record=none run replays the same recording without starting the sandbox."""
-    pytester.makepyfile(test_once=f"""
+    pytester.makepyfile(
+        test_once=f"""
         import pytest
 
         def test_api(replay, request):
@@ -58,7 +62,8 @@ def test_record_once_records_what_is_missing_then_none_replays_it(pytester: pyte
                             record_inputs=lambda: {{"base_url": request.getfixturevalue("sandbox").url,
                                                    "item": "tea"}})
             assert result.ok, result.report()
-    """)
+    """
+    )
     recs = pytester.path / "recs"
     first = pytester.runpytest_subprocess("--bw-record=once", "--bw-recordings", str(recs), "-p", "no:cacheprovider")
     first.assert_outcomes(passed=1)
@@ -78,11 +83,13 @@ def test_record_once_records_what_is_missing_then_none_replays_it(pytester: pyte
 
 def test_launch_settings_come_from_pytest_playwright(pytester: pytest.Pytester) -> None:
     """--headed and --browser-channel (pytest-playwright's options) decide how replays launch Chromium."""
-    pytester.makepyfile(test_settings="""
+    pytester.makepyfile(
+        test_settings="""
         def test_settings(bw_browser_settings):
             assert bw_browser_settings.headless is False
             assert bw_browser_settings.launch_options["channel"] == "chrome-beta"
             assert bw_browser_settings.executable_path is None
-    """)
+    """
+    )
     done = pytester.runpytest_subprocess("--headed", "--browser-channel", "chrome-beta", "-p", "no:cacheprovider")
     done.assert_outcomes(passed=1)

@@ -61,16 +61,23 @@ def test_a_recording_keeps_no_secret_and_replays_with_the_sandbox_stopped(tmp_pa
     """Recording a flow with a password, a secret API token (header, query, JSON) and a redact=
     field writes none of their values, nor any cookie value, to any file (traces included); the
     same redaction on replay lets the recording match, with the sandbox that served it stopped."""
-    secret = {"password": f"pw-{uuid.uuid4().hex}", "api_token": f"tok-{uuid.uuid4().hex}",
-              "note": f"note-{uuid.uuid4().hex}"}
+    secret = {
+        "password": f"pw-{uuid.uuid4().hex}",
+        "api_token": f"tok-{uuid.uuid4().hex}",
+        "note": f"note-{uuid.uuid4().hex}",
+    }
     SandboxDB(tmp_path / "shop.db").add_user("tester", secret["password"])
     shop = start_sandbox(tmp_path / "shop.db")
     spy = CookieSpy()
     store = SQLiteStore(tmp_path / "bw.db")
     try:
         loaded = load_flow(TEST_FLOWS / "secret_order.py")
-        run, _ = prepare_run(store, RunRequest(loaded=loaded, run_id="rec-secret", inputs={
-            "base_url": shop.url, "username": "tester", **secret}))
+        run, _ = prepare_run(
+            store,
+            RunRequest(
+                loaded=loaded, run_id="rec-secret", inputs={"base_url": shop.url, "username": "tester", **secret}
+            ),
+        )
         engine = Engine(store, browser=BrowserSettings.discover())
         final = asyncio.run(record(engine, loaded, run, name=tmp_path / "rec", trace=True, extensions=[spy])).run
     finally:
@@ -99,14 +106,27 @@ def test_a_recording_keeps_no_secret_and_replays_with_the_sandbox_stopped(tmp_pa
     assert result.result_of("submit") == rec.journal["attempts"][2]["result"]
 
 
-def test_recording_reports_a_broken_verifier_and_keeps_both_verifier_pages(bw: BW, shop: Any, run_id: str,
-                                                                           tmp_path: Path) -> None:
+def test_recording_reports_a_broken_verifier_and_keeps_both_verifier_pages(
+    bw: BW, shop: Any, run_id: str, tmp_path: Path
+) -> None:
     """`run --record` asks the verifier before the dispatch and after the effect; a verifier that
     cannot find the landed effect is reported as broken in the output and in meta.json, and the
     run exits 7 although it SUCCEEDED (the recording is written); the pages the verifier saw
     both times are part of the recording."""
-    done = bw.run("run", str(TEST_FLOWS / "broken_verifier.py"), "--db", str(bw.db), "--run-id", run_id,
-                  "--record", str(tmp_path / "rec"), "--input", f"base_url={shop.url}", "--input", "item=tea")
+    done = bw.run(
+        "run",
+        str(TEST_FLOWS / "broken_verifier.py"),
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        "--record",
+        str(tmp_path / "rec"),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+    )
     assert done.returncode == 7, done.stderr
     assert f"run {run_id}: SUCCEEDED" in done.stderr
     assert "verifier self-test before the dispatch: said not_done (ok)" in done.stderr
@@ -118,8 +138,16 @@ def test_recording_reports_a_broken_verifier_and_keeps_both_verifier_pages(bw: B
     phases = [s["phase"] for s in meta["segments"] if s["step"] == "submit"]
     assert phases == ["verify_before", "step", "verify_after"]
 
-    again = bw.run("run", str(TEST_FLOWS / "broken_verifier.py"), "--db", str(bw.db), "--run-id", run_id,
-                   "--record", str(tmp_path / "rec2"))
+    again = bw.run(
+        "run",
+        str(TEST_FLOWS / "broken_verifier.py"),
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        "--record",
+        str(tmp_path / "rec2"),
+    )
     assert again.returncode == 2 and "--record needs a new run" in again.stderr
     assert not (tmp_path / "rec2").exists()
 
@@ -137,8 +165,9 @@ def test_record_refuses_to_replace_an_existing_recording(bw: BW, tmp_path: Path)
     existing = tmp_path / "recordings" / "place-order"
     existing.mkdir(parents=True)
     (existing / "meta.json").write_text('{"kept": true}')
-    done = bw.run_flow("place_order.py", "--record", "place-order", "--input", "base_url=http://127.0.0.1:9",
-                       "--input", "item=x")
+    done = bw.run_flow(
+        "place_order.py", "--record", "place-order", "--input", "base_url=http://127.0.0.1:9", "--input", "item=x"
+    )
     assert done.returncode == 2, done.stderr
     assert "already holds a recording" in done.stderr and "--force" in done.stderr
     assert not bw.db.exists()

@@ -31,8 +31,14 @@ def api_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = SQLiteStore(tmp / "bw.db")
     try:
         loaded = load_flow(TEST_FLOWS / "api_verifier.py")
-        run, _ = prepare_run(store, RunRequest(loaded=loaded, run_id="rec-api", inputs={
-            "base_url": shop.url, "item": "tea", "username": "tester", "password": "pw-api-verifier"}))
+        run, _ = prepare_run(
+            store,
+            RunRequest(
+                loaded=loaded,
+                run_id="rec-api",
+                inputs={"base_url": shop.url, "item": "tea", "username": "tester", "password": "pw-api-verifier"},
+            ),
+        )
         engine = Engine(store, browser=BrowserSettings.discover())
         recorded = asyncio.run(record(engine, loaded, run, name=tmp / "rec"))
         assert recorded.run.state == "SUCCEEDED"
@@ -47,8 +53,14 @@ def _api_entries(rec: Recording) -> list[tuple[str, str, str, int]]:
     out = []
     for segment, entries in rec.segments():
         for e in entries:
-            out.append((segment.phase, e["request"]["method"], e["request"]["url"].split("?")[0].rsplit("/", 2)[-1],
-                        e["response"]["status"]))
+            out.append(
+                (
+                    segment.phase,
+                    e["request"]["method"],
+                    e["request"]["url"].split("?")[0].rsplit("/", 2)[-1],
+                    e["response"]["status"],
+                )
+            )
     return out
 
 
@@ -63,8 +75,9 @@ def test_page_request_calls_are_in_the_recording(api_recording: Path) -> None:
     assert ("step", "POST", "orders", 201) in seen, seen
     assert ("verify_before", "GET", "orders", 200) in seen and ("verify_after", "GET", "orders", 200) in seen, seen
     dispatches = [e for _, entries in rec.segments() for e in entries if e.get("_browserworker", {}).get("dispatch")]
-    assert [(e["request"]["method"], e["request"]["url"].rsplit("/", 1)[-1]) for e in dispatches] == \
-        [("POST", "orders")]
+    assert [(e["request"]["method"], e["request"]["url"].rsplit("/", 1)[-1]) for e in dispatches] == [
+        ("POST", "orders")
+    ]
     assert rec.meta["broken_verifiers"] == [] and [v["ok"] for v in rec.meta["verifiers"]] == [True, True]
     assert rec.meta["unreplayable"] == []
     assert "pw-api-verifier" not in json.dumps([e for _, es in rec.segments() for e in es])

@@ -149,8 +149,12 @@ def test_a_duplicate_dispatch_is_refused_not_answered(tmp_path: Path) -> None:
     """A flow edited to claim idempotency its target lacks: after a crash it replays the POST; the
     replay refuses that second dispatch (it would be a duplicate) instead of answering it, and stops
     the run rather than let it retry forever."""
-    result = replay(RECORDINGS / "place-order-unverified", crash_at="submit:reply_lost", settle=0,
-                    flow=ROOT / "tests" / "flows" / "unverified_marked_idempotent.py")
+    result = replay(
+        RECORDINGS / "place-order-unverified",
+        crash_at="submit:reply_lost",
+        settle=0,
+        flow=ROOT / "tests" / "flows" / "unverified_marked_idempotent.py",
+    )
     assert result.dispatches == {"submit": 1}
     assert any("would be a duplicate" in r for r in result.refusals)
     assert any("a live run would have placed a duplicate" in m for m in result.mismatches)
@@ -168,8 +172,9 @@ def test_a_changed_request_is_refused_with_the_closest_recorded_one() -> None:
 
 
 def bw(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "browserworker", *args], capture_output=True, text=True,
-                          timeout=180, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "browserworker", *args], capture_output=True, text=True, timeout=180, cwd=ROOT
+    )
 
 
 def test_cli_replay_prints_a_diff_and_exits_1_on_mismatch(tmp_path: Path) -> None:
@@ -207,37 +212,108 @@ def test_cli_crash_replay_of_the_unverified_flow_parks_for_review() -> None:
 
 def write_https_recording(root: Path) -> None:
     """A hand-made recording of tests/flows/https_form.py against https://shop.test (no such site)."""
-    def entry(i: int, method: str, path: str, status: int, body: str = "", location: str | None = None,
-              post: str | None = None) -> dict[str, object]:
-        request: dict[str, object] = {"method": method, "url": f"https://shop.test{path}", "headers": [],
-                                      "cookies": [], "queryString": []}
+
+    def entry(
+        i: int,
+        method: str,
+        path: str,
+        status: int,
+        body: str = "",
+        location: str | None = None,
+        post: str | None = None,
+    ) -> dict[str, object]:
+        request: dict[str, object] = {
+            "method": method,
+            "url": f"https://shop.test{path}",
+            "headers": [],
+            "cookies": [],
+            "queryString": [],
+        }
         if post is not None:
             request["postData"] = {"mimeType": "application/x-www-form-urlencoded", "text": post}
         headers = [{"name": "content-type", "value": "text/html"}] + (
-            [{"name": "location", "value": location}] if location else [])
-        return {"request": request, "response": {"status": status, "headers": headers, "cookies": [],
-                                                 "content": {"mimeType": "text/html", "text": body}},
-                "_browserworker": {"id": f"0001.{i}", "dispatch": method == "POST"}}
+            [{"name": "location", "value": location}] if location else []
+        )
+        return {
+            "request": request,
+            "response": {
+                "status": status,
+                "headers": headers,
+                "cookies": [],
+                "content": {"mimeType": "text/html", "text": body},
+            },
+            "_browserworker": {"id": f"0001.{i}", "dispatch": method == "POST"},
+        }
 
-    segment = {"segment": 1, "phase": "step", "step": "submit", "kind": "effect", "attempt": 1, "pass": 1,
-               "dispatches": 0}
-    har = {"log": {"version": "1.2", "entries": [
-        entry(0, "GET", "/form", 200, '<form method="post" action="/form"><input name="a" value="1">'
-                                      '<button id="go">go</button></form>'),
-        entry(1, "POST", "/form", 303, location="/done", post="a=1"),
-        entry(2, "GET", "/done", 200, '<p id="done">thanks</p>')], "_browserworker": segment}}
+    segment = {
+        "segment": 1,
+        "phase": "step",
+        "step": "submit",
+        "kind": "effect",
+        "attempt": 1,
+        "pass": 1,
+        "dispatches": 0,
+    }
+    har = {
+        "log": {
+            "version": "1.2",
+            "entries": [
+                entry(
+                    0,
+                    "GET",
+                    "/form",
+                    200,
+                    '<form method="post" action="/form"><input name="a" value="1"><button id="go">go</button></form>',
+                ),
+                entry(1, "POST", "/form", 303, location="/done", post="a=1"),
+                entry(2, "GET", "/done", 200, '<p id="done">thanks</p>'),
+            ],
+            "_browserworker": segment,
+        }
+    }
     (root / "network").mkdir(parents=True)
     (root / "network" / "0001-submit.har").write_text(json.dumps(har))
     result = {"url": "https://shop.test/done", "text": "thanks"}
-    (root / "meta.json").write_text(json.dumps({
-        "format": "browserworker-recording/1", "name": "https-form", "status": "complete", "run_id": "rec-https",
-        "flow": {"name": "https-form", "file": str(ROOT / "tests" / "flows" / "https_form.py"), "hash": None,
-                 "steps": [{"id": "submit", "kind": "effect", "idempotent": False, "verifier": False}]},
-        "inputs": {"base_url": "https://shop.test"}, "secret_fields": [], "verifiers": [],
-        "segments": [{**segment, "file": "network/0001-submit.har", "entries": 3}]}))
-    (root / "journal.json").write_text(json.dumps({"run": {"state": "SUCCEEDED"}, "attempts": [
-        {"step_id": "submit", "attempt_no": 1, "kind": "effect", "state": "SUCCEEDED", "decided_by": "return",
-         "request_key": "rec-https/submit", "dispatched": True, "result": result, "fingerprint": "[redacted]"}]}))
+    (root / "meta.json").write_text(
+        json.dumps(
+            {
+                "format": "browserworker-recording/1",
+                "name": "https-form",
+                "status": "complete",
+                "run_id": "rec-https",
+                "flow": {
+                    "name": "https-form",
+                    "file": str(ROOT / "tests" / "flows" / "https_form.py"),
+                    "hash": None,
+                    "steps": [{"id": "submit", "kind": "effect", "idempotent": False, "verifier": False}],
+                },
+                "inputs": {"base_url": "https://shop.test"},
+                "secret_fields": [],
+                "verifiers": [],
+                "segments": [{**segment, "file": "network/0001-submit.har", "entries": 3}],
+            }
+        )
+    )
+    (root / "journal.json").write_text(
+        json.dumps(
+            {
+                "run": {"state": "SUCCEEDED"},
+                "attempts": [
+                    {
+                        "step_id": "submit",
+                        "attempt_no": 1,
+                        "kind": "effect",
+                        "state": "SUCCEEDED",
+                        "decided_by": "return",
+                        "request_key": "rec-https/submit",
+                        "dispatched": True,
+                        "result": result,
+                        "fingerprint": "[redacted]",
+                    }
+                ],
+            }
+        )
+    )
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="answering HTTPS redirect hops needs openssl")

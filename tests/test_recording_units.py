@@ -20,8 +20,7 @@ RECORDINGS = ROOT / "recordings"
 
 def router_for(name: str, tmp_path: Path, **kw: object) -> ReplayRouter:
     rec = Recording.load(RECORDINGS / name)
-    return ReplayRouter(rec, Ledger(tmp_path / "ledger.jsonl"),
-                        Redactor.from_names(rec.meta["secret_fields"]), **kw)  # type: ignore[arg-type]
+    return ReplayRouter(rec, Ledger(tmp_path / "ledger.jsonl"), Redactor.from_names(rec.meta["secret_fields"]), **kw)  # type: ignore[arg-type]
 
 
 def origin(name: str) -> str:
@@ -42,6 +41,7 @@ FORM = {"content-type": "application/x-www-form-urlencoded"}
 
 # -- redaction -------------------------------------------------------------------------------
 
+
 def test_redactor_masks_cookies_and_auth_headers_but_keeps_names() -> None:
     """Cookie and Set-Cookie keep cookie names and attributes; Authorization headers lose their value."""
     red = Redactor.for_run([], {})
@@ -55,18 +55,24 @@ def test_redactor_masks_cookies_and_auth_headers_but_keeps_names() -> None:
 def test_redactor_masks_named_fields_in_forms_json_and_query_strings() -> None:
     """Fields the flow names (and password-like defaults) are masked wherever they appear; others stay."""
     red = Redactor.for_run(["note"], {"note": "n"})
-    assert red.body("item=tea&note=hello&password=pw", "application/x-www-form-urlencoded") == \
-        "item=tea&note=%5Bredacted%5D&password=%5Bredacted%5D"
-    assert json.loads(red.body('{"item": "tea", "nested": {"note": "x"}}', "application/json")) == \
-        {"item": "tea", "nested": {"note": REDACTED}}
+    assert (
+        red.body("item=tea&note=hello&password=pw", "application/x-www-form-urlencoded")
+        == "item=tea&note=%5Bredacted%5D&password=%5Bredacted%5D"
+    )
+    assert json.loads(red.body('{"item": "tea", "nested": {"note": "x"}}', "application/json")) == {
+        "item": "tea",
+        "nested": {"note": REDACTED},
+    }
     assert red.url("http://h/p?note=abc&ref=r%2F1") == "http://h/p?note=%5Bredacted%5D&ref=r%2F1"
 
 
 def test_redactor_scrubs_secret_input_values_everywhere_unless_unsafe() -> None:
     """A secret input's value is scrubbed in any text (also URL-encoded); a value equal to a public
     input, or too short, is left to the field rules and reported."""
-    red = Redactor.for_run(["password", "token", "pin"],
-                           {"password": SecretStr("demo"), "username": "demo", "token": "tok/en-1234", "pin": "12"})
+    red = Redactor.for_run(
+        ["password", "token", "pin"],
+        {"password": SecretStr("demo"), "username": "demo", "token": "tok/en-1234", "pin": "12"},
+    )
     assert red.scrub("a tok/en-1234 b tok%2Fen-1234") == "a [redacted] b [redacted]"
     assert red.scrub("user demo") == "user demo"
     assert len(red.warnings) == 2 and "password" in red.warnings[0] + red.warnings[1]
@@ -85,6 +91,7 @@ def test_live_request_is_redacted_before_matching(tmp_path: Path) -> None:
 
 
 # -- the router's matching rules ----------------------------------------------------------------------
+
 
 def test_same_key_is_served_in_recorded_order_then_the_last_again(tmp_path: Path) -> None:
     """GET /orders/new was recorded twice (login's redirect, open_form): answers come in recorded
@@ -112,8 +119,7 @@ def test_an_idempotent_effect_may_be_answered_again(tmp_path: Path) -> None:
     router = router_for("place-order-api", tmp_path)
     recorded = recorded_request("place-order-api", "POST", "/api/orders")
     headers = {"content-type": "application/json"}
-    answers = [router.answer("POST", recorded["url"], headers, recorded["postData"]["text"].encode())
-               for _ in range(2)]
+    answers = [router.answer("POST", recorded["url"], headers, recorded["postData"]["text"].encode()) for _ in range(2)]
     assert [a.status for a in answers] == [201, 201] and answers[1].repeat
     assert router.dispatches_served("submit") == 2
 
@@ -169,6 +175,7 @@ def test_compare_reports_each_difference_on_its_own_line() -> None:
 
 
 # -- the format ---------------------------------------------------------------------------------
+
 
 def test_recording_names_and_paths(tmp_path: Path) -> None:
     """A bare name lives under recordings/; a path stays a path; a bad name is refused."""

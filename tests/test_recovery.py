@@ -19,19 +19,46 @@ from browserworker.states import AttemptState, RunState, check_attempt_transitio
 from browserworker.store.records import AttemptRecord, OutboxRecord
 
 
-def attempt(state: AttemptState = AttemptState.INTENT, dispatched: bool = True, error: str | None = None,
-            step: str = "submit") -> AttemptRecord:
-    return AttemptRecord(id=1, run_id="r", step_id=step, kind="effect", attempt_no=1, request_key=f"r/{step}",
-                         request_fingerprint="fp", state=state, lease_epoch=1, worker="w", intent_at=1.0,
-                         dispatched_at=2.0 if dispatched else None, finished_at=None, result=None, decided_by=None,
-                         evidence=None, error=error)
+def attempt(
+    state: AttemptState = AttemptState.INTENT, dispatched: bool = True, error: str | None = None, step: str = "submit"
+) -> AttemptRecord:
+    return AttemptRecord(
+        id=1,
+        run_id="r",
+        step_id=step,
+        kind="effect",
+        attempt_no=1,
+        request_key=f"r/{step}",
+        request_fingerprint="fp",
+        state=state,
+        lease_epoch=1,
+        worker="w",
+        intent_at=1.0,
+        dispatched_at=2.0 if dispatched else None,
+        finished_at=None,
+        result=None,
+        decided_by=None,
+        evidence=None,
+        error=error,
+    )
 
 
 def row(status: int | None = None, location: str | None = None, failure: str | None = None) -> OutboxRecord:
-    return OutboxRecord(id=1, attempt_id=1, run_id="r", step_id="submit", method="POST", url="http://x/orders",
-                        released_at=2.0, status=status, response_url="http://x/orders" if status else None,
-                        headers={"location": location} if location else ({} if status else None),
-                        response_at=3.0 if status else None, failure=failure, failed_at=3.0 if failure else None)
+    return OutboxRecord(
+        id=1,
+        attempt_id=1,
+        run_id="r",
+        step_id="submit",
+        method="POST",
+        url="http://x/orders",
+        released_at=2.0,
+        status=status,
+        response_url="http://x/orders" if status else None,
+        headers={"location": location} if location else ({} if status else None),
+        response_at=3.0 if status else None,
+        failure=failure,
+        failed_at=3.0 if failure else None,
+    )
 
 
 def created(resp: RecordedResponse) -> Verdict | None:
@@ -50,15 +77,21 @@ def test_no_dispatch_is_failed_before_send_even_after_a_client_error() -> None:
 
 def test_error_after_dispatch_is_unknown_not_a_failure() -> None:
     """A connection reset after the request left is UNKNOWN: the server may have accepted it."""
-    c = classify_attempt(raised=ConnectionResetError(), returned=None, dispatched=True,
-                         outbox=[row(failure="net::ERR_CONNECTION_RESET")], judge=default_judge)
+    c = classify_attempt(
+        raised=ConnectionResetError(),
+        returned=None,
+        dispatched=True,
+        outbox=[row(failure="net::ERR_CONNECTION_RESET")],
+        judge=default_judge,
+    )
     assert c.state == AttemptState.UNKNOWN
 
 
 def test_recorded_response_decides_an_error_after_dispatch() -> None:
     """A confirm-judged response turns an exception into SUCCEEDED (303) or FAILED (200 re-render)."""
-    c = classify_attempt(raised=TimeoutError(), returned=None, dispatched=True,
-                         outbox=[row(303, "/orders/9")], judge=created)
+    c = classify_attempt(
+        raised=TimeoutError(), returned=None, dispatched=True, outbox=[row(303, "/orders/9")], judge=created
+    )
     assert (c.state, c.decided_by, c.result) == (AttemptState.SUCCEEDED, "outbox", {"order_id": "9"})
     c = classify_attempt(raised=TimeoutError(), returned=None, dispatched=True, outbox=[row(200)], judge=created)
     assert c.state == AttemptState.FAILED
@@ -72,8 +105,19 @@ def test_normal_return_is_trusted_unless_confirm_rejects() -> None:
     assert (c.state, c.decided_by) == (AttemptState.FAILED, "confirm")
 
 
-@pytest.mark.parametrize(("status", "kind"), [(400, "not_done"), (403, "not_done"), (404, "not_done"),
-                                              (409, None), (429, None), (500, None), (503, None), (200, None)])
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, "not_done"),
+        (403, "not_done"),
+        (404, "not_done"),
+        (409, None),
+        (429, None),
+        (500, None),
+        (503, None),
+        (200, None),
+    ],
+)
 def test_default_judge(status: int, kind: str | None) -> None:
     """Only a definitive 4xx proves failure; 5xx (e.g. 503 after commit) proves nothing."""
     v = default_judge(RecordedResponse(status=status, url="u", method="POST", headers={}))
@@ -104,8 +148,9 @@ def test_plan_without_dispatch_replays_without_verifying() -> None:
         ([row()], False, False, "park"),  # else a person
     ],
 )
-def test_plan_order_outbox_verifier_idempotent_park(outbox: list[OutboxRecord], has_verifier: bool,
-                                                    idempotent: bool, action: str) -> None:
+def test_plan_order_outbox_verifier_idempotent_park(
+    outbox: list[OutboxRecord], has_verifier: bool, idempotent: bool, action: str
+) -> None:
     """Recovery of a dispatched attempt follows outbox/confirm → verifier → idempotent → review."""
     plan = plan_recovery(attempt(), outbox, judge=created, has_verifier=has_verifier, idempotent=idempotent)
     assert plan.action == action
@@ -151,6 +196,8 @@ def test_state_machines_refuse_illegal_moves() -> None:
 def test_unknown_after_an_error_counts_against_retries() -> None:
     """An attempt that failed after dispatch (UNKNOWN with an error) uses up a retry, so an
     idempotent effect that keeps failing cannot loop forever."""
-    attempts: list[Any] = [attempt(AttemptState.UNKNOWN, error="net::ERR_CONNECTION_RESET"),
-                           attempt(AttemptState.UNKNOWN)]  # parked after a crash: no error, not counted
+    attempts: list[Any] = [
+        attempt(AttemptState.UNKNOWN, error="net::ERR_CONNECTION_RESET"),
+        attempt(AttemptState.UNKNOWN),
+    ]  # parked after a crash: no error, not counted
     assert own_failures(attempts, "submit") == 1

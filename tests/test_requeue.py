@@ -17,9 +17,19 @@ FLOWS = Path(__file__).parents[1] / "flows"
 
 
 def _failed(step: str, at: float) -> AttemptRecord:
-    a = AttemptRecord.new(id=int(at), run_id="r", step_id=step, kind="effect", attempt_no=int(at), request_key="r/s",
-                          request_fingerprint="fp", state=AttemptState.FAILED_BEFORE_SEND, lease_epoch=1, worker="w",
-                          intent_at=at)
+    a = AttemptRecord.new(
+        id=int(at),
+        run_id="r",
+        step_id=step,
+        kind="effect",
+        attempt_no=int(at),
+        request_key="r/s",
+        request_fingerprint="fp",
+        state=AttemptState.FAILED_BEFORE_SEND,
+        lease_epoch=1,
+        worker="w",
+        intent_at=at,
+    )
     return AttemptRecord(**{**a.__dict__, "error": "RuntimeError: boom"})
 
 
@@ -32,8 +42,9 @@ def test_failures_before_a_requeue_do_not_count() -> None:
 
 
 @pytest.mark.browser
-def test_a_requeued_run_retries_an_effect_that_failed_before_sending(bw: Any, shop: Any, run_id: str,
-                                                                     tmp_path: Path) -> None:
+def test_a_requeued_run_retries_an_effect_that_failed_before_sending(
+    bw: Any, shop: Any, run_id: str, tmp_path: Path
+) -> None:
     """An effect (idempotent, retries=0) that raised ends the run FAILED; after the fix,
     `browserworker requeue RUN --who ann` journals who requeued it, and `run --run-id` makes a
     new attempt that succeeds: one order on the shop. Before the requeue, `run --run-id` on
@@ -42,8 +53,19 @@ def test_a_requeued_run_retries_an_effect_that_failed_before_sending(bw: Any, sh
     marker.write_text("x")
     env = {"FIXABLE_BROKEN": str(marker)}
     flow = str(TEST_FLOWS / "fixable_order.py")
-    first = bw.run("run", flow, "--db", str(bw.db), "--run-id", run_id, "--input", f"base_url={shop.url}",
-                   "--input", "item=tea", env=env)
+    first = bw.run(
+        "run",
+        flow,
+        "--db",
+        str(bw.db),
+        "--run-id",
+        run_id,
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        env=env,
+    )
     assert first.returncode == 1, first.stderr
     again = bw.run("run", flow, "--db", str(bw.db), "--run-id", run_id, "--input", "item=other", env=env)
     assert again.returncode == 1, again.stderr
@@ -85,8 +107,16 @@ def test_an_effect_without_proof_is_named_at_load_and_by_chaos(bw: Any) -> None:
     [line] = unproven_effects(loaded.flow)
     assert "'submit'" in line and "NEEDS_REVIEW" in line
     assert unproven_effects(load_flow(FLOWS / "place_order.py").flow) == []
-    queued = bw.run("enqueue", str(FLOWS / "place_order_unverified.py"), "--db", str(bw.db),
-                    "--input", "base_url=http://127.0.0.1:9", "--input", "item=tea")
+    queued = bw.run(
+        "enqueue",
+        str(FLOWS / "place_order_unverified.py"),
+        "--db",
+        str(bw.db),
+        "--input",
+        "base_url=http://127.0.0.1:9",
+        "--input",
+        "item=tea",
+    )
     assert queued.returncode == 0, queued.stderr
     assert queued.stderr.count("warning: effect 'submit'") == 1
     submit = loaded.flow.steps[-1]

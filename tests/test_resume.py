@@ -14,7 +14,7 @@ from browserworker.store import Owner, open_store
 
 pytestmark = pytest.mark.browser
 
-FLOW = '''
+FLOW = """
 from pathlib import Path
 from browserworker import Flow, StepContext
 
@@ -41,7 +41,7 @@ async def fill_form(ctx: StepContext) -> None:
 async def submit(ctx: StepContext) -> dict:
     mark("submit")
     return {"order_id": "new"}
-'''
+"""
 
 GONE = Owner(worker="worker-gone", host="elsewhere.invalid", pid=99)
 
@@ -83,16 +83,18 @@ def test_a_run_resolved_done_on_its_last_effect_finishes_without_running_its_act
     assert view["run"]["state"] == "SUCCEEDED"
     [submit] = [a for a in view["journal"] if a["step_id"] == "submit"]
     assert submit["result"] == {"order_id": "42"}
-    assert [e["decision"] for e in view["events"] if e["to_state"] == "SUCCEEDED" and e["kind"] == "run_state"] == \
-        ["nothing left to do"]
+    assert [e["decision"] for e in view["events"] if e["to_state"] == "SUCCEEDED" and e["kind"] == "run_state"] == [
+        "nothing left to do"
+    ]
 
 
 def test_a_run_with_an_action_left_after_its_last_effect_runs_its_steps(bw: BW, tmp_path: Path) -> None:
     """The same run with one more action after the effect still has work left: the actions
     run (they prepare the page), the resolved effect is skipped, the trailing action runs."""
     flow = tmp_path / "prepared.py"
-    flow.write_text(FLOW + "\n\n@flow.step\nasync def read_confirmation(ctx: StepContext) -> None:\n"
-                    "    mark('read_confirmation')\n")
+    flow.write_text(
+        FLOW + "\n\n@flow.step\nasync def read_confirmation(ctx: StepContext) -> None:\n    mark('read_confirmation')\n"
+    )
     run_id = parked_in_review(bw.db, flow)
     assert bw.run("resolve", run_id, "submit", "--done", "--db", str(bw.db)).returncode == 0
     done = bw.run("run", str(flow), "--run-id", run_id, "--db", str(bw.db))

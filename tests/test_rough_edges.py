@@ -30,8 +30,9 @@ def test_bad_inputs_name_every_problem_the_flows_inputs_and_the_close_match(tmp_
     """`--input base-url=...` (a dash), a misspelt key and an out-of-range value are reported in
     one message, each with the field meant and the flow's inputs; exit 2, nothing written."""
     db = tmp_path / "bw.db"
-    done = bw(db, "run", str(FLOW), "--input", "base-url=http://127.0.0.1:9", "--input", "itm=tea",
-              "--input", "quantity=0")
+    done = bw(
+        db, "run", str(FLOW), "--input", "base-url=http://127.0.0.1:9", "--input", "itm=tea", "--input", "quantity=0"
+    )
     assert done.exit_code == 2
     assert "'base-url' is not a valid field name (did you mean 'base_url'?)" in done.output
     assert "unknown input 'itm' (did you mean 'item'?)" in done.output
@@ -55,17 +56,21 @@ def test_a_context_option_typo_names_the_file_line_and_the_option_meant(tmp_path
     """A misspelt static context option is refused at load with the flow file's line and the
     Playwright option it resembles; one computed from the inputs names where its function is."""
     static = tmp_path / "static_flow.py"
-    static.write_text('from browserworker import Flow\n\nflow = Flow("x", context={"locle": "fr-FR"})\n\n'
-                      "@flow.step\nasync def a(ctx):\n    pass\n")
+    static.write_text(
+        'from browserworker import Flow\n\nflow = Flow("x", context={"locle": "fr-FR"})\n\n'
+        "@flow.step\nasync def a(ctx):\n    pass\n"
+    )
     with pytest.raises(FlowDefinitionError) as refused:
         load_flow(static)
     assert str(refused.value).startswith(f"{static.resolve()}:3: ")
     assert "'locle' (did you mean 'locale'?)" in str(refused.value)
 
     computed = tmp_path / "computed_flow.py"
-    computed.write_text('from browserworker import Flow\n\n'
-                        'flow = Flow("y", context=lambda inputs: {"http_credential": {"username": "u"}})\n\n'
-                        "@flow.step\nasync def a(ctx):\n    pass\n")
+    computed.write_text(
+        "from browserworker import Flow\n\n"
+        'flow = Flow("y", context=lambda inputs: {"http_credential": {"username": "u"}})\n\n'
+        "@flow.step\nasync def a(ctx):\n    pass\n"
+    )
     loaded = load_flow(computed).flow
     with pytest.raises(InputError) as bad:
         loaded.context_options(loaded.validate_inputs({}))
@@ -90,8 +95,10 @@ def test_a_sqlite_db_that_cannot_be_opened_says_why_and_creates_nothing(tmp_path
     frozen.mkdir()
     subprocess.run(["chattr", "+i", str(frozen)], check=True)
     try:
-        with pytest.raises(StoreError, match="unable to open database file: its directory .* is not writable by "
-                                             "this user, or is immutable"):
+        with pytest.raises(
+            StoreError,
+            match="unable to open database file: its directory .* is not writable by this user, or is immutable",
+        ):
             open_store(frozen / "bw.db")
     finally:
         subprocess.run(["chattr", "-i", str(frozen)], check=True)
@@ -101,16 +108,22 @@ def test_a_sqlite_db_that_cannot_be_opened_says_why_and_creates_nothing(tmp_path
 def test_the_library_logs_warnings_only_unless_the_application_configures_logging() -> None:
     """Imported from Python, browserworker's info lines stay quiet and its warnings reach
     stderr (as the CLI's default); an application's own structlog set-up is kept."""
-    code = ("import structlog, browserworker\n"
-            "log = structlog.get_logger('browserworker')\n"
-            "log.info('an info line')\nlog.warning('a warning line')\n")
-    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PATH": "/usr/bin:/bin"})
+    code = (
+        "import structlog, browserworker\n"
+        "log = structlog.get_logger('browserworker')\n"
+        "log.info('an info line')\nlog.warning('a warning line')\n"
+    )
+    quiet = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}
+    )
     assert "a warning line" in quiet.stderr and "an info line" not in quiet.stderr + quiet.stdout
-    own = ("import logging, structlog\n"
-           "structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))\n" + code)
-    kept = subprocess.run([sys.executable, "-c", own], capture_output=True, text=True, check=True,
-                          env={"PATH": "/usr/bin:/bin"})
+    own = (
+        "import logging, structlog\n"
+        "structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))\n" + code
+    )
+    kept = subprocess.run(
+        [sys.executable, "-c", own], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}
+    )
     assert "an info line" in kept.stdout + kept.stderr
 
 
@@ -129,21 +142,39 @@ def test_show_gives_the_reason_for_every_lease_epoch(tmp_path: Path) -> None:
     done = bw(db, "show", "r1")
     assert done.exit_code == 0, done.output
     lines = [line.split(" ", 3)[3] for line in done.output.splitlines() if " lease_" in line]
-    assert lines == ["lease_claimed QUEUED->LEASED: claimed (epoch 1)",
-                     "lease_released LEASED->QUEUED: released by worker-a (epoch 1)",
-                     "lease_claimed QUEUED->LEASED: claimed (epoch 3)",
-                     "lease_expired LEASED->QUEUED: requeued (owner worker-b) (epoch 4)"], lines
+    assert lines == [
+        "lease_claimed QUEUED->LEASED: claimed (epoch 1)",
+        "lease_released LEASED->QUEUED: released by worker-a (epoch 1)",
+        "lease_claimed QUEUED->LEASED: claimed (epoch 3)",
+        "lease_expired LEASED->QUEUED: requeued (owner worker-b) (epoch 4)",
+    ], lines
 
 
 def test_worker_once_says_what_it_left_queued(tmp_path: Path) -> None:
     """`worker --once` with only a delayed run ends at once, leaves it QUEUED, and says so in
     its closing line and its --json (`left`)."""
     db = tmp_path / "bw.db"
-    queued = bw(db, "enqueue", str(FLOW), "--input", "base_url=http://127.0.0.1:9", "--input", "item=tea",
-                "--delay", "3600", "--run-id", "later")
+    queued = bw(
+        db,
+        "enqueue",
+        str(FLOW),
+        "--input",
+        "base_url=http://127.0.0.1:9",
+        "--input",
+        "item=tea",
+        "--delay",
+        "3600",
+        "--run-id",
+        "later",
+    )
     assert queued.exit_code == 0, queued.output
-    done = subprocess.run([sys.executable, "-m", "browserworker", "worker", "--once", "--json", "--db", str(db)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "browserworker", "worker", "--once", "--json", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "left queued: 1 delayed (--delay not ended)" in done.stderr
     assert json.loads(done.stdout)["left"] == {"delayed": 1}

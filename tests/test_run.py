@@ -17,8 +17,7 @@ def effect_attempts(view: dict[str, Any], step: str = "submit") -> list[dict[str
 
 def test_normal_run_places_one_order(bw: BW, shop: Any, run_id: str) -> None:
     """A normal run succeeds (exit 0), journals one effect attempt, and places one order."""
-    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=tea",
-                       "--run-id", run_id)
+    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == run_id
     for step in ("login", "open_form", "submit", "read_confirmation"):
@@ -35,8 +34,7 @@ def test_normal_run_places_one_order(bw: BW, shop: Any, run_id: str) -> None:
 
 def test_form_rerendered_with_errors_fails_without_an_order(bw: BW, shop: Any, run_id: str) -> None:
     """A 200 that re-renders the form with errors is judged by confirm: FAILED, exit 1, no order."""
-    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=",
-                       "--run-id", run_id)
+    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=", "--run-id", run_id)
     assert done.returncode == 1, done.stderr
     [attempt] = effect_attempts(bw.show(run_id))
     assert (attempt["state"], attempt["decided_by"]) == ("FAILED", "outbox")
@@ -46,8 +44,7 @@ def test_form_rerendered_with_errors_fails_without_an_order(bw: BW, shop: Any, r
 def test_500_before_commit_is_verified_not_done(bw: BW, shop: Any, run_id: str) -> None:
     """A 500 proves nothing by itself: the verifier says not done, and with no retries the run FAILS."""
     shop.set_faults(fail_before_commit=True, times=1)
-    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=tea",
-                       "--run-id", run_id)
+    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id)
     assert done.returncode == 1, done.stderr
     attempts = effect_attempts(bw.show(run_id))
     assert [(a["state"], a["decided_by"]) for a in attempts] == [("NOT_DONE", "verifier")]
@@ -57,8 +54,7 @@ def test_500_before_commit_is_verified_not_done(bw: BW, shop: Any, run_id: str) 
 def test_503_after_commit_is_verified_done_and_not_replayed(bw: BW, shop: Any, run_id: str) -> None:
     """A 503 after the order was committed: the verifier finds it, so it is not placed twice."""
     shop.set_faults(fail_after_commit=True, times=1)
-    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=tea",
-                       "--run-id", run_id)
+    done = bw.run_flow("place_order.py", "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id)
     assert done.returncode == 0, done.stderr
     attempts = effect_attempts(bw.show(run_id))
     assert [(a["state"], a["decided_by"]) for a in attempts] == [("SUCCEEDED", "verifier")]
@@ -67,8 +63,9 @@ def test_503_after_commit_is_verified_done_and_not_replayed(bw: BW, shop: Any, r
 
 def test_idempotent_flow_runs(bw: BW, shop: Any, run_id: str) -> None:
     """The API flow places its order with the request key as the Idempotency-Key."""
-    done = bw.run_flow("place_order_api.py", "--input", f"base_url={shop.url}", "--input", "item=tea",
-                       "--run-id", run_id)
+    done = bw.run_flow(
+        "place_order_api.py", "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id
+    )
     assert done.returncode == 0, done.stderr
     assert len(shop.orders(f"{run_id}/submit")) == 1
 
@@ -89,9 +86,19 @@ def test_an_action_that_posts_is_reported_or_stopped(bw: BW, shop: Any, run_id: 
     ``undeclared_effects="warn"`` it goes through and is reported; with ``"fail"`` the request
     is aborted in the browser (the shop never sees it) and the run fails."""
     received = shop.inflight()["received"]
-    done = bw.run("run", str(Path(__file__).parent / "flows" / "undeclared_post.py"), "--db", str(bw.db),
-                  "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id,
-                  env={"BW_TEST_UNDECLARED": mode})
+    done = bw.run(
+        "run",
+        str(Path(__file__).parent / "flows" / "undeclared_post.py"),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--run-id",
+        run_id,
+        env={"BW_TEST_UNDECLARED": mode},
+    )
     assert "undeclared side effect: POST" in done.stderr
     [attempt] = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "sneaky"]
     if mode == "warn":

@@ -32,8 +32,7 @@ def csrf_of(html: str) -> str:
     return match.group(1)
 
 
-def login(client: httpx.Client | TestClient, next_path: str | None = None,
-          password: str = "demo") -> httpx.Response:
+def login(client: httpx.Client | TestClient, next_path: str | None = None, password: str = "demo") -> httpx.Response:
     page = client.get("/login", params={"next": next_path} if next_path else None)
     data = {"username": "demo", "password": password, "csrf_token": csrf_of(page.text)}
     if next_path:
@@ -45,11 +44,17 @@ def order_csrf(client: httpx.Client | TestClient) -> str:
     return csrf_of(client.get("/orders/new").text)
 
 
-def post_order(client: httpx.Client | TestClient, reference: str = "REF-1", item: str = "widget",
-               quantity: str = "2", csrf: str | None = None) -> httpx.Response:
+def post_order(
+    client: httpx.Client | TestClient,
+    reference: str = "REF-1",
+    item: str = "widget",
+    quantity: str = "2",
+    csrf: str | None = None,
+) -> httpx.Response:
     token = csrf if csrf is not None else order_csrf(client)
-    return client.post("/orders", data={"item": item, "quantity": quantity,
-                                        "reference": reference, "csrf_token": token})
+    return client.post(
+        "/orders", data={"item": item, "quantity": quantity, "reference": reference, "csrf_token": token}
+    )
 
 
 @pytest.fixture
@@ -207,8 +212,7 @@ def test_create_app_dedupe_flag(tmp_path: Path) -> None:
     """create_app(dedupe=True) dedupes form POSTs without touching the knob."""
     with TestClient(create_app(tmp_path / "d.db", dedupe=True), follow_redirects=False) as c:
         login(c)
-        assert post_order(c, reference="X").headers["location"] == \
-            post_order(c, reference="X").headers["location"]
+        assert post_order(c, reference="X").headers["location"] == post_order(c, reference="X").headers["location"]
         assert len(c.get("/api/orders").json()["orders"]) == 1
 
 
@@ -325,13 +329,20 @@ def http_client(proc: SandboxProcess) -> httpx.Client:
     return httpx.Client(base_url=proc.url, follow_redirects=False, trust_env=False, timeout=10)
 
 
-def raw_post(proc: SandboxProcess, client: httpx.Client, path: str, body: bytes,
-             content_type: str = "application/x-www-form-urlencoded") -> socket.socket:
+def raw_post(
+    proc: SandboxProcess,
+    client: httpx.Client,
+    path: str,
+    body: bytes,
+    content_type: str = "application/x-www-form-urlencoded",
+) -> socket.socket:
     """Send a complete POST on a raw socket (with the client's cookies) and return the socket."""
     url = urlsplit(proc.url)
     cookies = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
-    head = (f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\nCookie: {cookies}\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\nCookie: {cookies}\r\n"
+        f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
     sock = socket.create_connection((url.hostname, url.port), timeout=5)
     sock.sendall(head.encode() + body)
     return sock
@@ -352,8 +363,9 @@ def test_drop_after_commit_is_a_network_error(sandbox: SandboxProcess) -> None:
         with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
             post_order(c, reference="DROP-FORM", csrf=token)
         assert len(sandbox.orders("DROP-FORM")) == 1
-        sock = raw_post(sandbox, c, "/api/orders",
-                        b'{"item": "a", "quantity": 1, "reference": "DROP-API"}', "application/json")
+        sock = raw_post(
+            sandbox, c, "/api/orders", b'{"item": "a", "quantity": 1, "reference": "DROP-API"}', "application/json"
+        )
         try:
             data = sock.recv(65536)
         except ConnectionResetError:
@@ -371,8 +383,7 @@ def test_disconnected_client_order_still_commits(sandbox: SandboxProcess) -> Non
         login(c)
         token = order_csrf(c)
         sandbox.set_faults(delay_before_commit=0.8, times=1)
-        sock = raw_post(sandbox, c, "/orders",
-                        f"item=a&quantity=1&reference=GHOST&csrf_token={token}".encode())
+        sock = raw_post(sandbox, c, "/orders", f"item=a&quantity=1&reference=GHOST&csrf_token={token}".encode())
         sandbox.wait_for_inflight(1, timeout=5)
         sock.close()
         assert sandbox.orders("GHOST") == []  # not committed yet...

@@ -41,8 +41,9 @@ def test_throttle_answers_the_next_posts_with_retry_after(client: TestClient) ->
     assert client.post("/api/orders", json={"item": "w", "quantity": 1, "reference": "T-3"}).status_code == 201
     client.put("/api/faults", json={"throttle": 7, "throttle_status": 503, "throttle_tag": "slow"})
     assert post_order(client, reference="T-4").status_code == 200  # untagged: not throttled (the order page)
-    tagged = client.post("/api/orders", json={"item": "w", "quantity": 1, "reference": "T-5"},
-                         headers={"X-Sandbox-Tag": "slow"})
+    tagged = client.post(
+        "/api/orders", json={"item": "w", "quantity": 1, "reference": "T-5"}, headers={"X-Sandbox-Tag": "slow"}
+    )
     assert tagged.status_code == 503 and tagged.headers["retry-after"] == "7"
     for bad in ({"throttle_status": 500}, {"throttle": -1}, {"throttle_times": 0}, {"throttle_tag": ""}):
         assert client.put("/api/faults", json=bad).status_code == 400
@@ -57,8 +58,11 @@ def test_visits_report_who_was_at_the_sandbox_at_once(tmp_path: Path) -> None:
     client.put("/api/faults", json={"delay_before_commit": 0.4})
 
     def visit(n: int) -> None:
-        client.post("/api/orders", json={"item": "w", "quantity": 1, "reference": f"V-{n}"},
-                    headers={"X-Sandbox-Tag": "shop", "X-Sandbox-Visit": f"run-{n}"})
+        client.post(
+            "/api/orders",
+            json={"item": "w", "quantity": 1, "reference": f"V-{n}"},
+            headers={"X-Sandbox-Tag": "shop", "X-Sandbox-Visit": f"run-{n}"},
+        )
 
     threads = [threading.Thread(target=visit, args=(n,)) for n in range(3)]
     for t in threads:

@@ -39,8 +39,16 @@ def new_user(shop: Any) -> str:
 
 
 def inputs(shop: Any, user: str, item: str) -> list[str]:
-    return ["--input", f"base_url={shop.url}", "--input", f"item={item}", "--input", f"username={user}",
-            "--input", f"password={PASSWORD}"]
+    return [
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        f"item={item}",
+        "--input",
+        f"username={user}",
+        "--input",
+        f"password={PASSWORD}",
+    ]
 
 
 def key_env(store_target: str) -> dict[str, str]:
@@ -57,8 +65,11 @@ def run(bw: BW, db: str, shop: Any, user: str, item: str, *extra: str, env: dict
 def decisions(bw: BW, db: str, run_id: str, env: dict[str, str] | None = None) -> list[str]:
     shown = bw.run("show", run_id, "--db", db, "--json", env=env)
     assert shown.returncode == 0, shown.stderr
-    return [e["decision"] for e in json.loads(shown.stdout)["events"] if e["decision"]
-            and e["decision"].startswith("session_")]
+    return [
+        e["decision"]
+        for e in json.loads(shown.stdout)["events"]
+        if e["decision"] and e["decision"].startswith("session_")
+    ]
 
 
 def last_run_id(db: str) -> str:
@@ -97,6 +108,7 @@ def saved_cookie(db: str, key: str, env: dict[str, str] | None = None) -> str:
 
 
 # -- the store: the login claim and versioned saves ---------------------------------------------
+
 
 def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) -> None:
     """Two stores (two connections, two threads) claiming one key's login at once: exactly one
@@ -137,7 +149,9 @@ def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) ->
         b.close()
 
 
-def test_sealed_state_needs_its_key_and_the_key_file_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sealed_state_needs_its_key_and_the_key_file_is_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A state sealed with one key opens with it, not with another key nor under another
     session key; the SQLite key file is created 0600 once and never replaced."""
     monkeypatch.delenv(ENV_KEY, raising=False)
@@ -211,6 +225,7 @@ async def _noop(ctx: Any) -> None:
 
 # -- real runs ---------------------------------------------------------------------------------
 
+
 @pytest.mark.browser
 def test_twenty_runs_of_one_key_on_two_workers_log_in_once(store_target: str, tmp_path: Path, shop: Any) -> None:
     """20 runs for one user, drained by 2 worker processes at once, sign in once at the shop:
@@ -221,8 +236,15 @@ def test_twenty_runs_of_one_key_on_two_workers_log_in_once(store_target: str, tm
     store = open_store(store_target)
     loaded = load_flow(FLOW)
     try:
-        ids = [enqueue(store, loaded, {"base_url": shop.url, "item": f"item-{i}", "username": user,
-                                       "password": PASSWORD}, run_id=f"s-{user}-{i:02d}").id for i in range(20)]
+        ids = [
+            enqueue(
+                store,
+                loaded,
+                {"base_url": shop.url, "item": f"item-{i}", "username": user, "password": PASSWORD},
+                run_id=f"s-{user}-{i:02d}",
+            ).id
+            for i in range(20)
+        ]
     finally:
         store.close()
     procs = [start_worker(store_target, "--once", "-n", "2", env=env, log=tmp_path / f"w{i}.log") for i in range(2)]
@@ -247,8 +269,7 @@ def test_twenty_runs_of_one_key_on_two_workers_log_in_once(store_target: str, tm
 
 
 @pytest.mark.browser
-def test_a_session_revoked_at_the_site_is_replaced_by_a_new_login(store_target: str, tmp_path: Path,
-                                                                   shop: Any) -> None:
+def test_a_session_revoked_at_the_site_is_replaced_by_a_new_login(store_target: str, tmp_path: Path, shop: Any) -> None:
     """After the shop signs the user out, the next run's check fails: it logs in again (the
     shop counts 2 logins), replaces the saved state (a new version, saved later) and succeeds."""
     bw, user, env = BW(db=tmp_path / "bw.db"), new_user(shop), key_env(store_target)
@@ -275,7 +296,8 @@ def _runs(db: str) -> list[Any]:
 
 @pytest.mark.browser
 def test_recordings_and_logs_never_hold_the_session_and_replays_follow_the_recorded_branch(
-        tmp_path: Path, shop: Any) -> None:
+    tmp_path: Path, shop: Any
+) -> None:
     """Recording a run that logs in and one that reuses the saved session: neither recording,
     nor the command's debug log, holds the session cookie or the username in the row's bytes;
     each recording replays offline as recorded (the login, or the reused session)."""
@@ -296,8 +318,9 @@ def test_recordings_and_logs_never_hold_the_session_and_replays_follow_the_recor
     results = {name: replay(tmp_path / name) for name in ("logged-in", "reused")}
     for name, result in results.items():
         assert result.ok, (name, result.report())
-    made = {name: [e.decision for e in r.events if (e.decision or "").startswith("session_")]
-            for name, r in results.items()}
+    made = {
+        name: [e.decision for e in r.events if (e.decision or "").startswith("session_")] for name, r in results.items()
+    }
     assert made == {"logged-in": ["session_saved"], "reused": ["session_reused"]}
 
 
@@ -321,8 +344,11 @@ def test_sessions_commands_list_drop_and_expire(tmp_path: Path, shop: Any) -> No
     assert next(s for s in other["sessions"] if s["key"] == user)["readable"] is False
     short = {"BROWSERWORKER_SESSION_MAX_AGE": "1"}
     deadline = time.monotonic() + 10
-    while not next(s for s in json.loads(bw.run("sessions", "--db", db, "--json", env=short).stdout)["sessions"]
-                   if s["key"] == user)["expired"]:
+    while not next(
+        s
+        for s in json.loads(bw.run("sessions", "--db", db, "--json", env=short).stdout)["sessions"]
+        if s["key"] == user
+    )["expired"]:
         assert time.monotonic() < deadline
     run(bw, db, shop, user, "tea", env=short)
     assert shop.logins(user) == 2
@@ -360,8 +386,9 @@ def test_the_sandbox_counts_logins_and_revoked_sessions_are_logged_out(shop: Any
         def redirect_request(self, *args: Any) -> None:
             return None
 
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
-                                         NoRedirect, urllib.request.ProxyHandler({}))
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), NoRedirect, urllib.request.ProxyHandler({})
+    )
 
     def status(path: str, form: dict[str, str] | None = None) -> tuple[int, str]:
         data = None if form is None else urllib.parse.urlencode(form).encode()

@@ -89,8 +89,9 @@ class Supervisor:
     def start(self, slot: int) -> None:
         self.started += 1
         log = self.logs / f"worker{slot}-{self.started}.log"
-        self.procs[slot] = start_worker(self.db, "-n", "3", "--lease-ttl", str(TTL), "--max-lease-losses", "100",
-                                        "--grace", "10", log=log)
+        self.procs[slot] = start_worker(
+            self.db, "-n", "3", "--lease-ttl", str(TTL), "--max-lease-losses", "100", "--grace", "10", log=log
+        )
         self.log_of[slot] = log
         self.restart_at[slot] = None
         self.note(f"started worker {slot} (pid {self.procs[slot].pid}, log {log.name})")
@@ -182,8 +183,10 @@ def enqueue_mix(db: Path, shop: Any, rng: random.Random, prefix: str) -> dict[st
     """Queue the runs, the unverified ones at random places in the line; ``{run_id: kind}``."""
     kinds = ["verified"] * VERIFIED_RUNS + ["unverified"] * UNVERIFIED_RUNS
     rng.shuffle(kinds)
-    flows = {"verified": load_flow(TEST_FLOWS / "short_order.py"),
-             "unverified": load_flow(FLOWS / "place_order_unverified.py")}
+    flows = {
+        "verified": load_flow(TEST_FLOWS / "short_order.py"),
+        "unverified": load_flow(FLOWS / "place_order_unverified.py"),
+    }
     store = open_store(db)
     try:
         ids = {}
@@ -223,8 +226,9 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
             ended = sum(counts[s] for s in FINAL)
             if ended == len(kinds) and sup.paused is None:
                 break
-            assert now - sup.t0 < BUDGET, f"seed {seed}: not drained in {BUDGET:g}s: {dict(counts)}\n" + \
-                "\n".join(sup.timeline)
+            assert now - sup.t0 < BUDGET, f"seed {seed}: not drained in {BUDGET:g}s: {dict(counts)}\n" + "\n".join(
+                sup.timeline
+            )
             for slot in range(WORKERS):
                 due = sup.restart_at[slot]
                 if sup.procs[slot] is None and due is not None and now >= due:
@@ -265,12 +269,19 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
     duplicates = {ref: n for ref, n in orders.items() if n > 1}
     assert duplicates == {}, "\n".join(
         [f"duplicate orders {duplicates}"]
-        + [f"  {o['reference']}: order {o['id']} created at {o['created_at']:.3f}" for o in placed
-           if o["reference"] in duplicates]
-        + [f"  {a.run_id}/{a.step_id} #{a.attempt_no} {a.state} by {a.decided_by}, worker {a.worker}, epoch "
-           f"{a.lease_epoch}, intent {a.intent_at:.3f}, dispatched {a.dispatched_at}, finished {a.finished_at}"
-           for ref in duplicates for a in attempts[ref.rpartition("/")[0]]]
-        + [context])
+        + [
+            f"  {o['reference']}: order {o['id']} created at {o['created_at']:.3f}"
+            for o in placed
+            if o["reference"] in duplicates
+        ]
+        + [
+            f"  {a.run_id}/{a.step_id} #{a.attempt_no} {a.state} by {a.decided_by}, worker {a.worker}, epoch "
+            f"{a.lease_epoch}, intent {a.intent_at:.3f}, dispatched {a.dispatched_at}, finished {a.finished_at}"
+            for ref in duplicates
+            for a in attempts[ref.rpartition("/")[0]]
+        ]
+        + [context]
+    )
     for run_id, kind in kinds.items():
         run, ref = runs[run_id], f"{run_id}/submit"
         succeeded = [a for a in attempts[run_id] if a.state == "SUCCEEDED"]
@@ -284,28 +295,36 @@ def test_soak_kills_and_a_pause_keep_every_effect_exactly_once(tmp_path: Path, s
             if run.state == "SUCCEEDED":
                 assert orders[ref] == 1 and len(succeeded) == 1, (run_id, attempts[run_id], context)
     # every verifier "done" is a duplicate prevented, and the journal says so exactly once
-    by_verifier = {(i, a.step_id, a.attempt_no) for i, atts in attempts.items() for a in atts
-                   if a.decided_by == "verifier" and a.state == "SUCCEEDED"}
+    by_verifier = {
+        (i, a.step_id, a.attempt_no)
+        for i, atts in attempts.items()
+        for a in atts
+        if a.decided_by == "verifier" and a.state == "SUCCEEDED"
+    }
     prevented = [(e.run_id, e.step_id, e.attempt_no) for e in decisions if e.decision == "duplicate_prevented"]
     assert len(prevented) == len(set(prevented)), context
     assert set(prevented) == by_verifier, context
     assert sup.pauses == 1 and sup.kills >= 2, context
 
     states = collections.Counter(str(r.state) for r in runs.values())
-    not_done = sum(1 for atts in attempts.values() for a in atts
-                   if a.decided_by == "verifier" and a.state == "NOT_DONE")
+    not_done = sum(
+        1 for atts in attempts.values() for a in atts if a.decided_by == "verifier" and a.state == "NOT_DONE"
+    )
     replays = sum(1 for atts in attempts.values() for a in atts if a.state == "FAILED_BEFORE_SEND")
-    print(f"soak figures (seed {seed}): {len(runs)} runs ({VERIFIED_RUNS} with a verifier, {UNVERIFIED_RUNS} without) "
-          f"in {elapsed:.0f}s; kills {sup.kills}, pauses {sup.pauses}, worker starts {sup.started}; "
-          f"leases expired {len(expired)}; verifier decisions {len(by_verifier) + not_done} "
-          f"(done, duplicate prevented: {len(by_verifier)}; not done, replayed: {not_done}); "
-          f"replays of unsent attempts {replays}; end states {dict(states)}; duplicates {len(duplicates)}")
+    print(
+        f"soak figures (seed {seed}): {len(runs)} runs ({VERIFIED_RUNS} with a verifier, {UNVERIFIED_RUNS} without) "
+        f"in {elapsed:.0f}s; kills {sup.kills}, pauses {sup.pauses}, worker starts {sup.started}; "
+        f"leases expired {len(expired)}; verifier decisions {len(by_verifier) + not_done} "
+        f"(done, duplicate prevented: {len(by_verifier)}; not done, replayed: {not_done}); "
+        f"replays of unsent attempts {replays}; end states {dict(states)}; duplicates {len(duplicates)}"
+    )
     print("\n".join(sup.timeline))
 
 
 def test_lease_lost_while_a_page_opens_stops_the_run_instead_of_hanging() -> None:
     """A lease lost (e.g. a worker woken from SIGSTOP) while a pass is opening its page closes the
     context; the pass then stops with LeaseLost instead of waiting forever on Playwright."""
+
     async def scenario() -> None:
         async with BrowserSession(BrowserSettings.discover()) as session, session.context() as context:
             lease = Lease(None, "r", 1, LeaseSettings(ttl=3))  # type: ignore[arg-type]

@@ -107,7 +107,9 @@ def test_owner_is_gone_knows_this_process_without_asking_the_kernel(monkeypatch:
 
     me = leases.this_owner("w")
     held = SimpleNamespace(owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start=me.pid_start)
-    reused = SimpleNamespace(owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start=f"1@{leases.pid_space()}")
+    reused = SimpleNamespace(
+        owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start=f"1@{leases.pid_space()}"
+    )
     elsewhere = SimpleNamespace(owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start="1@0123456789ab")
     untold = SimpleNamespace(owner_pid=me.pid, owner_host=socket.gethostname(), owner_pid_start="1")
 
@@ -188,11 +190,20 @@ def test_every_transition_is_an_event(store: SQLStore) -> None:
     store.finish_attempt(attempt, 1, AttemptState.SUCCEEDED, decided_by="return", worker="worker-a")
     store.set_run_state("r1", 1, RunState.SUCCEEDED, worker="worker-a")
     events = store.events("r1")
-    assert [e.kind for e in events] == ["run_created", "lease_claimed", "run_state", "intent", "dispatched",
-                                        "attempt_state", "run_state"]
+    assert [e.kind for e in events] == [
+        "run_created",
+        "lease_claimed",
+        "run_state",
+        "intent",
+        "dispatched",
+        "attempt_state",
+        "run_state",
+    ]
     assert events[-1].to_state == "SUCCEEDED" and events[-1].lease_epoch == 1
-    assert [(e.from_state, e.to_state) for e in events if e.kind == "run_state"] == [("LEASED", "RUNNING"),
-                                                                                   ("RUNNING", "SUCCEEDED")]
+    assert [(e.from_state, e.to_state) for e in events if e.kind == "run_state"] == [
+        ("LEASED", "RUNNING"),
+        ("RUNNING", "SUCCEEDED"),
+    ]
     run = store.get_run("r1")
     assert run.owner is None and run.finished_at is not None
 
@@ -216,8 +227,9 @@ def test_a_run_state_the_machine_forbids_is_refused_and_writes_nothing(store: SQ
 def test_secret_inputs_are_masked_in_views(any_store: SQLStore) -> None:
     """Secret input fields are kept for execution but masked in every view."""
     s = any_store
-    run = s.create_run(NewRun(id="s", flow_name="f", inputs={"user": "u", "password": "hunter2"},
-                              secret_fields=("password",)))
+    run = s.create_run(
+        NewRun(id="s", flow_name="f", inputs={"user": "u", "password": "hunter2"}, secret_fields=("password",))
+    )
     assert run.inputs["password"] == "hunter2"
     assert run.to_dict()["inputs"] == {"user": "u", "password": "[redacted]"}
 
@@ -268,8 +280,10 @@ def test_async_store_skips_cancelled_calls_and_wakes_the_loop_once_per_batch(any
         blocker = asyncio.ensure_future(astore.call(holding, 30))
         assert await asyncio.to_thread(entered.wait, 30)  # the store thread is held: later calls queue up
         cancelled = asyncio.ensure_future(astore.call(s.create_run, NewRun(id="never", flow_name="f", inputs={})))
-        others = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id=f"r{i}", flow_name="f", inputs={})))
-                  for i in range(10)]
+        others = [
+            asyncio.ensure_future(astore.call(s.create_run, NewRun(id=f"r{i}", flow_name="f", inputs={})))
+            for i in range(10)
+        ]
         await asyncio.sleep(0)
         cancelled.cancel()
         wakeups = 0
@@ -343,8 +357,9 @@ def test_each_write_returns_its_row_as_committed(any_store: SQLStore) -> None:
         running = store.set_run_state(first.id, first.lease_epoch, RunState.RUNNING, worker=A.worker)
         attempt = store.begin_attempt(first.id, first.lease_epoch, "submit", "effect", "high/submit", "fp")
         other = store.begin_attempt(second.id, second.lease_epoch, "submit", "action", "low/submit", "fp2")
-        done = store.finish_attempt(attempt, first.lease_epoch, AttemptState.SUCCEEDED, decided_by="return",
-                                    result={"order": 7})
+        done = store.finish_attempt(
+            attempt, first.lease_epoch, AttemptState.SUCCEEDED, decided_by="return", result={"order": 7}
+        )
         ended = store.set_run_state(first.id, first.lease_epoch, RunState.SUCCEEDED, worker=A.worker)
     assert (first.id, first.owner, first.state, first.lease_epoch) == ("high", A.worker, RunState.LEASED, 1)
     assert (second.id, second.owner) == ("low", B.worker)
@@ -388,7 +403,12 @@ def test_advance_run_is_set_run_state_without_the_read_back(store: SQLStore) -> 
     assert now is not None and now.state is RunState.RUNNING and now.started_at is not None
     last = store.events("r1")[-1]
     assert (last.kind, last.from_state, last.to_state, last.decision, last.worker) == (
-        "run_state", "LEASED", "RUNNING", "started", A.worker)
+        "run_state",
+        "LEASED",
+        "RUNNING",
+        "started",
+        A.worker,
+    )
 
 
 def test_effect_boundary_reads_the_cancel_flag_and_the_latest_attempt(store: SQLStore) -> None:
@@ -421,9 +441,15 @@ def test_finish_attempt_returns_the_row_as_stored(store: SQLStore) -> None:
     attempt = store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp", worker=A.worker)
     store.mark_dispatched(attempt, run.lease_epoch, "POST", "http://127.0.0.1/pay")
     assert attempt.dispatched_at is None  # the caller's copy is stale
-    done = store.finish_attempt(attempt, run.lease_epoch, AttemptState.SUCCEEDED, decided_by="confirm",
-                                result={"ids": (1, 2), "on": datetime.date(2026, 1, 2), "by_no": {3: "x"}},
-                                evidence={"status": 303}, worker=A.worker)
+    done = store.finish_attempt(
+        attempt,
+        run.lease_epoch,
+        AttemptState.SUCCEEDED,
+        decided_by="confirm",
+        result={"ids": (1, 2), "on": datetime.date(2026, 1, 2), "by_no": {3: "x"}},
+        evidence={"status": 303},
+        worker=A.worker,
+    )
     assert done == store.get_attempt(attempt.id)
     assert done.dispatched_at is not None and done.result == {"ids": [1, 2], "on": "2026-01-02", "by_no": {"3": "x"}}
     action = store.begin_attempt("r1", run.lease_epoch, "open", "action", "r1/open", "fp-open")

@@ -53,8 +53,9 @@ def write_lock(db: Path) -> Iterator[None]:
 def tmpfs(path: Path, size: str = "8m") -> Iterator[Path]:
     """A small tmpfs at ``path``; skips the test where mounting is not allowed."""
     path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
     try:
@@ -146,8 +147,19 @@ def assert_one_error_line(stderr: str, *needles: str) -> None:
 
 def start_paused(bw: BW, shop: Any, run_id: str, point: str) -> subprocess.Popen[str]:
     """`browserworker run` of the short order flow, pausing itself (SIGSTOP) at ``point``."""
-    proc = bw.start("run", SHORT, "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=tea",
-                    "--run-id", run_id, env={**FAST_BUSY, "BROWSERWORKER_FAULTS": f"{point}:submit=stop"})
+    proc = bw.start(
+        "run",
+        SHORT,
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--run-id",
+        run_id,
+        env={**FAST_BUSY, "BROWSERWORKER_FAULTS": f"{point}:submit=stop"},
+    )
     wait_stopped(proc)
     return proc
 
@@ -159,8 +171,9 @@ def finish(proc: subprocess.Popen[str]) -> str:
     return err
 
 
-def check_stopped_cleanly(bw: BW, shop: Any, run_id: str, point: str, received: int,
-                          before: dict[str, list[tuple[Any, ...]]]) -> None:
+def check_stopped_cleanly(
+    bw: BW, shop: Any, run_id: str, point: str, received: int, before: dict[str, list[tuple[Any, ...]]]
+) -> None:
     """Nothing reached the shop, nothing was written, and the run resumes to one order."""
     assert shop.inflight()["received"] == received
     assert shop.orders(f"{run_id}/submit") == []
@@ -296,8 +309,18 @@ def test_read_only_database_run_and_worker_refuse_cleanly(bw: BW, tmp_path: Path
     received = shop.inflight()["received"]
     before = snapshot(bw.db)
     with read_only(bw.db):
-        new = bw.run("run", SHORT, "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=tea",
-                     "--run-id", "ro-new")
+        new = bw.run(
+            "run",
+            SHORT,
+            "--db",
+            str(bw.db),
+            "--input",
+            f"base_url={shop.url}",
+            "--input",
+            "item=tea",
+            "--run-id",
+            "ro-new",
+        )
         assert new.returncode == 5, new.stderr
         assert_one_error_line(new.stderr, "no run started", "readonly database")
         resumed = bw.run("run", SHORT, "--db", str(bw.db), "--run-id", queued)
@@ -325,8 +348,15 @@ def test_worker_rides_out_a_locked_store(tmp_path: Path, shop: Any) -> None:
     [run_id] = enqueue_many(db, "short_order.py", shop, 1, prefix=f"lock-{tmp_path.name[-6:]}")
     received = shop.inflight()["received"]
     log = tmp_path / "worker.log"
-    worker = start_worker(db, "-n", "1", "--lease-ttl", "6", log=log,
-                          env={**FAST_BUSY, "BROWSERWORKER_FAULTS": "before_intent_commit:submit=stop"})
+    worker = start_worker(
+        db,
+        "-n",
+        "1",
+        "--lease-ttl",
+        "6",
+        log=log,
+        env={**FAST_BUSY, "BROWSERWORKER_FAULTS": "before_intent_commit:submit=stop"},
+    )
     try:
         wait_stopped(worker)
         with write_lock(db):

@@ -42,9 +42,11 @@ def waiting_on_a_lock(url: str, count: int = 1, timeout: float = 10.0) -> None:
     """Return once ``count`` sessions of the database wait for a row lock (an observable
     state of the server, polled with a deadline: not a sleep standing in for it)."""
     with psycopg.connect(url, autocommit=True) as conn:
+
         def waiting() -> bool:
-            row = conn.execute("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
-                               "AND wait_event_type = 'Lock'").fetchone()
+            row = conn.execute(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
             return row is not None and row[0] >= count
 
         wait_for(waiting, timeout, "a session waiting for the lock", interval=0.01)
@@ -73,8 +75,9 @@ def leased_effect(store: PostgresStore, run_id: str, owner: Owner) -> tuple[Any,
     return run, attempt
 
 
-def test_a_claim_that_comes_while_a_dispatch_commits_waits_for_it(two: tuple[PostgresStore, PostgresStore],
-                                                                   pg_url: str) -> None:
+def test_a_claim_that_comes_while_a_dispatch_commits_waits_for_it(
+    two: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
     """Worst moment, one way: A's dispatch commit has run its fenced statement under epoch 1
     but not committed; B's takeover (epoch 2) must wait on the row until A commits, so A's
     dispatch is in the journal *before* B's claim (B then reconciles it), never after."""
@@ -94,8 +97,9 @@ def test_a_claim_that_comes_while_a_dispatch_commits_waits_for_it(two: tuple[Pos
     assert kinds.index("dispatched") < kinds.index("lease_claimed", kinds.index("dispatched"))
 
 
-def test_a_dispatch_that_comes_while_a_claim_commits_fails(two: tuple[PostgresStore, PostgresStore],
-                                                           pg_url: str) -> None:
+def test_a_dispatch_that_comes_while_a_claim_commits_fails(
+    two: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
     """Worst moment, the other way: B's takeover has bumped the epoch but not committed; A's
     fenced dispatch commit (epoch 1) waits on the row, then sees epoch 2 and writes nothing:
     LeaseLost, no dispatched_at, no outbox row. A write under epoch N never commits after a
@@ -115,8 +119,9 @@ def test_a_dispatch_that_comes_while_a_claim_commits_fails(two: tuple[PostgresSt
 
 
 @pytest.mark.parametrize("write", ["intent", "outcome", "heartbeat", "transition"])
-def test_every_fenced_write_loses_to_a_claim_it_waited_for(two: tuple[PostgresStore, PostgresStore],
-                                                           pg_url: str, write: str) -> None:
+def test_every_fenced_write_loses_to_a_claim_it_waited_for(
+    two: tuple[PostgresStore, PostgresStore], pg_url: str, write: str
+) -> None:
     """The same for the other fenced writes: an intent, an outcome, a heartbeat and a run
     transition under epoch 1 that wait on a takeover's uncommitted epoch 2 all write nothing."""
     from browserworker.states import AttemptState, RunState
@@ -125,8 +130,9 @@ def test_every_fenced_write_loses_to_a_claim_it_waited_for(two: tuple[PostgresSt
     run, attempt = leased_effect(a, "r1", A)
     calls = {
         "intent": lambda: a.begin_attempt("r1", run.lease_epoch, "next", "effect", "r1/next", "fp"),
-        "outcome": lambda: a.finish_attempt(attempt, run.lease_epoch, AttemptState.FAILED_BEFORE_SEND,
-                                            decided_by="test"),
+        "outcome": lambda: a.finish_attempt(
+            attempt, run.lease_epoch, AttemptState.FAILED_BEFORE_SEND, decided_by="test"
+        ),
         "heartbeat": lambda: a.heartbeat("r1", run.lease_epoch, ttl=30),
         "transition": lambda: a.set_run_state("r1", run.lease_epoch, RunState.RUNNING),
     }
@@ -184,8 +190,9 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("shift", [-600.0, 600.0])
-def test_a_host_whose_clock_is_minutes_off_changes_nothing_of_who_owns_what(pg_url: str, tmp_path: Path,
-                                                                           shift: float) -> None:
+def test_a_host_whose_clock_is_minutes_off_changes_nothing_of_who_owns_what(
+    pg_url: str, tmp_path: Path, shift: float
+) -> None:
     """A worker process whose clock is ten minutes ahead (or behind) sees the database's
     time, not its own: it does not take over a live lease, it does reclaim a lease that
     expired by the database's clock, a claim of its gives the run the full TTL by the
@@ -199,8 +206,13 @@ def test_a_host_whose_clock_is_minutes_off_changes_nothing_of_who_owns_what(pg_u
     backdate(store, "dead", 60)
     script = tmp_path / "skewed.py"
     script.write_text(SKEWED)
-    done = subprocess.run([sys.executable, str(script), pg_url, str(shift)], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    done = subprocess.run(
+        [sys.executable, str(script), pg_url, str(shift)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert abs(out["now_offset"]) < 1.0  # its store clock is the database's, not its own
@@ -256,8 +268,10 @@ def test_a_listener_whose_connection_is_killed_wakes_its_worker_and_listens_agai
         await asyncio.wait_for(wakeups.next(), 5)  # the first LISTEN's own wake-up
         waiting = wakeups.next()
         with psycopg.connect(pg_url, autocommit=True) as admin:
-            killed = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
-                                   "current_database() AND query LIKE 'LISTEN%%'").fetchall()
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND query LIKE 'LISTEN%%'"
+            ).fetchall()
         assert killed == [(True,)]
         await asyncio.wait_for(waiting, 10)  # woken by the loss itself
         assert await asyncio.to_thread(listening_again, wakeups)

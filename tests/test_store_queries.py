@@ -48,8 +48,10 @@ def test_postgres_fills_every_fragment_and_binds_every_parameter_by_name() -> No
     assert set(load_queries("browserworker.store.sql", "postgres.sql")) <= set(SHARED)
     assert set(PG_FRAGMENTS) == set(FRAGMENTS)
     assert not [name for name, sql in PG_QUERIES.items() if re.search(r"\{\w+\}|(?<![:\w]):[a-z_]", sql)]
-    assert to_pyformat("SELECT :a, ':b', '%', x LIKE 'a%' OR y % 2 = :a") == \
-        "SELECT %(a)s, ':b', '%', x LIKE 'a%' OR y %% 2 = %(a)s"
+    assert (
+        to_pyformat("SELECT :a, ':b', '%', x LIKE 'a%' OR y % 2 = :a")
+        == "SELECT %(a)s, ':b', '%', x LIKE 'a%' OR y %% 2 = %(a)s"
+    )
     assert "clock_timestamp()" in PG_QUERIES["heartbeat"] and "clock_timestamp()" in PG_QUERIES["mark_dispatched"]
     assert "FOR UPDATE SKIP LOCKED" in PG_QUERIES["next_queued_id"]
 
@@ -57,6 +59,7 @@ def test_postgres_fills_every_fragment_and_binds_every_parameter_by_name() -> No
 def test_every_lease_decision_is_judged_by_the_dialects_clock() -> None:
     """The fenced writes that ask whether a lease expired or has the margin left ask it of
     ``{clock}`` (the database's clock on PostgreSQL), never of the caller's ``:now``."""
+
     def where(sql: str) -> str:  # the conditions of a statement (a SET's CASE only computes a value)
         return re.split(r"\bWHERE\b", sql, maxsplit=1)[-1]
 
@@ -70,8 +73,9 @@ def test_every_lease_decision_is_judged_by_the_dialects_clock() -> None:
 def test_every_fenced_write_on_another_table_locks_the_run_it_reads() -> None:
     """A write of attempts conditioned on its run reads the run through ``{share_run}``, the
     hook a dialect without serialised writers fills with a row lock (store/manager.py)."""
-    fenced = [name for name, sql in SHARED.items()
-              if re.match(r"(INSERT INTO|UPDATE) attempts\b", sql) and "FROM runs" in sql]
+    fenced = [
+        name for name, sql in SHARED.items() if re.match(r"(INSERT INTO|UPDATE) attempts\b", sql) and "FROM runs" in sql
+    ]
     assert sorted(fenced) == ["finish_attempt", "insert_attempt", "mark_dispatched", "resolve_attempt"]
     assert all("{share_run}" in SHARED[name] for name in fenced)
 

@@ -58,8 +58,9 @@ def test_busy_database_is_a_store_error(tmp_path: Path) -> None:
     assert s.get_run("x") is None
 
 
-def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A write that finds another process's write lock tries again every 0.1 ms for 50 ms (the
     span of a few group commits; SQLite's own handler sleeps 1, 2, 5, 10… ms), then backs off
     to 2 ms, and succeeds on the first try after the lock is released; the connection's busy
@@ -84,8 +85,8 @@ def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(tmp_path: Path
     s.create_run(NewRun(id="x", flow_name="f", inputs={}))
     assert s.get_run("x") is not None
     fast = [p for p in pauses if p == 0.0001]
-    assert pauses[:len(fast)] == fast and 0.05 <= sum(fast) < 0.0504  # 0.1 ms apart for the first 50 ms
-    slow = pauses[len(fast):]
+    assert pauses[: len(fast)] == fast and 0.05 <= sum(fast) < 0.0504  # 0.1 ms apart for the first 50 ms
+    slow = pauses[len(fast) :]
     assert slow[:4] == [0.0002, 0.0004, 0.0008, 0.0016] and set(slow[4:]) == {0.002}
     assert 0.065 <= sum(pauses) < 0.067  # in on the first try after the release
     assert s.connector.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
@@ -136,9 +137,11 @@ def test_a_failing_call_spoils_only_the_bare_try_of_its_batch(tmp_path: Path) ->
 
         blocker = asyncio.ensure_future(astore.call(holding))
         assert await asyncio.to_thread(entered.wait, 30)
-        calls = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id=first, flow_name="f", inputs={}))),
-                 asyncio.ensure_future(astore.call(middle)),
-                 asyncio.ensure_future(astore.call(s.create_run, NewRun(id=last, flow_name="f", inputs={})))]
+        calls = [
+            asyncio.ensure_future(astore.call(s.create_run, NewRun(id=first, flow_name="f", inputs={}))),
+            asyncio.ensure_future(astore.call(middle)),
+            asyncio.ensure_future(astore.call(s.create_run, NewRun(id=last, flow_name="f", inputs={}))),
+        ]
         await asyncio.sleep(0)
         hold.set()
         assert await blocker is True
@@ -183,9 +186,11 @@ def test_group_rolled_back_by_sqlite_fails_every_call(tmp_path: Path) -> None:
     async def main() -> list[object]:
         blocker = asyncio.ensure_future(astore.call(holding, 30))
         assert await asyncio.to_thread(entered.wait, 30)  # the store thread is held: later calls queue up
-        calls = [asyncio.ensure_future(astore.call(s.create_run, NewRun(id="before", flow_name="f", inputs={}))),
-                 asyncio.ensure_future(astore.call(disk_full_after_auto_rollback)),
-                 asyncio.ensure_future(astore.call(s.create_run, NewRun(id="after", flow_name="f", inputs={})))]
+        calls = [
+            asyncio.ensure_future(astore.call(s.create_run, NewRun(id="before", flow_name="f", inputs={}))),
+            asyncio.ensure_future(astore.call(disk_full_after_auto_rollback)),
+            asyncio.ensure_future(astore.call(s.create_run, NewRun(id="after", flow_name="f", inputs={}))),
+        ]
         await asyncio.sleep(0)
         hold.set()
         assert await blocker is True
@@ -225,8 +230,10 @@ def test_reads_that_lead_a_batch_need_no_write_lock_and_answer_before_its_commit
         blocker = asyncio.ensure_future(astore.call(holding, 30))
         assert await asyncio.to_thread(entered.wait, 30)  # later calls queue up into one batch
         other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
-        reads = [asyncio.ensure_future(astore.call(s.get_run, "r1")),
-                 asyncio.ensure_future(astore.call(s.history, "r1"))]
+        reads = [
+            asyncio.ensure_future(astore.call(s.get_run, "r1")),
+            asyncio.ensure_future(astore.call(s.history, "r1")),
+        ]
         write = asyncio.ensure_future(astore.call(s.create_run, NewRun(id="r2", flow_name="f", inputs={})))
         behind = asyncio.ensure_future(astore.call(s.get_run, "r2"))
         await asyncio.sleep(0)
@@ -275,11 +282,11 @@ def test_no_happy_path_write_spools_into_a_temporary_table(store: SQLiteStore) -
         if not re.match(r"(INSERT|UPDATE|DELETE)\b", body, re.I):
             continue
         params: tuple[None, ...] | dict[str, None] = (
-            (None,) * body.count("?") if "?" in body else dict.fromkeys(re.findall(r":(\w+)", body)))
+            (None,) * body.count("?") if "?" in body else dict.fromkeys(re.findall(r":(\w+)", body))
+        )
         if any(row[1] == "OpenEphemeral" for row in store.connector.conn.execute("EXPLAIN " + body, params)):
             spooling.add(name)
     assert spooling == {"set_run_state"}
-
 
 
 def test_no_query_says_returning() -> None:

@@ -32,11 +32,14 @@ def test_the_environment_names_the_default_store(tmp_path: Path, monkeypatch: py
         open_store(tmp_path / "missing.db", create=False)
 
 
-@pytest.mark.parametrize("url, message", [
-    ("mysql://bw@db/bw", "no store for mysql:// URLs"),
-    ("sqlite://bw.db", "three slashes"),
-    ("sqlite:///", "names no file"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("mysql://bw@db/bw", "no store for mysql:// URLs"),
+        ("sqlite://bw.db", "three slashes"),
+        ("sqlite:///", "names no file"),
+    ],
+)
 def test_a_url_this_version_does_not_serve_is_a_usage_error(url: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         open_store(url)

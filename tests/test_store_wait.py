@@ -84,8 +84,9 @@ def relay(pg_url: str) -> Iterator[TcpRelay]:
     relay.close()
 
 
-def test_a_worker_waits_for_a_store_that_is_down_and_then_drains(pg_url: str, relay: TcpRelay, bw: BW,
-                                                                 tmp_path: Path) -> None:
+def test_a_worker_waits_for_a_store_that_is_down_and_then_drains(
+    pg_url: str, relay: TcpRelay, bw: BW, tmp_path: Path
+) -> None:
     """Started while its database cannot be reached, a worker says it is waiting and tries again;
     once the server answers it serves the queue: the run enqueued meanwhile SUCCEEDED."""
     flow = tmp_path / "look.py"
@@ -135,8 +136,7 @@ def test_a_wrong_database_is_still_a_refusal(pg_url: str, bw: BW) -> None:
     assert "waiting for the store" not in done.stderr
 
 
-def test_the_library_raises_store_unavailable_for_a_server_that_is_not_there(pg_url: str,
-                                                                            relay: TcpRelay) -> None:
+def test_the_library_raises_store_unavailable_for_a_server_that_is_not_there(pg_url: str, relay: TcpRelay) -> None:
     """``open_store`` itself tells the passing condition apart, for code that calls it."""
     with pytest.raises(StoreUnavailable, match="cannot connect"):
         open_store(_through(pg_url, relay.port))
@@ -144,6 +144,7 @@ def test_the_library_raises_store_unavailable_for_a_server_that_is_not_there(pg_
 
 def test_worker_help_names_the_wait() -> None:
     """``worker --help`` documents ``--wait-for-store`` and its exit code."""
-    done = subprocess.run([sys.executable, "-m", "browserworker", "worker", "--help"], capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "browserworker", "worker", "--help"], capture_output=True, text=True, check=True
+    )
     assert "--wait-for-store" in done.stdout and "exit 5" in done.stdout

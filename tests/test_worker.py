@@ -64,7 +64,7 @@ def test_workers_drain_200_runs_exactly_once(tmp_path: Path, shop: Any, workers:
         assert p.wait(timeout=400) == 0
     assert states(db) == {"SUCCEEDED": 200}
     assert set(submit_successes(db).values()) == {1}
-    assert all(len(shop.orders(f"{i}/submit")) == 1 for i in ids[:: 20])
+    assert all(len(shop.orders(f"{i}/submit")) == 1 for i in ids[::20])
     assert duplicate_references(shop) == {}
     claimers = {e.worker for e in events(db, "lease_claimed")}
     assert len(claimers) == workers  # every worker took a share
@@ -113,7 +113,8 @@ def test_a_slot_frees_when_the_runs_end_is_committed(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(BrowserContext, "close", held_close)
     worker = Engine(store, browser=BrowserSettings.discover(), extensions=[Starts()]).worker(
-        WorkerSettings(concurrency=1, once=True, poll_interval=0.05))
+        WorkerSettings(concurrency=1, once=True, poll_interval=0.05)
+    )
     try:
         stats = asyncio.run(worker.run())
         assert stats.finished == {"SUCCEEDED": 2}
@@ -141,8 +142,9 @@ def test_the_reclaimer_wakes_when_a_lease_expires(tmp_path: Path) -> None:
             done.set()
 
     settings = WorkerSettings(reclaim_every=60, poll_interval=60)
-    worker = Engine(store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=300, skew=0.2),
-                    extensions=[Finished()]).worker(settings)
+    worker = Engine(
+        store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=300, skew=0.2), extensions=[Finished()]
+    ).worker(settings)
 
     async def main() -> None:
         working = asyncio.create_task(worker.run())
@@ -187,8 +189,15 @@ def test_sigstopped_worker_past_its_lease_dispatches_nothing(tmp_path: Path, sho
     db = tmp_path / "bw.db"
     [run_id] = enqueue_many(db, "short_order.py", shop, 1, prefix=f"stop-{tmp_path.name[-6:]}")
     received = shop.inflight()["received"]
-    paused = start_worker(db, "-n", "1", "--lease-ttl", "3", log=tmp_path / "paused.log",
-                          env={"BROWSERWORKER_FAULTS": "after_intent_commit:submit=stop"})
+    paused = start_worker(
+        db,
+        "-n",
+        "1",
+        "--lease-ttl",
+        "3",
+        log=tmp_path / "paused.log",
+        env={"BROWSERWORKER_FAULTS": "after_intent_commit:submit=stop"},
+    )
     _wait_for_state(paused.pid, "T", timeout=60)
     other = start_worker(db, "-n", "1", "--lease-ttl", "3", log=tmp_path / "other.log")
     wait_until_done(db, 1, timeout=120)
@@ -245,8 +254,7 @@ def test_cancel_queued_and_running(bw: BW, tmp_path: Path, shop: Any) -> None:
     """A queued run is CANCELLED at once; a running one stops at its next step boundary,
     before its submit, so no order is placed."""
     db = bw.db
-    queued, running = enqueue_many(db, "slow_steps.py", shop, 2, prefix=f"cancel-{tmp_path.name[-6:]}",
-                                   queue="slow")
+    queued, running = enqueue_many(db, "slow_steps.py", shop, 2, prefix=f"cancel-{tmp_path.name[-6:]}", queue="slow")
     out = bw.run("cancel", queued, "--db", str(db))
     assert out.returncode == 0 and "CANCELLED" in out.stdout
     worker = start_worker(db, "--queue", "slow", "--once", log=tmp_path / "w.log")
@@ -265,8 +273,18 @@ def test_cancel_queued_and_running(bw: BW, tmp_path: Path, shop: Any) -> None:
 def test_backpressure_refusal_exit_code(bw: BW, shop: Any) -> None:
     """Beyond the queue's max depth `enqueue` exits 6 with a clear message; nothing is written."""
     assert bw.run("queue", "tiny", "--max-depth", "1", "--db", str(bw.db)).returncode == 0
-    args = ("enqueue", str(FLOWS / "place_order.py"), "--input", f"base_url={shop.url}", "--input", "item=tea",
-            "--queue", "tiny", "--db", str(bw.db))
+    args = (
+        "enqueue",
+        str(FLOWS / "place_order.py"),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--queue",
+        "tiny",
+        "--db",
+        str(bw.db),
+    )
     assert bw.run(*args).returncode == 0
     refused = bw.run(*args, "--run-id", "one-too-many")
     assert refused.returncode == 6 and "queue 'tiny' is full" in refused.stderr
@@ -278,8 +296,9 @@ def test_review_then_resolve_not_done_replays_once(bw: BW, shop: Any, run_id: st
     fingerprint and evidence; `resolve --not-done` re-queues it and a worker replays it
     with the same key: one order."""
     shop.set_faults(fail_before_commit=True, times=1)
-    parked = bw.run_flow("place_order_unverified.py", "--input", f"base_url={shop.url}", "--input", "item=tea",
-                         "--run-id", run_id)
+    parked = bw.run_flow(
+        "place_order_unverified.py", "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id
+    )
     assert parked.returncode == 3, parked.stderr
     [item] = json.loads(bw.run("review", "--json", "--db", str(bw.db)).stdout)
     assert item["run_id"] == run_id and item["step_id"] == "submit"
@@ -303,13 +322,22 @@ def test_review_then_resolve_done_skips_the_step(bw: BW, shop: Any, run_id: str)
     """Killed after the shop committed, no verifier: a person checks and says --done with the
     result; the run resumes without resubmitting."""
     shop.set_faults(delay_after_commit=60, times=1)
-    proc = bw.start_flow("place_order_unverified.py", "--input", f"base_url={shop.url}", "--input", "item=tea",
-                         "--run-id", run_id)
+    proc = bw.start_flow(
+        "place_order_unverified.py", "--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id
+    )
     [order] = shop.wait_for_orders(f"{run_id}/submit", 1, timeout=60)
     sigkill(proc)
     assert bw.run_flow("place_order_unverified.py", "--run-id", run_id).returncode == 3
-    resolved = bw.run("resolve", run_id, "submit", "--done", "--result", json.dumps({"order_id": str(order["id"])}),
-                      "--db", str(bw.db))
+    resolved = bw.run(
+        "resolve",
+        run_id,
+        "submit",
+        "--done",
+        "--result",
+        json.dumps({"order_id": str(order["id"])}),
+        "--db",
+        str(bw.db),
+    )
     assert resolved.returncode == 0, resolved.stderr
     assert bw.run("worker", "--once", "--db", str(bw.db)).returncode == 0
     view = bw.show(run_id)
@@ -323,13 +351,28 @@ def test_flow_change_warns_and_missing_step_goes_to_review(bw: BW, tmp_path: Pat
     """A changed flow file is a warning; a journaled step that no longer exists sends the run
     to NEEDS_REVIEW instead of guessing."""
     flow = tmp_path / "flow.py"
-    flow.write_text((TEST_FLOWS / "short_order.py").read_text().replace(
-        'Path(__file__).resolve().parents[2] / "flows"', repr(str(FLOWS))))
-    proc = bw.start("run", str(flow), "--db", str(bw.db), "--input", f"base_url={shop.url}", "--input", "item=x",
-                    "--run-id", run_id, env={"BROWSERWORKER_FAULTS": "after_intent_commit:submit=kill"})
+    flow.write_text(
+        (TEST_FLOWS / "short_order.py")
+        .read_text()
+        .replace('Path(__file__).resolve().parents[2] / "flows"', repr(str(FLOWS)))
+    )
+    proc = bw.start(
+        "run",
+        str(flow),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=x",
+        "--run-id",
+        run_id,
+        env={"BROWSERWORKER_FAULTS": "after_intent_commit:submit=kill"},
+    )
     assert proc.wait(timeout=60) == -9
-    flow.write_text(flow.read_text().replace("async def submit(", "async def place(").replace("@submit.verify",
-                                                                                          "@place.verify"))
+    flow.write_text(
+        flow.read_text().replace("async def submit(", "async def place(").replace("@submit.verify", "@place.verify")
+    )
     store = open_store(bw.db)
     forget_lease(store, run_id)
     store.close()

@@ -49,8 +49,9 @@ def test_an_idle_worker_claims_a_new_run_at_once_not_at_its_poll(pg_url: str, tm
             finished.put_nowait(record.id)
 
     settings = WorkerSettings(reclaim_every=60, poll_interval=60)
-    worker = Engine(store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=30),
-                    extensions=[Watch()]).worker(settings)
+    worker = Engine(
+        store, browser=BrowserSettings.discover(), lease=LeaseSettings(ttl=30), extensions=[Watch()]
+    ).worker(settings)
 
     async def main() -> dict[str, float]:
         working = asyncio.create_task(worker.run())

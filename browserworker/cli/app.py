@@ -36,14 +36,22 @@ def _input_hint(exc: click.UsageError) -> str:
     takes_inputs = command is not None and any(p.name == "pairs" for p in command.params)
     if not takes_inputs or "unexpected extra argument" not in exc.message:
         return ""
-    return ("\nHint: each --input is one KEY=VALUE argument (--input base_url=http://127.0.0.1:8800, "
-            "not --input base_url http://127.0.0.1:8800); quote a value with spaces")
+    return (
+        "\nHint: each --input is one KEY=VALUE argument (--input base_url=http://127.0.0.1:8800, "
+        "not --input base_url http://127.0.0.1:8800); quote a value with spaces"
+    )
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="browserworker")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), envvar="BROWSERWORKER_LOG_LEVEL",
-              default="warning", show_default=True, help="Structured log level (logs go to stderr).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    envvar="BROWSERWORKER_LOG_LEVEL",
+    default="warning",
+    show_default=True,
+    help="Structured log level (logs go to stderr).",
+)
 @click.pass_context
 def main(ctx: click.Context, log_level: str) -> None:
     """browserworker: run browser automations as durable, crash-safe work.

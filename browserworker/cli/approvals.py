@@ -16,9 +16,11 @@ from .session import session
 def _line(a: ApprovalRecord) -> str:
     waited = time.time() - a.created_at
     left = a.expires_at - time.time()
-    return (f"{a.run_id}  {a.flow_name}  {a.step_id}  key={a.request_key}  {a.summary.get('method')} "
-            f"{a.summary.get('url')}  waiting {waited:.0f}s, expires in {left:.0f}s"
-            + (f"\n  screenshot: {a.screenshot}" if a.screenshot else ""))
+    return (
+        f"{a.run_id}  {a.flow_name}  {a.step_id}  key={a.request_key}  {a.summary.get('method')} "
+        f"{a.summary.get('url')}  waiting {waited:.0f}s, expires in {left:.0f}s"
+        + (f"\n  screenshot: {a.screenshot}" if a.screenshot else "")
+    )
 
 
 @main.command("approvals")
@@ -29,8 +31,11 @@ def approvals_command(limit: int, as_json: bool) -> None:
     """List the requests waiting for approval: run, flow, step, request key, the request
     (secrets masked), screenshot, waiting since, expires at."""
     found = control.list_approvals(session().store(create=False), limit=limit)
-    emit([a.to_dict() for a in found], as_json,
-         lambda: click.echo("\n".join(_line(a) for a in found) if found else "no approvals waiting"))
+    emit(
+        [a.to_dict() for a in found],
+        as_json,
+        lambda: click.echo("\n".join(_line(a) for a in found) if found else "no approvals waiting"),
+    )
 
 
 _by = click.option("--by", "who", metavar="NAME", help="Who decides (default: the login name).")

@@ -13,11 +13,21 @@ from .session import session
 
 @main.command("console")
 @db_option
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (beyond loopback only with both tokens set in the environment).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (beyond loopback only with both tokens set in the environment).",
+)
 @click.option("--port", type=click.IntRange(0, 65535), default=8470, show_default=True, help="Port to listen on.")
-@click.option("--recordings", "recordings_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("recordings"), show_default=True, help="Where recordings of runs are (run --record).")
+@click.option(
+    "--recordings",
+    "recordings_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("recordings"),
+    show_default=True,
+    help="Where recordings of runs are (run --record).",
+)
 def console_command(host: str, port: int, recordings_dir: Path) -> None:
     """Serve the operator console: queues, health, runs, review (login with a token).
 

@@ -37,8 +37,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 T = TypeVar("T")
 
-RUN_EXIT_CODES = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.NEEDS_REVIEW: 3, RunState.CANCELLED: 4,
-                  RunState.AWAITING_APPROVAL: 8}
+RUN_EXIT_CODES = {
+    RunState.SUCCEEDED: 0,
+    RunState.FAILED: 1,
+    RunState.NEEDS_REVIEW: 3,
+    RunState.CANCELLED: 4,
+    RunState.AWAITING_APPROVAL: 8,
+}
 EXIT_VERIFIER_BROKEN = 7
 
 
@@ -49,13 +54,26 @@ EXIT_VERIFIER_BROKEN = 7
 @headed_option
 @lease_option
 @json_option("the final run and journal")
-@click.option("--record", "record_name", metavar="NAME",
-              help="Record the run into recordings/NAME (or a path) for offline replay in tests.")
+@click.option(
+    "--record",
+    "record_name",
+    metavar="NAME",
+    help="Record the run into recordings/NAME (or a path) for offline replay in tests.",
+)
 @click.option("--trace", is_flag=True, help="With --record: also keep a Playwright trace (screenshots) per step.")
 @click.option("--force", is_flag=True, help="With --record: replace a recording that already has that name.")
 @click.pass_context
-def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, lease: LeaseSettings, as_json: bool,
-        record_name: str | None, trace: bool, force: bool) -> None:
+def run(
+    ctx: click.Context,
+    flow: FlowArgs,
+    run_id: str | None,
+    headed: bool,
+    lease: LeaseSettings,
+    as_json: bool,
+    record_name: str | None,
+    trace: bool,
+    force: bool,
+) -> None:
     """Run FLOW_FILE to the end in this process (or resume --run-id).
 
     Exit codes: 0 SUCCEEDED, 1 FAILED, 2 bad usage/input/flow (nothing written),
@@ -66,11 +84,15 @@ def run(ctx: click.Context, flow: FlowArgs, run_id: str | None, headed: bool, le
     _check_record(record_name, trace, force)
     # opening a missing database creates it: a new run's inputs are checked before that
     request = flow.request(run_id, validate=not run_id or not session().exists())
-    engine = session().engine(browser=BrowserSettings.discover(headless=not headed), lease=lease,
-                              extensions=[Progress(sys.stderr)])
+    engine = session().engine(
+        browser=BrowserSettings.discover(headless=not headed), lease=lease, extensions=[Progress(sys.stderr)]
+    )
     record = _prepare(engine, request, announce=not as_json)
-    with stage(left=f", run {record.id} stopped without an outcome", hint=f"; resume it with --run-id {record.id}",
-               under_way=True):
+    with stage(
+        left=f", run {record.id} stopped without an outcome",
+        hint=f"; resume it with --run-id {record.id}",
+        under_way=True,
+    ):
         final, broken = _execute(engine, request, record, record_name, trace)
     ctx.exit(_report(engine, final, broken, as_json))
 
@@ -91,8 +113,9 @@ def _check_record(record_name: str | None, trace: bool, force: bool) -> None:
 def _prepare(engine: Engine, request: RunRequest, *, announce: bool) -> RunRecord:
     """Create or find the run (a store failure here has started nothing) and say which."""
     with stage(left=", no run started"):
-        record, created = engine.prepare(request.loaded, request.inputs, run_id=request.run_id,
-                                         inputs_given=request.inputs_given)
+        record, created = engine.prepare(
+            request.loaded, request.inputs, run_id=request.run_id, inputs_given=request.inputs_given
+        )
     if record.state in TERMINAL_RUN_STATES:
         what = f"has already ended {record.state}; nothing run (`browserworker requeue {record.id}` runs it again)"
     else:
@@ -103,8 +126,9 @@ def _prepare(engine: Engine, request: RunRequest, *, announce: bool) -> RunRecor
     return record
 
 
-def _execute(engine: Engine, request: RunRequest, run: RunRecord, record_name: str | None,
-             trace: bool) -> tuple[RunRecord, list[str]]:
+def _execute(
+    engine: Engine, request: RunRequest, run: RunRecord, record_name: str | None, trace: bool
+) -> tuple[RunRecord, list[str]]:
     """Execute the run (recording it with ``record_name``); returns the final run and the
     steps whose verifier failed its self-test."""
     stop = asyncio.Event()
@@ -116,8 +140,9 @@ def _execute(engine: Engine, request: RunRequest, run: RunRecord, record_name: s
     if record_name:  # the same run, with its network, journal and verifier self-tests recorded
         from ..recording import record
 
-        recorded = asyncio.run(on_signals(first_signal, record(engine, request.loaded, run, name=record_name,
-                                                                trace=trace, stop=stop)))
+        recorded = asyncio.run(
+            on_signals(first_signal, record(engine, request.loaded, run, name=record_name, trace=trace, stop=stop))
+        )
         return recorded.run, list(recorded.broken)
     return asyncio.run(on_signals(first_signal, engine.run(request.loaded, run, stop=stop))), []
 
@@ -166,35 +191,77 @@ def enqueue(flow: FlowArgs, run_id: str | None, queue: str, priority: int, delay
     run with exit 6 (backpressure), nothing written.
     """
     request = flow.request(run_id)
-    record = control.enqueue(session().store(), request.loaded, request.inputs, run_id=run_id, queue=queue,
-                          priority=priority, delay=delay)
+    record = control.enqueue(
+        session().store(), request.loaded, request.inputs, run_id=run_id, queue=queue, priority=priority, delay=delay
+    )
     emit(run_summary(record), as_json, lambda: click.echo(record.id))
 
 
 @main.command()
-@click.option("--flows", "flow_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Directories of flow files (repeatable); default: each run's own flow file.")
+@click.option(
+    "--flows",
+    "flow_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directories of flow files (repeatable); default: each run's own flow file.",
+)
 @click.option("--queue", "queues", multiple=True, help="Queues to serve (repeatable).  [default: default]")
-@click.option("--concurrency", "-n", type=click.IntRange(min=1, max=64), default=1, show_default=True,
-              help="Runs at once, each in its own context of one Chromium.")
+@click.option(
+    "--concurrency",
+    "-n",
+    type=click.IntRange(min=1, max=64),
+    default=1,
+    show_default=True,
+    help="Runs at once, each in its own context of one Chromium.",
+)
 @lease_option
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds in-flight steps may take to finish after SIGTERM/SIGINT.")
-@click.option("--max-lease-losses", type=click.IntRange(min=1), default=3, show_default=True,
-              help="A run that lost its lease more often goes to NEEDS_REVIEW.")
-@click.option("--wait-for-store", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Seconds to keep trying a database server that cannot be reached at start (restarting, "
-              "down); then exit 5 (store unavailable).")
-@click.option("--once", is_flag=True, help="Exit when nothing is claimable now and nothing is running; runs still "
-              "delayed (--delay) or held by a site budget stay queued, and the closing line says how many.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds in-flight steps may take to finish after SIGTERM/SIGINT.",
+)
+@click.option(
+    "--max-lease-losses",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="A run that lost its lease more often goes to NEEDS_REVIEW.",
+)
+@click.option(
+    "--wait-for-store",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds to keep trying a database server that cannot be reached at start (restarting, "
+    "down); then exit 5 (store unavailable).",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Exit when nothing is claimable now and nothing is running; runs still "
+    "delayed (--delay) or held by a site budget stay queued, and the closing line says how many.",
+)
 @db_option
 @headed_option
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus /metrics on this port.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @json_option("what the worker did, when it stops,")
-def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: int, lease: LeaseSettings, grace: float,
-           max_lease_losses: int, wait_for_store: float, once: bool, headed: bool, metrics_port: int | None, metrics_host: str,
-           as_json: bool) -> None:
+def worker(
+    flow_dirs: tuple[Path, ...],
+    queues: tuple[str, ...],
+    concurrency: int,
+    lease: LeaseSettings,
+    grace: float,
+    max_lease_losses: int,
+    wait_for_store: float,
+    once: bool,
+    headed: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    as_json: bool,
+) -> None:
     """Drain the queue: claim runs and execute up to --concurrency at once on one Chromium.
 
     SIGTERM/SIGINT: stop claiming, let in-flight steps finish within --grace, and hand runs
@@ -204,13 +271,21 @@ def worker(flow_dirs: tuple[Path, ...], queues: tuple[str, ...], concurrency: in
     from ..runtime import WorkerSettings  # imported here: keeps `run`'s start-up short
 
     browser = BrowserSettings.discover(headless=not headed)
-    settings = WorkerSettings(queues=[control.validate_queue(q) for q in queues] or ["default"], concurrency=concurrency,
-                              grace=grace, max_lease_losses=max_lease_losses, once=once, flow_dirs=list(flow_dirs))
+    settings = WorkerSettings(
+        queues=[control.validate_queue(q) for q in queues] or ["default"],
+        concurrency=concurrency,
+        grace=grace,
+        max_lease_losses=max_lease_losses,
+        once=once,
+        flow_dirs=list(flow_dirs),
+    )
     session().store(wait=wait_for_store)
     counters = _counters(metrics_port)
     fleet = session().engine(browser=browser, lease=lease, extensions=counters).worker(settings)
-    click.echo(f"worker {fleet.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, "
-               f"db {session().location})", err=True)
+    click.echo(
+        f"worker {fleet.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, db {session().location})",
+        err=True,
+    )
     with _metrics(metrics_port, metrics_host, *counters):
         stats = asyncio.run(on_signals(fleet.request_stop, fleet.run()))
     click.echo(worker_line(fleet.id, stats), err=True)

@@ -19,8 +19,9 @@ from .session import session
 @click.option("--all", "all_keys", is_flag=True, help="clear: every key's budget and pause.")
 @db_option
 @json_option("the keys")
-def limits_command(action: str, key: str | None, concurrency: int | None, rate: str | None, all_keys: bool,
-                   as_json: bool) -> None:
+def limits_command(
+    action: str, key: str | None, concurrency: int | None, rate: str | None, all_keys: bool, as_json: bool
+) -> None:
     """Budgets of limit keys: list them (the default), set one, or clear one.
 
     \b
@@ -32,6 +33,16 @@ def limits_command(action: str, key: str | None, concurrency: int | None, rate: 
     a key at its concurrency, out of its rate, or paused by a site's Retry-After wait in the
     queue while other keys' runs go. Bad input: exit 2, nothing written.
     """
-    found = manage_limits(lambda create: session().store(create=create), action, key, concurrency=concurrency,
-                          rate=rate, all_keys=all_keys)
-    emit([b.to_dict() for b in found], as_json, lambda: click.echo("\n".join(limit_lines(found, session().store().now()))))
+    found = manage_limits(
+        lambda create: session().store(create=create),
+        action,
+        key,
+        concurrency=concurrency,
+        rate=rate,
+        all_keys=all_keys,
+    )
+    emit(
+        [b.to_dict() for b in found],
+        as_json,
+        lambda: click.echo("\n".join(limit_lines(found, session().store().now()))),
+    )

@@ -36,29 +36,64 @@ def metrics() -> None:
 
 @main.command("health")
 @db_option
-@click.option("--max-queue-age", default="5m", show_default=True, metavar="DURATION",
-              help="Oldest claimable QUEUED run of any queue (or off).")
-@click.option("--max-unknown", default="off", show_default=True, metavar="N",
-              help="Effect attempts UNKNOWN now, in all (or off).")
-@click.option("--max-unknown-growth", default="0/10m", show_default=True, metavar="N/WINDOW",
-              help="New, still unresolved UNKNOWN attempts per queue in the window (or off).")
-@click.option("--max-stale-workers", default="0", show_default=True, metavar="N",
-              help="Workers that stopped heartbeating without stopping cleanly (or off).")
-@click.option("--stale-after", default="60s", show_default=True, metavar="DURATION",
-              help="A worker without a heartbeat for this long is stale.")
+@click.option(
+    "--max-queue-age",
+    default="5m",
+    show_default=True,
+    metavar="DURATION",
+    help="Oldest claimable QUEUED run of any queue (or off).",
+)
+@click.option(
+    "--max-unknown", default="off", show_default=True, metavar="N", help="Effect attempts UNKNOWN now, in all (or off)."
+)
+@click.option(
+    "--max-unknown-growth",
+    default="0/10m",
+    show_default=True,
+    metavar="N/WINDOW",
+    help="New, still unresolved UNKNOWN attempts per queue in the window (or off).",
+)
+@click.option(
+    "--max-stale-workers",
+    default="0",
+    show_default=True,
+    metavar="N",
+    help="Workers that stopped heartbeating without stopping cleanly (or off).",
+)
+@click.option(
+    "--stale-after",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="A worker without a heartbeat for this long is stale.",
+)
 @json_option("the verdict and the breached rules")
 @click.pass_context
-def health_command(ctx: click.Context, max_queue_age: str, max_unknown: str, max_unknown_growth: str,
-                   max_stale_workers: str, stale_after: str, as_json: bool) -> None:
+def health_command(
+    ctx: click.Context,
+    max_queue_age: str,
+    max_unknown: str,
+    max_unknown_growth: str,
+    max_stale_workers: str,
+    stale_after: str,
+    as_json: bool,
+) -> None:
     """Exit 0 when healthy; else 1, with one line per breached rule (for cron, systemd, probes)."""
     from ..ops import check_store, rules_from_options
 
-    rules = rules_from_options(max_queue_age=max_queue_age, max_unknown=max_unknown,
-                               max_unknown_growth=max_unknown_growth, max_stale_workers=max_stale_workers,
-                               stale_after=stale_after)
+    rules = rules_from_options(
+        max_queue_age=max_queue_age,
+        max_unknown=max_unknown,
+        max_unknown_growth=max_unknown_growth,
+        max_stale_workers=max_stale_workers,
+        stale_after=stale_after,
+    )
     breaches = check_store(session().store(create=False), rules)
-    emit({"healthy": not breaches, "breaches": [vars(b) for b in breaches]}, as_json,
-         lambda: click.echo("\n".join(str(b) for b in breaches) or "healthy"))
+    emit(
+        {"healthy": not breaches, "breaches": [vars(b) for b in breaches]},
+        as_json,
+        lambda: click.echo("\n".join(str(b) for b in breaches) or "healthy"),
+    )
     ctx.exit(1 if breaches else 0)
 
 

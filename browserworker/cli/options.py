@@ -49,16 +49,18 @@ class FlowArgs:
         for line in unproven_effects(loaded.flow):
             click.echo(f"warning: {line}", err=True)
         problems: list[str] = []
-        inputs = parse_inputs(self.pairs, self.inputs_json, fields=loaded.flow.inputs_model.model_fields,
-                              problems=problems)
+        inputs = parse_inputs(
+            self.pairs, self.inputs_json, fields=loaded.flow.inputs_model.model_fields, problems=problems
+        )
         if run_id is not None:  # an empty --run-id "$ID" is refused, never taken for a new run
             validate_run_id(run_id)
         if validate:  # every problem at once: the malformed pairs and the inputs' own
             loaded.flow.validate_inputs(inputs, also=[p for p in problems if not p.startswith("the flow's")])
         elif problems:
             raise InputError("; ".join(problems))
-        return RunRequest(loaded=loaded, inputs=inputs, run_id=run_id,
-                          inputs_given=bool(self.pairs or self.inputs_json is not None))
+        return RunRequest(
+            loaded=loaded, inputs=inputs, run_id=run_id, inputs_given=bool(self.pairs or self.inputs_json is not None)
+        )
 
 
 _FLOW_PARAMS = (
@@ -73,8 +75,14 @@ def flow_options(command: F) -> F:
     """``FLOW_FILE --flow --input --inputs-json``, given to ``command`` as ``flow: FlowArgs``."""
 
     @functools.wraps(command)
-    def with_flow(*args: Any, flow_file: Path, flow_name: str | None, pairs: tuple[str, ...],
-                  inputs_json: str | None, **kwargs: Any) -> Any:
+    def with_flow(
+        *args: Any,
+        flow_file: Path,
+        flow_name: str | None,
+        pairs: tuple[str, ...],
+        inputs_json: str | None,
+        **kwargs: Any,
+    ) -> Any:
         return command(*args, flow=FlowArgs(flow_file, flow_name, pairs, inputs_json), **kwargs)
 
     wrapped: Any = with_flow
@@ -96,13 +104,30 @@ def _keep_schema(ctx: click.Context, param: click.Parameter, value: str | None) 
         found.schema_given = ctx.get_parameter_source("db_schema") is ParameterSource.COMMANDLINE
 
 
-_DB = click.option("--db", type=str, envvar=ENV_DB, default=DEFAULT_DB, show_default=True, show_envvar=True,
-                   expose_value=False, callback=_keep_db, metavar="PATH|URL",
-                   help="The journal database: a file path (SQLite) or a URL (sqlite:///PATH, postgresql://...).")
-_DB_SCHEMA = click.option("--db-schema", "db_schema", envvar=ENV_SCHEMA, default=DEFAULT_SCHEMA, show_default=True,
-                          show_envvar=True, expose_value=False, callback=_keep_schema, metavar="NAME",
-                          help="With a postgresql:// --db: the schema the store lives in (stores side by side "
-                               "in one database).")
+_DB = click.option(
+    "--db",
+    type=str,
+    envvar=ENV_DB,
+    default=DEFAULT_DB,
+    show_default=True,
+    show_envvar=True,
+    expose_value=False,
+    callback=_keep_db,
+    metavar="PATH|URL",
+    help="The journal database: a file path (SQLite) or a URL (sqlite:///PATH, postgresql://...).",
+)
+_DB_SCHEMA = click.option(
+    "--db-schema",
+    "db_schema",
+    envvar=ENV_SCHEMA,
+    default=DEFAULT_SCHEMA,
+    show_default=True,
+    show_envvar=True,
+    expose_value=False,
+    callback=_keep_schema,
+    metavar="NAME",
+    help="With a postgresql:// --db: the schema the store lives in (stores side by side in one database).",
+)
 
 
 def db_option(command: F) -> F:
@@ -131,5 +156,12 @@ def _lease(ctx: click.Context, param: click.Parameter, ttl: float) -> LeaseSetti
     return LeaseSettings(ttl=ttl)
 
 
-lease_option = click.option("--lease-ttl", "lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
-                            callback=_lease, help="Lease time-to-live in seconds (heartbeats every TTL/3).")
+lease_option = click.option(
+    "--lease-ttl",
+    "lease",
+    type=click.FloatRange(min=1),
+    default=30.0,
+    show_default=True,
+    callback=_lease,
+    help="Lease time-to-live in seconds (heartbeats every TTL/3).",
+)

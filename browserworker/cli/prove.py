@@ -17,8 +17,12 @@ from .options import FlowArgs, emit, flow_options, headed_option, json_option
 
 @main.command()
 @flow_options
-@click.option("--points", default="all", show_default=True,
-              help=f"Comma-separated fault points, or 'all' ({', '.join(CHAOS_POINTS)}).")
+@click.option(
+    "--points",
+    default="all",
+    show_default=True,
+    help=f"Comma-separated fault points, or 'all' ({', '.join(CHAOS_POINTS)}).",
+)
 @click.option("--step", "steps", multiple=True, help="Only these effect steps (repeatable).")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per step and point.")
 @json_option("the results")
@@ -37,8 +41,15 @@ def chaos(ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...
     request = flow.request()
     chosen = list(CHAOS_POINTS) if points == "all" else [p.strip() for p in points.split(",") if p.strip()]
     progress = None if as_json else lambda item: click.echo(f"  {item.describe()}", err=True)
-    report = run_chaos(request.loaded, request.inputs, points=chosen, rounds=rounds, browser=BrowserSettings.discover(),
-                       steps=steps, progress=progress)
+    report = run_chaos(
+        request.loaded,
+        request.inputs,
+        points=chosen,
+        rounds=rounds,
+        browser=BrowserSettings.discover(),
+        steps=steps,
+        progress=progress,
+    )
     emit(report.to_dict(), as_json, lambda: print_chaos(report, console()))
     for line in report.problems():
         click.echo(f"error: {line}", err=True)
@@ -47,14 +58,18 @@ def chaos(ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...
 
 @main.command()
 @click.argument("recording")
-@click.option("--crash-at", metavar="STEP:POINT",
-              help="Crash the replay there (SIGKILL; e.g. submit:after_dispatch, submit:reply_lost) and resume it.")
+@click.option(
+    "--crash-at",
+    metavar="STEP:POINT",
+    help="Crash the replay there (SIGKILL; e.g. submit:after_dispatch, submit:reply_lost) and resume it.",
+)
 @click.option("--settle", type=click.FloatRange(min=0), help="Override every effect's settle time (seconds).")
 @headed_option
 @json_option("the replayed run and journal")
 @click.pass_context
-def replay(ctx: click.Context, recording: str, crash_at: str | None, settle: float | None, headed: bool,
-           as_json: bool) -> None:
+def replay(
+    ctx: click.Context, recording: str, crash_at: str | None, settle: float | None, headed: bool, as_json: bool
+) -> None:
     """Replay RECORDING (recordings/NAME or NAME) offline and compare it with the recording.
 
     Nothing leaves the machine. Exit 0 if the replay matches, 1 with a readable diff if not;
@@ -62,8 +77,13 @@ def replay(ctx: click.Context, recording: str, crash_at: str | None, settle: flo
     """
     from ..recording import replay as replay_recording
 
-    result = replay_recording(recording, crash_at=crash_at, settle=settle,
-                              browser=BrowserSettings.discover(headless=not headed), extensions=[Progress(sys.stderr)])
+    result = replay_recording(
+        recording,
+        crash_at=crash_at,
+        settle=settle,
+        browser=BrowserSettings.discover(headless=not headed),
+        extensions=[Progress(sys.stderr)],
+    )
     emit(result.journal, as_json, lambda: click.echo(result.report()))
     ctx.exit(result.exit_code)
 
@@ -71,8 +91,14 @@ def replay(ctx: click.Context, recording: str, crash_at: str | None, settle: flo
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8800, show_default=True, help="0 picks a free port.")
-@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default="sandbox.db", show_default=True,
-              help="The sandbox's own SQLite file (its orders outlive any worker).")
+@click.option(
+    "--db",
+    "db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="sandbox.db",
+    show_default=True,
+    help="The sandbox's own SQLite file (its orders outlive any worker).",
+)
 @click.option("--dedupe", is_flag=True, help="Deduplicate order POSTs on their reference.")
 def sandbox(host: str, port: int, db: Path, dedupe: bool) -> None:
     """Serve the sandbox shop (login, order form, orders API, fault knobs) for demos and tests."""

@@ -23,8 +23,9 @@ from .app import main
 from .options import db_option, emit, json_option
 from .session import session
 
-who_option = click.option("--who", metavar="NAME",
-                          help="Who decides, journaled with the decision (default: your user name).")
+who_option = click.option(
+    "--who", metavar="NAME", help="Who decides, journaled with the decision (default: your user name)."
+)
 
 
 @main.command()
@@ -43,8 +44,9 @@ def show(run_id: str, as_json: bool) -> None:
 
 @main.command("runs")
 @db_option
-@click.option("--state", type=click.Choice([s.value for s in RunState], case_sensitive=False),
-              help="Only runs in this state.")
+@click.option(
+    "--state", type=click.Choice([s.value for s in RunState], case_sensitive=False), help="Only runs in this state."
+)
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @json_option("the runs")
 def runs_command(state: str | None, limit: int, as_json: bool) -> None:
@@ -72,8 +74,9 @@ def review(as_json: bool) -> None:
 @who_option
 @db_option
 @json_option("the run")
-def resolve(run_id: str, step: str, decision: str | None, result_json: str | None, who: str | None,
-            as_json: bool) -> None:
+def resolve(
+    run_id: str, step: str, decision: str | None, result_json: str | None, who: str | None, as_json: bool
+) -> None:
     """Decide an UNKNOWN step of a NEEDS_REVIEW run; the decision (who, when) is journaled
     and the run is re-queued (or ends FAILED)."""
     decided, result = control.parse_decision(decision, result_json)

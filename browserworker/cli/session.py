@@ -45,8 +45,9 @@ class Session:
         unavailable). ``create=False``: a missing database is refused."""
         if self._store is None:
             with _opening():
-                self._store = open_store_waiting(self.db, wait=wait, create=create, schema=self.schema,
-                                                 on_wait=_say_waiting)
+                self._store = open_store_waiting(
+                    self.db, wait=wait, create=create, schema=self.schema, on_wait=_say_waiting
+                )
             self.ctx.call_on_close(self._store.close)
         return self._store
 
@@ -65,8 +66,10 @@ class Session:
         if self.is_postgres:
             return self.db_schema
         if self.schema_given:
-            raise UsageError(f"--db-schema is for a PostgreSQL --db (postgresql://...); {self.db} is a SQLite "
-                             "database, which has no schemas")
+            raise UsageError(
+                f"--db-schema is for a PostgreSQL --db (postgresql://...); {self.db} is a SQLite "
+                "database, which has no schemas"
+            )
         return None
 
     @property
@@ -88,13 +91,13 @@ class Session:
         path = Path(self.db)
         return path.parent / f"{path.name}.evidence"
 
-    def engine(self, *, browser: BrowserSettings, lease: LeaseSettings | None = None,
-               extensions: Sequence[Any] = ()) -> Engine:
+    def engine(
+        self, *, browser: BrowserSettings, lease: LeaseSettings | None = None, extensions: Sequence[Any] = ()
+    ) -> Engine:
         """An engine over this invocation's store (the session closes the store, not the engine)."""
         from ..runtime import Engine
 
-        return Engine(self.store(), browser=browser, lease=lease, extensions=extensions,
-                      evidence_dir=self.evidence_dir)
+        return Engine(self.store(), browser=browser, lease=lease, extensions=extensions, evidence_dir=self.evidence_dir)
 
 
 @contextmanager
@@ -121,4 +124,3 @@ def session() -> Session:
     if found is None:  # pragma: no cover - a command invoked outside the group
         raise RuntimeError("browserworker commands run inside the browserworker group")
     return found
-

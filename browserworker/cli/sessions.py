@@ -45,8 +45,7 @@ def sessions_command(ctx: click.Context, as_json: bool) -> None:
     from ..runtime import list_sessions
 
     found, problem = list_sessions(session().store(create=False))
-    emit({"sessions": [s.to_dict() for s in found], "key_problem": problem}, as_json,
-         lambda: _show(found, problem))
+    emit({"sessions": [s.to_dict() for s in found], "key_problem": problem}, as_json, lambda: _show(found, problem))
 
 
 def _show(found: list[SessionInfo], problem: str | None) -> None:
@@ -62,9 +61,16 @@ def _show(found: list[SessionInfo], problem: str | None) -> None:
         table.add_column(col)
     for s in found:
         readable = "?" if s.readable is None else "yes" if s.readable else "UNREADABLE"
-        table.add_row(s.key, s.flow or "-", _when(s.saved_at), _when(s.used_at), str(s.uses), _age(s.age_s),
-                      "EXPIRED" if s.expired else "no",
-                      readable + (" (login in progress)" if s.login_in_progress else ""))
+        table.add_row(
+            s.key,
+            s.flow or "-",
+            _when(s.saved_at),
+            _when(s.used_at),
+            str(s.uses),
+            _age(s.age_s),
+            "EXPIRED" if s.expired else "no",
+            readable + (" (login in progress)" if s.login_in_progress else ""),
+        )
     console().print(table)
 
 

@@ -35,8 +35,10 @@ def check_host(host: str, explicit: bool) -> None:
     except ValueError:
         loopback = False
     if not loopback and not explicit:
-        raise UsageError(f"--host {host} is not a loopback address: set ${ENV_TOKEN} and "
-                         f"${ENV_READONLY_TOKEN} explicitly, and put TLS in front of it")
+        raise UsageError(
+            f"--host {host} is not a loopback address: set ${ENV_TOKEN} and "
+            f"${ENV_READONLY_TOKEN} explicitly, and put TLS in front of it"
+        )
 
 
 def check_start(host: str, environ: Mapping[str, str] | None = None) -> None:

@@ -23,11 +23,18 @@ from .web import Console, login_of, redirect, render
 __all__ = ["create_app"]
 
 STATIC = Path(__file__).parent / "static"
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-frame-options", b"DENY"),
-           (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"),
-           (b"cross-origin-opener-policy", b"same-origin"), (b"cross-origin-resource-policy", b"same-origin")]
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
 OPEN_PATHS = ("/login", "/static/")  # everything else needs a session
 _NAME = re.compile(r"^[\w.@ -]{1,64}$")
 
@@ -51,13 +58,17 @@ class Guard:
 
         async def headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *HEADERS,
-                                      (b"cache-control", b"private, max-age=300" if static else b"no-store")]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *HEADERS,
+                    (b"cache-control", b"private, max-age=300" if static else b"no-store"),
+                ]
             await send(message)
 
         request = Request(scope)
-        login = await run_in_threadpool(session_of, self.store, self.keys, request) \
-            if COOKIE in request.cookies else None
+        login = (
+            await run_in_threadpool(session_of, self.store, self.keys, request) if COOKIE in request.cookies else None
+        )
         scope.setdefault("state", {})["login"] = login
         if login is None and not path.startswith(OPEN_PATHS):
             if scope["method"] in ("GET", "HEAD"):
@@ -86,8 +97,15 @@ async def login(request: Request) -> Response:
         return render(request, "login", "login.html", status=403, error=why, name=name if _NAME.match(name) else "")
     response = RedirectResponse("/", 303)
     cookie = await run_in_threadpool(start_session, c.store, c.keys, name, role)
-    response.set_cookie(COOKIE, cookie, max_age=SESSION_SECONDS, httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https", path="/")
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 
@@ -115,13 +133,16 @@ async def error(request: Request, exc: Exception) -> Response:
 
 def create_app(store: Store, keys: Keys, *, evidence_dir: Path, recordings_dir: Path) -> ASGIApp:
     """The console over ``store`` (which the caller closes), signed in with ``keys``."""
-    routes: list[BaseRoute] = [Route("/login", login_form, methods=["GET"]), Route("/login", login, methods=["POST"]),
-                    Route("/logout", logout, methods=["POST"]), Mount("/static", StaticFiles(directory=STATIC))]
+    routes: list[BaseRoute] = [
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC)),
+    ]
     for page in PAGES:
         routes += page.routes
     app = Starlette(routes=routes, exception_handlers={HTTPException: error, 500: error})
-    app.state.console = Console(store, keys, evidence_dir, recordings_dir,
-                                nav=[(p.name, p.title, p.path) for p in PAGES if p.in_nav])
+    app.state.console = Console(
+        store, keys, evidence_dir, recordings_dir, nav=[(p.name, p.title, p.path) for p in PAGES if p.in_nav]
+    )
     return Guard(app, store, keys)
-
-

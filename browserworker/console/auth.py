@@ -28,8 +28,21 @@ from starlette.requests import Request
 from ..errors import UsageError
 from ..store.base import Store
 
-__all__ = ["COOKIE", "ENV_READONLY_TOKEN", "ENV_TOKEN", "MIN_TOKEN", "Keys", "Login", "Tokens", "check_tokens",
-           "end_session", "load_keys", "same_origin", "session_of", "start_session"]
+__all__ = [
+    "COOKIE",
+    "ENV_READONLY_TOKEN",
+    "ENV_TOKEN",
+    "MIN_TOKEN",
+    "Keys",
+    "Login",
+    "Tokens",
+    "check_tokens",
+    "end_session",
+    "load_keys",
+    "same_origin",
+    "session_of",
+    "start_session",
+]
 
 ENV_TOKEN = "BROWSERWORKER_CONSOLE_TOKEN"
 ENV_READONLY_TOKEN = "BROWSERWORKER_CONSOLE_READONLY_TOKEN"
@@ -181,8 +194,9 @@ def load_keys(path: Path, environ: Mapping[str, str] | None = None) -> tuple[Key
         stored.setdefault("hashes", {}).update({role: _hash(t) for role, t in fresh.items()})
         stored.setdefault("secret", secrets.token_urlsafe(32))
         _write(path, stored)
-    return Keys(hashes, stored["secret"], explicit=bool(env.get(ENV_TOKEN) and env.get(ENV_READONLY_TOKEN))), \
-        Tokens(fresh.get("operator"), fresh.get("viewer"))
+    return Keys(hashes, stored["secret"], explicit=bool(env.get(ENV_TOKEN) and env.get(ENV_READONLY_TOKEN))), Tokens(
+        fresh.get("operator"), fresh.get("viewer")
+    )
 
 
 def _read(path: Path) -> dict[str, Any]:

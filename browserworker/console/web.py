@@ -40,8 +40,12 @@ class Console:
     env: Environment = field(init=False)
 
     def __post_init__(self) -> None:
-        self.env = Environment(loader=PackageLoader("browserworker.console", "templates"), autoescape=True,
-                               trim_blocks=True, lstrip_blocks=True)
+        self.env = Environment(
+            loader=PackageLoader("browserworker.console", "templates"),
+            autoescape=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
         self.env.filters.update(when=_when, age=format_age, query=_query, pretty=_pretty)
 
 
@@ -78,8 +82,13 @@ async def read(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 def render(request: Request, page: str, template: str, status: int = 200, **context: Any) -> Response:
     """``template`` inside the layout, or alone for a live refresh (``X-Refresh: 1``)."""
     c = console(request)
-    context.update(request=request, login=getattr(request.state, "login", None), nav=c.nav, page=page,
-                   flash=c.keys.read_note(request.query_params.get("done")))
+    context.update(
+        request=request,
+        login=getattr(request.state, "login", None),
+        nav=c.nav,
+        page=page,
+        flash=c.keys.read_note(request.query_params.get("done")),
+    )
     if request.headers.get("x-refresh") == "1":
         return HTMLResponse(c.env.get_template(template).render(context), status)
     return HTMLResponse(c.env.get_template("layout.html").render(context, body=template), status)

@@ -32,8 +32,9 @@ def approve(store: Store, run_id: str, step_id: str, *, who: str | None = None) 
     return store.approvals.decide(run_id, step_id, "approve", who=who or _who())
 
 
-def reject(store: Store, run_id: str, step_id: str, *, who: str | None = None,
-           reason: str | None = None) -> ApprovalRecord:
+def reject(
+    store: Store, run_id: str, step_id: str, *, who: str | None = None, reason: str | None = None
+) -> ApprovalRecord:
     """Reject the waiting request of ``step_id``: nothing is sent, the attempt ends
     FAILED_BEFORE_SEND and the run FAILED. Raises like :func:`approve`."""
     return store.approvals.decide(run_id, step_id, "reject", who=who or _who(), reason=reason)

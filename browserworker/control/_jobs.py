@@ -21,8 +21,18 @@ from ..store.base import Store
 from ..store.budgets import Budget
 from ..store.records import NewRun, RunRecord
 
-__all__ = ["ReviewItem", "cancel", "cancel_many", "enqueue", "manage_limits", "parse_decision", "requeue",
-           "requeue_many", "resolve", "review_items"]
+__all__ = [
+    "ReviewItem",
+    "cancel",
+    "cancel_many",
+    "enqueue",
+    "manage_limits",
+    "parse_decision",
+    "requeue",
+    "requeue_many",
+    "resolve",
+    "review_items",
+]
 
 _QUEUE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -33,8 +43,16 @@ def validate_queue(name: str) -> str:
     return name
 
 
-def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_id: str | None = None,
-            queue: str = "default", priority: int = 0, delay: float = 0.0) -> RunRecord:
+def enqueue(
+    store: Store,
+    loaded: LoadedFlow,
+    inputs: Mapping[str, Any],
+    *,
+    run_id: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    delay: float = 0.0,
+) -> RunRecord:
     """Validate inputs and queue a run of ``loaded``; durable once this returns.
 
     Raises :class:`~browserworker.errors.InputError` / :class:`UsageError` (nothing written)
@@ -49,14 +67,31 @@ def enqueue(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any], *, run_
     if delay < 0:
         raise UsageError("--delay must be >= 0 seconds")
     rid = validate_run_id(run_id) if run_id is not None else new_run_id()
-    return store.enqueue(NewRun(id=rid, flow_name=flow.name, inputs=flow.dump_inputs(validated),
-                                flow_path=str(loaded.path), flow_hash=loaded.file_hash, queue=queue,
-                                priority=priority, not_before=store.now() + delay if delay else None,
-                                secret_fields=tuple(flow.secret_fields()), limit_key=limit_key))
+    return store.enqueue(
+        NewRun(
+            id=rid,
+            flow_name=flow.name,
+            inputs=flow.dump_inputs(validated),
+            flow_path=str(loaded.path),
+            flow_hash=loaded.file_hash,
+            queue=queue,
+            priority=priority,
+            not_before=store.now() + delay if delay else None,
+            secret_fields=tuple(flow.secret_fields()),
+            limit_key=limit_key,
+        )
+    )
 
 
-def manage_limits(open_store: Callable[[bool], Store], action: str = "list", key: str | None = None, *,
-                  concurrency: int | None = None, rate: str | None = None, all_keys: bool = False) -> list[Budget]:
+def manage_limits(
+    open_store: Callable[[bool], Store],
+    action: str = "list",
+    key: str | None = None,
+    *,
+    concurrency: int | None = None,
+    rate: str | None = None,
+    all_keys: bool = False,
+) -> list[Budget]:
     """``browserworker limits``: list the keys' budgets, ``set`` one (``rate`` as ``N/s``, ``N/min``
     or ``N/h``) or ``clear`` one (or ``all_keys``); returns every key's budget afterwards. Input
     is checked before the store is opened (``open_store(create)``): bad input writes nothing."""
@@ -101,6 +136,7 @@ def cancel_many(store: Store, run_ids: Sequence[str], *, who: str | None = None)
 
 def requeue_many(store: Store, run_ids: Sequence[str], *, who: str | None = None) -> dict[str, str]:
     """:func:`requeue` each run, in one transaction: ``"requeued"`` or ``"error: ..."`` per id."""
+
     def one(rid: str) -> str:
         requeue(store, rid, who=who)
         return "requeued"
@@ -140,21 +176,39 @@ def review_items(store: Store, limit: int = 100) -> list[ReviewItem]:
     """NEEDS_REVIEW runs with their UNKNOWN steps and the evidence captured when classified."""
     items = []
     for run in store.runs_needing_review(limit):
-        unknown = [a for a in store.attempts(run.id) if a.state in (AttemptState.UNKNOWN, AttemptState.INTENT)
-                   and store.latest_attempt(run.id, a.step_id) == a]
+        unknown = [
+            a
+            for a in store.attempts(run.id)
+            if a.state in (AttemptState.UNKNOWN, AttemptState.INTENT) and store.latest_attempt(run.id, a.step_id) == a
+        ]
         events = store.events(run.id)
         if not unknown:
             items.append(ReviewItem(run.id, run.flow_name, None, None, None, None, run.error, {}))
         for a in unknown:
             evidence: dict[str, Any] = dict(a.evidence) if isinstance(a.evidence, dict) else {}
             for e in events:
-                if e.step_id == a.step_id and e.attempt_no == a.attempt_no and e.decision == "needs_review" \
-                        and isinstance(e.detail, dict):
+                if (
+                    e.step_id == a.step_id
+                    and e.attempt_no == a.attempt_no
+                    and e.decision == "needs_review"
+                    and isinstance(e.detail, dict)
+                ):
                     evidence.update({k: v for k, v in e.detail.items() if v is not None})
-            evidence["responses"] = [{"method": o.method, "url": o.url, "status": o.status, "failure": o.failure}
-                                     for o in store.outbox(a.id)]
-            items.append(ReviewItem(run.id, run.flow_name, a.step_id, a.attempt_no, a.request_key,
-                                    a.request_fingerprint, run.error, evidence))
+            evidence["responses"] = [
+                {"method": o.method, "url": o.url, "status": o.status, "failure": o.failure} for o in store.outbox(a.id)
+            ]
+            items.append(
+                ReviewItem(
+                    run.id,
+                    run.flow_name,
+                    a.step_id,
+                    a.attempt_no,
+                    a.request_key,
+                    a.request_fingerprint,
+                    run.error,
+                    evidence,
+                )
+            )
     return items
 
 
@@ -173,8 +227,9 @@ def parse_decision(decision: str | None, result_json: str | None) -> tuple[str, 
         raise UsageError(f"--result is not valid JSON: {exc.msg}") from exc
 
 
-def resolve(store: Store, run_id: str, step_id: str, decision: str, *, result: Any = None,
-            who: str | None = None) -> RunRecord:
+def resolve(
+    store: Store, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str | None = None
+) -> RunRecord:
     """Journal a person's decision and re-queue the run (or end it FAILED)."""
     run = store.get_run(run_id)
     if run is None:

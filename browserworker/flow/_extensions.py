@@ -14,6 +14,7 @@ hook's failure never breaks a run: it is logged and the run goes on.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ._flow import Step, StepContext
 
-__all__ = ["HOOKS", "IN_PATH", "Extension", "Extensions"]
+__all__ = ["HOOKS", "IN_PATH", "Extension", "Extensions", "Later"]
 
 log = structlog.get_logger("browserworker.extensions")
 
@@ -42,54 +43,86 @@ class Extension:
     gate lets go, ``outcome`` (the attempt's journaled end), ``after_step``; ``notice`` for
     anything worth telling a person; ``run_settled`` once the run's end is committed (its
     context may still be closing); ``run_finished``. ``lease_lost`` may come at any time.
+
+    Override a hook as ``async def`` or plain ``def``. A public method whose name is close to
+    a hook's but is not one (``outcomes``, ``on_outcome``) is refused when the class is defined:
+    it would never be called.
     """
 
-    async def run_started(self, run: RunRecord) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in vars(cls).items():
+            if name.startswith("_") or name in HOOKS or not callable(value):
+                continue
+            close = difflib.get_close_matches(name.removeprefix("on_"), HOOKS, n=1, cutoff=0.8)
+            if close:
+                raise TypeError(
+                    f"{cls.__qualname__}.{name} is not a hook of Extension, so it would never be "
+                    f"called (did you mean {close[0]!r}?)"
+                )
+
+    def run_started(self, run: RunRecord) -> Awaitable[None] | None:
         """The run is leased and about to take its first pass."""
+        return None
 
-    async def context_created(self, context: BrowserContext) -> None:
+    def context_created(self, context: BrowserContext) -> Awaitable[None] | None:
         """A pass opened a fresh browser context; no page and no step exists in it yet."""
+        return None
 
-    async def step_started(self, run: RunRecord, step_id: str, kind: str) -> None:
+    def step_started(self, run: RunRecord, step_id: str, kind: str) -> Awaitable[None] | None:
         """A step begins (``kind`` is "action" or "effect")."""
+        return None
 
-    async def step_skipped(self, run: RunRecord, attempt: AttemptRecord) -> None:
+    def step_skipped(self, run: RunRecord, attempt: AttemptRecord) -> Awaitable[None] | None:
         """An effect already SUCCEEDED in an earlier pass: its journaled result is handed on."""
+        return None
 
-    async def intent_committed(self, attempt: AttemptRecord) -> None:
+    def intent_committed(self, attempt: AttemptRecord) -> Awaitable[None] | None:
         """An effect's intent is durable; it may now dispatch."""
+        return None
 
-    async def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> None:
+    def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> Awaitable[None] | None:
         """The step function runs next (for an effect: after its intent, before any dispatch)."""
+        return None
 
-    async def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:
+    def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> Awaitable[None] | None:
         """The gate journaled a request of ``attempt`` and let it go."""
+        return None
 
-    async def response(self, attempt: AttemptRecord, status: int, url: str) -> None:
+    def response(self, attempt: AttemptRecord, status: int, url: str) -> Awaitable[None] | None:
         """The answer to a request of ``attempt`` is journaled."""
+        return None
 
-    async def outcome(self, attempt: AttemptRecord) -> None:
+    def outcome(self, attempt: AttemptRecord) -> Awaitable[None] | None:
         """An attempt's end (or a recovery's decision) is journaled."""
+        return None
 
-    async def after_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext,
-                         attempt: AttemptRecord | None) -> None:
+    def after_step(
+        self, ctx: StepContext[Any], step: Step, context: BrowserContext, attempt: AttemptRecord | None
+    ) -> Awaitable[None] | None:
         """The step's attempt has its outcome (``attempt``: the finished row; None if it raised past it)."""
+        return None
 
-    async def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> None:
+    def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> Awaitable[None] | None:
         """Something a person watching should be told (recovery decisions, waits, warnings)."""
+        return None
 
-    async def lease_lost(self, run_id: str, error: BaseException) -> None:
+    def lease_lost(self, run_id: str, error: BaseException) -> Awaitable[None] | None:
         """The run's lease is lost: nothing more may be dispatched for it."""
+        return None
 
-    async def run_settled(self, run_id: str) -> None:
+    def run_settled(self, run_id: str) -> Awaitable[None] | None:
         """The run's end is committed; all that is left is closing its browser context."""
+        return None
 
-    async def run_finished(self, run: RunRecord) -> None:
+    def run_finished(self, run: RunRecord) -> Awaitable[None] | None:
         """The run reached its end (SUCCEEDED, FAILED, NEEDS_REVIEW, CANCELLED)."""
+        return None
 
 
-HOOKS: tuple[str, ...] = tuple(name for name, value in vars(Extension).items()
-                               if not name.startswith("_") and callable(value))
+HOOKS: tuple[str, ...] = tuple(
+    name for name, value in vars(Extension).items() if not name.startswith("_") and callable(value)
+)
 
 IN_PATH = frozenset({"context_created", "before_step", "after_step"})
 
@@ -103,14 +136,17 @@ def _overrides(subscriber: object, name: str) -> Callable[..., Any] | None:
 
 
 class Extensions:
-    """The subscribers of a run, hook by hook. ``await ext.emit("outcome", attempt)`` calls
-    every subscriber that overrides ``outcome``, in order; :meth:`notify` does the same from
-    code that cannot wait (its async hooks run in the background)."""
+    """The subscribers of a run, called hook by hook: the bus has every hook of
+    :class:`Extension`, typed as there. ``await ext.outcome(attempt)`` calls every subscriber
+    that overrides ``outcome``, in order; ``ext.later.outcome(attempt)`` does the same from code
+    that cannot wait (plain hooks run now, async ones in the background, and :meth:`drain`
+    waits for those when the run ends)."""
 
     def __init__(self, subscribers: Iterable[object] = ()) -> None:
         self.subscribers: list[object] = []
         self._by_hook: dict[str, list[Callable[..., Any]]] = {name: [] for name in HOOKS}
         self._background: set[asyncio.Future[Any]] = set()
+        self.later = Later(self)
         for subscriber in subscribers:
             self.add(subscriber)
 
@@ -122,7 +158,64 @@ class Extensions:
             if method is not None:
                 self._by_hook[name].append(method)
 
-    async def emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
+    def subscribed(self, hook: str) -> int:
+        """How many subscribers override ``hook`` (the others are never called for it)."""
+        return len(self._by_hook[hook])
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Wait (up to ``timeout`` seconds) for the hooks :attr:`later` started in the
+        background; a hook still running then is logged and left to finish on its own."""
+        if not self._background:
+            return
+        _, pending = await asyncio.wait(set(self._background), timeout=timeout)
+        if pending:
+            log.warning("extension hooks still running when the run ended", count=len(pending))
+
+    async def run_started(self, run: RunRecord) -> None:
+        await self._emit("run_started", run)
+
+    async def context_created(self, context: BrowserContext) -> None:
+        await self._emit("context_created", context)
+
+    async def step_started(self, run: RunRecord, step_id: str, kind: str) -> None:
+        await self._emit("step_started", run, step_id, kind)
+
+    async def step_skipped(self, run: RunRecord, attempt: AttemptRecord) -> None:
+        await self._emit("step_skipped", run, attempt)
+
+    async def intent_committed(self, attempt: AttemptRecord) -> None:
+        await self._emit("intent_committed", attempt)
+
+    async def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> None:
+        await self._emit("before_step", ctx, step, context)
+
+    async def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:
+        await self._emit("dispatched", attempt, method, url)
+
+    async def response(self, attempt: AttemptRecord, status: int, url: str) -> None:
+        await self._emit("response", attempt, status, url)
+
+    async def outcome(self, attempt: AttemptRecord) -> None:
+        await self._emit("outcome", attempt)
+
+    async def after_step(
+        self, ctx: StepContext[Any], step: Step, context: BrowserContext, attempt: AttemptRecord | None
+    ) -> None:
+        await self._emit("after_step", ctx, step, context, attempt)
+
+    async def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> None:
+        await self._emit("notice", run, step_id, message, **fields)
+
+    async def lease_lost(self, run_id: str, error: BaseException) -> None:
+        await self._emit("lease_lost", run_id, error)
+
+    async def run_settled(self, run_id: str) -> None:
+        await self._emit("run_settled", run_id)
+
+    async def run_finished(self, run: RunRecord) -> None:
+        await self._emit("run_finished", run)
+
+    async def _emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
         """Call ``hook`` on every subscriber that has it, awaiting each in turn. A failure of a
         hook in the step's path (:data:`IN_PATH`) is the run's; of any other, only logged."""
         for method in self._by_hook[hook]:
@@ -133,11 +226,14 @@ class Extensions:
             except Exception:
                 if hook in IN_PATH:
                     raise
-                log.exception("an extension failed; the run goes on", hook=hook,
-                              extension=type(getattr(method, "__self__", method)).__name__)
+                log.exception(
+                    "an extension failed; the run goes on",
+                    hook=hook,
+                    extension=type(getattr(method, "__self__", method)).__name__,
+                )
 
-    def notify(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        """:meth:`emit` without waiting: plain hooks run now, async ones in the background."""
+    def _notify(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        """:meth:`_emit` without waiting: plain hooks run now, async ones in the background."""
         for method in self._by_hook[hook]:
             try:
                 result = method(*args, **kwargs)
@@ -157,3 +253,55 @@ class Extensions:
         task = asyncio.ensure_future(guarded())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+class Later:
+    """The hooks of an :class:`Extensions` bus for code that cannot wait (a browser event
+    listener, a heartbeat): plain hooks run now, async ones in the background."""
+
+    def __init__(self, bus: Extensions) -> None:
+        self._bus = bus
+
+    def run_started(self, run: RunRecord) -> None:
+        self._bus._notify("run_started", run)
+
+    def context_created(self, context: BrowserContext) -> None:
+        self._bus._notify("context_created", context)
+
+    def step_started(self, run: RunRecord, step_id: str, kind: str) -> None:
+        self._bus._notify("step_started", run, step_id, kind)
+
+    def step_skipped(self, run: RunRecord, attempt: AttemptRecord) -> None:
+        self._bus._notify("step_skipped", run, attempt)
+
+    def intent_committed(self, attempt: AttemptRecord) -> None:
+        self._bus._notify("intent_committed", attempt)
+
+    def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> None:
+        self._bus._notify("before_step", ctx, step, context)
+
+    def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:
+        self._bus._notify("dispatched", attempt, method, url)
+
+    def response(self, attempt: AttemptRecord, status: int, url: str) -> None:
+        self._bus._notify("response", attempt, status, url)
+
+    def outcome(self, attempt: AttemptRecord) -> None:
+        self._bus._notify("outcome", attempt)
+
+    def after_step(
+        self, ctx: StepContext[Any], step: Step, context: BrowserContext, attempt: AttemptRecord | None
+    ) -> None:
+        self._bus._notify("after_step", ctx, step, context, attempt)
+
+    def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> None:
+        self._bus._notify("notice", run, step_id, message, **fields)
+
+    def lease_lost(self, run_id: str, error: BaseException) -> None:
+        self._bus._notify("lease_lost", run_id, error)
+
+    def run_settled(self, run_id: str) -> None:
+        self._bus._notify("run_settled", run_id)
+
+    def run_finished(self, run: RunRecord) -> None:
+        self._bus._notify("run_finished", run)

@@ -250,8 +250,9 @@ def _check_rule(where: str, what: str, rule: object) -> None:
         raise FlowDefinitionError(f"{where}: {what} must be a URL glob, 'METHOD glob' or a predicate, not {rule!r}")
     methods, glob = parse_rule(rule)
     if methods is None and re.fullmatch(r"[A-Z]+(?:\|[A-Z]+)*", glob):
-        raise FlowDefinitionError(f"{where}: {what} {rule!r} names methods but no URL glob "
-                                  f"(write {glob + ' *'!r} for any URL)")
+        raise FlowDefinitionError(
+            f"{where}: {what} {rule!r} names methods but no URL glob (write {glob + ' *'!r} for any URL)"
+        )
 
 
 class Flow(Generic[InputsT]):
@@ -293,8 +294,9 @@ class Flow(Generic[InputsT]):
         self.inputs_model: type[BaseModel] = inputs or NoInputs
         self.redact = tuple(redact)
         self.undeclared_effects = undeclared_effects
-        self.context = context if context is None or callable(context) else \
-            context_options.check(context, f"flow {name!r}")
+        self.context = (
+            context if context is None or callable(context) else context_options.check(context, f"flow {name!r}")
+        )
         self.session, self.session_max_age = session_options.check(session, session_max_age, f"flow {name!r}")
         self.limit = budgets.check_limit(limit, name)
         self._steps: list[Step] = []
@@ -324,7 +326,9 @@ class Flow(Generic[InputsT]):
     @overload
     def step(self, fn: StepFn) -> Action: ...
     @overload
-    def step(self, *, id: str | None = None, retries: int = 0, sends: SendRule = False) -> Callable[[StepFn], Action]: ...
+    def step(
+        self, *, id: str | None = None, retries: int = 0, sends: SendRule = False
+    ) -> Callable[[StepFn], Action]: ...
 
     def step(
         self, fn: StepFn | None = None, *, id: str | None = None, retries: int = 0, sends: SendRule = False
@@ -388,23 +392,27 @@ class Flow(Generic[InputsT]):
                 dispatch=dispatch,
                 confirm=confirm,
                 fingerprint_fn=fingerprint,
-                approve=approve, approve_timeout=None if approve_timeout is None else float(approve_timeout),
+                approve=approve,
+                approve_timeout=None if approve_timeout is None else float(approve_timeout),
             )
             self._add(eff)
             return eff
 
         return register(fn) if fn is not None else register
 
-    def login(self, fn: StepFn | None = None, *, sends: SendRule = True,
-              retries: int = 0) -> Login | Callable[[StepFn], Login]:
+    def login(
+        self, fn: StepFn | None = None, *, sends: SendRule = True, retries: int = 0
+    ) -> Login | Callable[[StepFn], Login]:
         """Register the login of a flow with ``session=``: its first step (whatever was declared
         before it), id ``login``, run only when no signed-in session is saved for the run's key.
         It may send what ``sends`` says (default: anything: a login form's POST is safe to repeat)."""
 
         def register(f: StepFn) -> Login:
             if self.session is None:
-                raise FlowDefinitionError(f"{where_defined(f)}: @flow.login needs Flow(..., session=KEY): the key the "
-                                          "saved login is kept under")
+                raise FlowDefinitionError(
+                    f"{where_defined(f)}: @flow.login needs Flow(..., session=KEY): the key the "
+                    "saved login is kept under"
+                )
             if self._login is not None:
                 raise FlowDefinitionError(f"{where_defined(f)}: flow {self.name!r} already has a login")
             if not isinstance(sends, bool):
@@ -473,12 +481,15 @@ class Flow(Generic[InputsT]):
 
     def context_options(self, inputs: BaseModel) -> dict[str, Any]:
         """The browser context options of a run with these inputs (``Flow(context=...)``)."""
-        where = f"flow {self.name!r}" + (f" (context= at {where_defined(self.context)})" if callable(self.context) else "")
+        where = f"flow {self.name!r}" + (
+            f" (context= at {where_defined(self.context)})" if callable(self.context) else ""
+        )
         return context_options.resolve(self.context, inputs, where)
 
     def session_key(self, inputs: BaseModel) -> str | None:
         """The key of the login session a run with these inputs uses (``Flow(session=...)``), or None."""
         return session_options.key(self.session, inputs, f"flow {self.name!r}")
+
     def limit_key(self, inputs: BaseModel) -> str:
         """The limit key of a run with these inputs (``Flow(limit=...)``)."""
         return budgets.resolve_key(self.limit, inputs, self.name)

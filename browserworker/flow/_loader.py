@@ -49,10 +49,13 @@ def _import_error_location(path: Path, exc: BaseException) -> str:
 def unproven_effects(flow: Flow[Any]) -> list[str]:
     """A line for each effect with neither a verifier nor ``idempotent=True``: after a crash
     mid-dispatch nothing can prove it landed, so its run waits for a person."""
-    return [f"effect {step.id!r} of flow {flow.name!r} has no verifier and is not idempotent: after a crash "
-            "between its dispatch and its outcome the run waits for a person (NEEDS_REVIEW); add @"
-            f"{step.id}.verify or idempotent=True to let the kit decide"
-            for step in flow.steps if isinstance(step, Effect) and step.verifier is None and not step.idempotent]
+    return [
+        f"effect {step.id!r} of flow {flow.name!r} has no verifier and is not idempotent: after a crash "
+        "between its dispatch and its outcome the run waits for a person (NEEDS_REVIEW); add @"
+        f"{step.id}.verify or idempotent=True to let the kit decide"
+        for step in flow.steps
+        if isinstance(step, Effect) and step.verifier is None and not step.idempotent
+    ]
 
 
 def load_flow(path: str | Path, name: str | None = None) -> LoadedFlow:
@@ -96,7 +99,9 @@ def load_flow(path: str | Path, name: str | None = None) -> LoadedFlow:
         raise FlowLoadError(f"{p}: no Flow defined (add e.g. `flow = Flow('my-flow', inputs=MyInputs)`)")
     if name is None:
         if len(flows) > 1:
-            raise FlowLoadError(f"{p}: defines {len(flows)} flows ({', '.join(sorted(flows))}); pick one with --flow NAME")
+            raise FlowLoadError(
+                f"{p}: defines {len(flows)} flows ({', '.join(sorted(flows))}); pick one with --flow NAME"
+            )
         flow = next(iter(flows.values()))
     elif name in flows:
         flow = flows[name]
@@ -107,8 +112,13 @@ def load_flow(path: str | Path, name: str | None = None) -> LoadedFlow:
     return LoadedFlow(flow=flow, path=p, file_hash=file_hash(p))
 
 
-def parse_inputs(pairs: Iterable[str] = (), inputs_json: str | None = None, *,
-                 fields: Iterable[str] = (), problems: list[str] | None = None) -> dict[str, Any]:
+def parse_inputs(
+    pairs: Iterable[str] = (),
+    inputs_json: str | None = None,
+    *,
+    fields: Iterable[str] = (),
+    problems: list[str] | None = None,
+) -> dict[str, Any]:
     """Merge ``--inputs-json`` (an object) with ``--input KEY=VALUE`` pairs (which win).
 
     ``fields`` (the flow's input names) lets a malformed key's message suggest the one
@@ -123,7 +133,7 @@ def parse_inputs(pairs: Iterable[str] = (), inputs_json: str | None = None, *,
         except json.JSONDecodeError as exc:
             raise InputError(f"--inputs-json is not valid JSON: {exc.msg} (column {exc.colno})") from None
         if not isinstance(loaded, Mapping):
-            raise InputError("--inputs-json must be a JSON object, e.g. '{\"item\": \"tea\"}'")
+            raise InputError('--inputs-json must be a JSON object, e.g. \'{"item": "tea"}\'')
         data.update(loaded)
     found: list[str] = []
     for pair in pairs:

@@ -33,7 +33,15 @@ from ..store.records import AttemptRecord
 if TYPE_CHECKING:  # the recording package imports the engine: imported where used
     from .._redact import Redactor
 
-__all__ = ["VOLATILE_FIELDS", "ApprovalCheck", "approval_hold", "approval_ttl", "describe_request", "needs_approval", "request_fingerprint"]
+__all__ = [
+    "VOLATILE_FIELDS",
+    "ApprovalCheck",
+    "approval_hold",
+    "approval_ttl",
+    "describe_request",
+    "needs_approval",
+    "request_fingerprint",
+]
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_HOLD = 10.0
@@ -92,8 +100,9 @@ def request_fingerprint(method: str, url: str, body: str | None, content_type: s
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def describe_request(method: str, url: str, body: str | None, headers: dict[str, str],
-                     redactor: Redactor) -> dict[str, Any]:
+def describe_request(
+    method: str, url: str, body: str | None, headers: dict[str, str], redactor: Redactor
+) -> dict[str, Any]:
     """What a person is shown of a request: method, URL, form fields or body, headers, each with
     its secrets masked (secret inputs, password fields, cookies, authorization)."""
     from .._redact import REDACTED
@@ -102,8 +111,9 @@ def describe_request(method: str, url: str, body: str | None, headers: dict[str,
     summary: dict[str, Any] = {"method": method.upper(), "url": redactor.url(url)}
     normal = _normal_body(body, content_type, keep_volatile=True)
     if isinstance(normal, list):
-        summary["fields"] = [[k, REDACTED if redactor.is_secret(k) or _volatile(k) else redactor.scrub(v)]
-                             for k, v in normal]
+        summary["fields"] = [
+            [k, REDACTED if redactor.is_secret(k) or _volatile(k) else redactor.scrub(v)] for k, v in normal
+        ]
     elif isinstance(normal, dict | list) or (normal is not None and not isinstance(normal, str)):
         summary["json"] = redactor.json_data(normal)
     elif normal is not None:
@@ -159,8 +169,12 @@ class ApprovalCheck:
         """Before the effect runs: the names of the page's password fields (masked in the
         request shown; while the page submits it runs no script to ask)."""
         try:
-            self.password_fields = await asyncio.wait_for(self.page.eval_on_selector_all(
-                "input[type=password]", "els => els.flatMap(e => [e.name, e.id]).filter(Boolean)"), _CDP_WAIT)
+            self.password_fields = await asyncio.wait_for(
+                self.page.eval_on_selector_all(
+                    "input[type=password]", "els => els.flatMap(e => [e.name, e.id]).filter(Boolean)"
+                ),
+                _CDP_WAIT,
+            )
         except Exception:  # no page to look at: the secret inputs and the usual names still apply
             self.password_fields = []
 
@@ -178,8 +192,11 @@ class ApprovalCheck:
             summary = describe_request(method, url, body, headers, await self._redactor())
             shot = await self._screenshot(f"{step_id}-{attempt.attempt_no}-approval")
             live = await self.journal.request_approval(attempt, fp, summary, shot, approval_ttl(self.effect))
-            self.scope.extensions.notify("notice", self.scope.run, step_id,
-                                         f"effect {step_id} waits for approval: {summary['method']} {summary['url']}")
+            self.scope.extensions.later.notice(
+                self.scope.run,
+                step_id,
+                f"effect {step_id} waits for approval: {summary['method']} {summary['url']}",
+            )
         return await self._wait(live)
 
     async def _wait(self, approval: ApprovalRecord) -> bool:
@@ -188,9 +205,12 @@ class ApprovalCheck:
         deadline = time.time() + min(self.hold, max(0.0, approval.expires_at - time.time()))
         while True:
             if approval.state == "APPROVED":
-                await self.journal.decide_step(self.effect.id, self.journal_attempt().attempt_no, "approval_used",
-                                               {"approval": approval.id, "fingerprint": approval.fingerprint,
-                                                "by": approval.decided_by})
+                await self.journal.decide_step(
+                    self.effect.id,
+                    self.journal_attempt().attempt_no,
+                    "approval_used",
+                    {"approval": approval.id, "fingerprint": approval.fingerprint, "by": approval.decided_by},
+                )
                 return True
             if approval.state in ("REJECTED", "EXPIRED"):
                 return self._park("rejected" if approval.state == "REJECTED" else "expired", approval)

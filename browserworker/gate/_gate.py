@@ -56,8 +56,9 @@ HELD = "held"
 class DispatchGate:
     """Gates one effect attempt's channels; see the module docstring."""
 
-    def __init__(self, journal: RunJournal, effect: Effect, extensions: Extensions, *,
-                 shared_workers_allowed: bool = False) -> None:
+    def __init__(
+        self, journal: RunJournal, effect: Effect, extensions: Extensions, *, shared_workers_allowed: bool = False
+    ) -> None:
         self.journal = journal
         self.attempt: AttemptRecord | None = None  # set by arm()
         self.effect = effect
@@ -77,7 +78,8 @@ class DispatchGate:
         self.undecided: set[Request] = set()  # dispatches seen, not yet released or aborted
         self.deciding: set[Request] = set()  # of those, the ones in _decide now
         self._decided: set[Request] = set()
-        self._api: object = None; self._socket: object = None  # noqa: E702  (hooks on the route, see remove)
+        self._api: object = None
+        self._socket: object = None  # noqa: E702  (hooks on the route, see remove)
         self._settled = asyncio.Event()
         self._settled.set()
         self.approval: ApprovalCheck | None = None  # an approve= effect's check, before each dispatch commit
@@ -88,8 +90,9 @@ class DispatchGate:
         self.attempt = attempt
         self.detector.arm()
         if self.shared_workers_allowed:
-            self.detector.detect("SHAREDWORKER", "*", "shared workers are allowed in this browser: what they send "
-                                                      "passes no gate")
+            self.detector.detect(
+                "SHAREDWORKER", "*", "shared workers are allowed in this browser: what they send passes no gate"
+            )
 
     @property
     def dispatched(self) -> bool:
@@ -128,8 +131,11 @@ class DispatchGate:
         try:
             await asyncio.wait_for(self._settled.wait(), timeout=SETTLE_WAIT)
         except TimeoutError:
-            log.warning("dispatches the gate never saw decided; they will be aborted if they turn up",
-                        step_id=self.effect.id, requests=[f"{r.method} {r.url}" for r in self.undecided])
+            log.warning(
+                "dispatches the gate never saw decided; they will be aborted if they turn up",
+                step_id=self.effect.id,
+                requests=[f"{r.method} {r.url}" for r in self.undecided],
+            )
         self._closed = True
         route.hand_back(self._route, self._api, self._socket)
         await self.flush()
@@ -140,9 +146,14 @@ class DispatchGate:
         self.detector.detach()
 
     def _listeners(self) -> list[tuple[str, Callable[..., None]]]:
-        return [("request", self._on_request), ("requestfinished", self._on_finished),
-                ("requestfailed", self._on_failed), ("response", self._on_response), ("close", self._on_close),
-                ("page", self.detector.on_page)]
+        return [
+            ("request", self._on_request),
+            ("requestfinished", self._on_finished),
+            ("requestfailed", self._on_failed),
+            ("response", self._on_response),
+            ("close", self._on_close),
+            ("page", self.detector.on_page),
+        ]
 
     async def flush(self) -> None:
         while self._writes:
@@ -256,7 +267,7 @@ class DispatchGate:
             del self.released[request]
             await self._abort(route, request, self.refusal)
             return
-        self.extensions.notify("dispatched", self.attempt, request.method, request.url)
+        self.extensions.later.dispatched(self.attempt, request.method, request.url)
         await route.fallback()  # to the network, or to a replay router registered before the gate
         faults.hit("after_dispatch", self.effect.id)
 
@@ -283,9 +294,20 @@ class DispatchGate:
         self.blocked.append(f"{method} {url}")
         a = self.attempt
         assert a is not None  # only an armed gate refuses
-        log.warning("dispatch refused by the gate", run_id=a.run_id, step_id=self.effect.id, attempt_no=a.attempt_no,
-                    request_key=a.request_key, fingerprint=a.request_fingerprint, state=str(a.state),
-                    worker_id=a.worker, lease_epoch=self.epoch, method=method, url=url, reason=str(why))
+        log.warning(
+            "dispatch refused by the gate",
+            run_id=a.run_id,
+            step_id=self.effect.id,
+            attempt_no=a.attempt_no,
+            request_key=a.request_key,
+            fingerprint=a.request_fingerprint,
+            state=str(a.state),
+            worker_id=a.worker,
+            lease_epoch=self.epoch,
+            method=method,
+            url=url,
+            reason=str(why),
+        )
 
     def _on_response(self, response: Response) -> None:
         request = response.request
@@ -301,7 +323,7 @@ class DispatchGate:
     async def _record_response(self, outbox_id: int, response: Response) -> None:
         await self.outbox.answered(outbox_id, response.status, response.url, response.headers)
         assert self.attempt is not None  # only an armed gate releases requests
-        self.extensions.notify("response", self.attempt, response.status, response.url)
+        self.extensions.later.response(self.attempt, response.status, response.url)
         faults.hit("after_response", self.effect.id)
 
 
@@ -351,7 +373,7 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
         raise why
     gate.sent += 1
     assert gate.attempt is not None
-    gate.extensions.notify("dispatched", gate.attempt, method, url)
+    gate.extensions.later.dispatched(gate.attempt, method, url)
     try:
         response = await send()
     except Exception as exc:
@@ -360,7 +382,7 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
     faults.hit("reply_lost", gate.effect.id)  # the target has answered; nothing of it is journaled yet
     await gate.outbox.answered(outbox_id, response.status, response.url, response.headers)
     faults.hit("after_response", gate.effect.id)
-    gate.extensions.notify("response", gate.attempt, response.status, response.url)
+    gate.extensions.later.response(gate.attempt, response.status, response.url)
     return response
 
 
@@ -383,7 +405,7 @@ async def socket_message(gate: DispatchGate, url: str, message: str | bytes, for
         return
     gate.sent += 1
     assert gate.attempt is not None
-    gate.extensions.notify("dispatched", gate.attempt, SOCKET, url)
+    gate.extensions.later.dispatched(gate.attempt, SOCKET, url)
     forward()
 
 
@@ -435,9 +457,16 @@ class Detector:
         self.detected.append(f"{method} {url}: {why}")
         a = gate.attempt
         assert a is not None
-        log.warning("possible dispatch the gate did not hold; the attempt counts as dispatched", run_id=a.run_id,
-                    step_id=gate.effect.id, attempt_no=a.attempt_no, request_key=a.request_key, method=method,
-                    url=url, reason=why)
+        log.warning(
+            "possible dispatch the gate did not hold; the attempt counts as dispatched",
+            run_id=a.run_id,
+            step_id=gate.effect.id,
+            attempt_no=a.attempt_no,
+            request_key=a.request_key,
+            method=method,
+            url=url,
+            reason=why,
+        )
         return gate.track(self._journal(method, url, why))
 
     async def _journal(self, method: str, url: str, why: str) -> None:
@@ -449,8 +478,15 @@ class Detector:
         except (LeaseLost, StoreError) as exc:
             # the outcome's commit sets dispatched_at instead (the attempt never ends as "nothing left")
             self.unjournaled.append(f"{method} {url}: {exc}")
-            log.error("a possible dispatch could not be journaled", run_id=a.run_id, step_id=gate.effect.id,
-                      method=method, url=url, reason=why, error=str(exc))
+            log.error(
+                "a possible dispatch could not be journaled",
+                run_id=a.run_id,
+                step_id=gate.effect.id,
+                method=method,
+                url=url,
+                reason=why,
+                error=str(exc),
+            )
             return
         gate.outbox.keep(a, outbox_id, method, url, DETECTED)
 
@@ -464,8 +500,13 @@ class Detector:
         pause = 0.05
         while self.unjournaled and gate.holds():
             try:
-                outbox_id = await gate.journal.dispatch(a, "DETECTED", f"{len(self.unjournaled)} possible "
-                                                        "dispatch(es) journaled late", channel=DETECTED, margin=0.0)
+                outbox_id = await gate.journal.dispatch(
+                    a,
+                    "DETECTED",
+                    f"{len(self.unjournaled)} possible dispatch(es) journaled late",
+                    channel=DETECTED,
+                    margin=0.0,
+                )
             except StoreError:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
@@ -494,8 +535,11 @@ class Detector:
         except Exception:  # the page or context is gone: it may have left
             left = True
         if left:
-            self.detect(request.method, request.url, "the browser sent it without asking the gate"
-                    + (f" ({failure})" if failure else ""))
+            self.detect(
+                request.method,
+                request.url,
+                "the browser sent it without asking the gate" + (f" ({failure})" if failure else ""),
+            )
         self.gate.deciding.discard(request)
         self.gate.settle(request)
 
@@ -528,8 +572,11 @@ class Detector:
         gate = self.gate
         if not gate.armed:
             return
-        self.detect("PAGEHIDE", safe_url(page) or "",
-                    "a page closed while the effect ran (what it sends as it closes passes no gate)")
+        self.detect(
+            "PAGEHIDE",
+            safe_url(page) or "",
+            "a page closed while the effect ran (what it sends as it closes passes no gate)",
+        )
         for request in list(gate.undecided):
             if request not in gate.deciding and page_of(request) is page:
                 self.detect(request.method, request.url, "its page closed before the gate decided it")
@@ -562,8 +609,11 @@ class Detector:
             return not self.unjournaled
         if gate.dispatched or departing_url(request) in ("", "about:blank"):
             return True
-        return await self.journal_now(request, "the page navigated away while the effect ran (its departing "
-                                               "document may send on pagehide without asking any route)")
+        return await self.journal_now(
+            request,
+            "the page navigated away while the effect ran (its departing "
+            "document may send on pagehide without asking any route)",
+        )
 
 
 def departing_url(request: Request) -> str:

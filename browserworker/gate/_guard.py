@@ -23,6 +23,7 @@ from ._routes import SOCKET, ApiSend, ContextRoute
 
 __all__ = ["ActionGuard", "StepGap"]
 
+
 class ActionGuard:
     """Watches one action step; see the module docstring."""
 
@@ -95,8 +96,10 @@ class ActionGuard:
 
     async def _api(self, method: str, url: str, send: ApiSend) -> APIResponse:
         if self._note(method, url) and self.mode == "fail":
-            raise UndeclaredEffect(f"action {self.action.id!r} may not send {method} {url} (undeclared_effects='fail'; "
-                                   "declare it with @flow.effect, or with sends= if it is safe to repeat)")
+            raise UndeclaredEffect(
+                f"action {self.action.id!r} may not send {method} {url} (undeclared_effects='fail'; "
+                "declare it with @flow.effect, or with sends= if it is safe to repeat)"
+            )
         return await send()
 
     async def _socket(self, url: str, message: str | bytes, forward: Callable[[], None]) -> None:

@@ -46,8 +46,7 @@ class Looked:
         self._stop_api = observe_api(self.page.context, self._api)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.page.remove_listener("response", self._document)
         if callable(self._stop_api):
             self._stop_api()

@@ -24,8 +24,16 @@ log = structlog.get_logger("browserworker.gate")
 
 DETECTED = "detected"
 
-_KEY_HEADERS = ("location", "content-type", "content-length", "date", "etag", "x-request-id", "idempotency-key",
-                "retry-after")
+_KEY_HEADERS = (
+    "location",
+    "content-type",
+    "content-length",
+    "date",
+    "etag",
+    "x-request-id",
+    "idempotency-key",
+    "retry-after",
+)
 
 
 def key_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -57,9 +65,21 @@ class GateOutbox:
     def keep(self, attempt: AttemptRecord, outbox_id: int, method: str, url: str, channel: str) -> None:
         """Keep the row just committed, as the store has it."""
         self._rows[outbox_id] = OutboxRecord(
-            id=outbox_id, attempt_id=attempt.id, run_id=attempt.run_id, step_id=attempt.step_id, method=method,
-            url=url, released_at=time.time(), status=None, response_url=None, headers=None, response_at=None,
-            failure=None, failed_at=None, channel=channel)
+            id=outbox_id,
+            attempt_id=attempt.id,
+            run_id=attempt.run_id,
+            step_id=attempt.step_id,
+            method=method,
+            url=url,
+            released_at=time.time(),
+            status=None,
+            response_url=None,
+            headers=None,
+            response_at=None,
+            failure=None,
+            failed_at=None,
+            channel=channel,
+        )
 
     async def answered(self, outbox_id: int, status: int, url: str, headers: dict[str, str]) -> None:
         """Journal the answer to a released request (the first answer stands, as in the store)."""
@@ -68,8 +88,7 @@ class GateOutbox:
         await pause_quietly(self.journal, status, url, kept)
         row = self._rows[outbox_id]
         if row.response_at is None:
-            self._rows[outbox_id] = replace(row, status=status, response_url=url, headers=kept,
-                                            response_at=time.time())
+            self._rows[outbox_id] = replace(row, status=status, response_url=url, headers=kept, response_at=time.time())
 
     async def final(self, outbox_id: int, status: int, url: str) -> None:
         """Journal the last answer of a released request's redirect chain."""
@@ -102,8 +121,12 @@ def watch_navigations(page: Page, journal: RunJournal) -> None:
 
     def on_response(response: Response) -> None:
         request = response.request
-        if (response.status in budgets.THROTTLE_STATUSES and request.method == "GET" and request.is_navigation_request()
-                and request.frame.parent_frame is None):
+        if (
+            response.status in budgets.THROTTLE_STATUSES
+            and request.method == "GET"
+            and request.is_navigation_request()
+            and request.frame.parent_frame is None
+        ):
             pausing = asyncio.ensure_future(pause_quietly(journal, response.status, response.url, response.headers))
             _PAUSING.add(pausing)
             pausing.add_done_callback(_PAUSING.discard)

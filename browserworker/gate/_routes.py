@@ -19,8 +19,17 @@ from urllib.parse import urlencode, urlsplit
 import structlog
 from playwright.async_api import APIResponse, BrowserContext, Page, Request, Route, WebSocketRoute
 
-__all__ = ["SOCKET", "ApiCall", "ApiHandler", "ApiListener", "ContextRoute", "SocketHandler", "api_call_of",
-           "observe_api", "stop_renderer"]
+__all__ = [
+    "SOCKET",
+    "ApiCall",
+    "ApiHandler",
+    "ApiListener",
+    "ContextRoute",
+    "SocketHandler",
+    "api_call_of",
+    "observe_api",
+    "stop_renderer",
+]
 
 log = structlog.get_logger("browserworker.gate")
 
@@ -180,8 +189,9 @@ class ContextRoute:
 
         ws.on_message(on_message)
 
-    async def _socket_message(self, url: str, message: str | bytes, forward: Callable[[], None],
-                              order: asyncio.Lock) -> None:
+    async def _socket_message(
+        self, url: str, message: str | bytes, forward: Callable[[], None], order: asyncio.Lock
+    ) -> None:
         async with order:
             if self.sealed:
                 return  # nothing more leaves a context being shut
@@ -220,7 +230,10 @@ class _ApiHook:
 
     async def __call__(self, *args: Any, **kwargs: Any) -> APIResponse:
         call = api_call_of(kwargs)
-        send = lambda: self.inner(*args, **kwargs)  # noqa: E731
+
+        def send() -> Awaitable[APIResponse]:
+            return self.inner(*args, **kwargs)
+
         try:
             response = await (send() if self.route is None else self.route._api(call.method, call.url, send))
         except Exception as exc:
@@ -239,11 +252,12 @@ def api_call_of(kwargs: Mapping[str, Any]) -> ApiCall:
     url = str(kwargs.get("url") or (request.url if request is not None else ""))
     params = kwargs.get("params")
     if params:
-        query = params if isinstance(params, str) else urlencode(
-            [(k, _js_string(v)) for k, v in dict(params).items()])
+        query = params if isinstance(params, str) else urlencode([(k, _js_string(v)) for k, v in dict(params).items()])
         url = f"{url}{'&' if urlsplit(url).query else '?'}{query}"
-    headers = {str(k): str(v) for k, v in dict(kwargs.get("headers") or
-                                               (request.headers if request is not None else {}) or {}).items()}
+    headers = {
+        str(k): str(v)
+        for k, v in dict(kwargs.get("headers") or (request.headers if request is not None else {}) or {}).items()
+    }
     mime = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
     data, form = kwargs.get("data"), kwargs.get("form")
     body: bytes | None = None
@@ -277,8 +291,10 @@ def _hook(context: BrowserContext) -> _ApiHook:
     if isinstance(hook, _ApiHook):
         return hook
     if impl is None or hook is None:  # pragma: no cover - a Playwright whose internals moved
-        raise RuntimeError("this Playwright version's API request context cannot be gated by browserworker "
-                           "(no APIRequestContext._inner_fetch); pin the Playwright version browserworker supports")
+        raise RuntimeError(
+            "this Playwright version's API request context cannot be gated by browserworker "
+            "(no APIRequestContext._inner_fetch); pin the Playwright version browserworker supports"
+        )
     impl._inner_fetch = hook = _ApiHook(hook)
     return hook
 

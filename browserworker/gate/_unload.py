@@ -39,8 +39,11 @@ async def disarm_unload(page: Page) -> list[str]:
         return removed
     try:
         for expression in ("window", "document"):
-            target = (await session.send("Runtime.evaluate", {"expression": expression,
-                                                              "objectGroup": "browserworker-unload"}))["result"]
+            target = (
+                await session.send(
+                    "Runtime.evaluate", {"expression": expression, "objectGroup": "browserworker-unload"}
+                )
+            )["result"]
             object_id = target.get("objectId")
             if object_id is None:
                 continue
@@ -50,10 +53,14 @@ async def disarm_unload(page: Page) -> list[str]:
                 if kind not in UNLOAD_EVENTS:
                     continue
                 handler = (listener.get("handler") or {}).get("objectId")
-                args = [{"value": kind}, {"objectId": handler} if handler else {"value": None},
-                        {"value": bool(listener.get("useCapture"))}]
-                await session.send("Runtime.callFunctionOn", {"objectId": object_id, "functionDeclaration": _REMOVE,
-                                                              "arguments": args})
+                args = [
+                    {"value": kind},
+                    {"objectId": handler} if handler else {"value": None},
+                    {"value": bool(listener.get("useCapture"))},
+                ]
+                await session.send(
+                    "Runtime.callFunctionOn", {"objectId": object_id, "functionDeclaration": _REMOVE, "arguments": args}
+                )
                 removed.append(kind)
         await session.send("Runtime.releaseObjectGroup", {"objectGroup": "browserworker-unload"})
     except Exception as exc:  # the page navigated or closed meanwhile

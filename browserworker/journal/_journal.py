@@ -74,14 +74,16 @@ class RunJournal:
 
     async def start(self) -> None:
         """The run is RUNNING."""
-        await self._fenced(self.store.advance_run, self.run_id, self.epoch, RunState.RUNNING, worker=self.worker,
-                           decision="started")
+        await self._fenced(
+            self.store.advance_run, self.run_id, self.epoch, RunState.RUNNING, worker=self.worker, decision="started"
+        )
 
     async def end(self, state: RunState, error: str | None, decision: str) -> RunRecord:
         """Move the run to its end state (or NEEDS_REVIEW); returns it as it now is."""
         self.lease.ending = True
-        return await self._fenced(self.store.set_run_state, self.run_id, self.epoch, state, worker=self.worker,
-                                  error=error, decision=decision)
+        return await self._fenced(
+            self.store.set_run_state, self.run_id, self.epoch, state, worker=self.worker, error=error, decision=decision
+        )
 
     async def release(self, decision: str = "released") -> RunRecord:
         """Hand the run back (QUEUED) at a step boundary; returns it as it now is."""
@@ -109,15 +111,42 @@ class RunJournal:
     async def begin(self, step_id: str, kind: str, fingerprint: str) -> AttemptRecord:
         """Journal a new attempt: INTENT for an effect (demanding the dispatch margin), RUNNING for an action."""
         margin = self.settings.margin if kind == "effect" else 0.0
-        return await self._fenced(self.store.begin_attempt, self.run_id, self.epoch, step_id, kind,
-                                  self.request_key(step_id), fingerprint, worker=self.worker, margin=margin)
+        return await self._fenced(
+            self.store.begin_attempt,
+            self.run_id,
+            self.epoch,
+            step_id,
+            kind,
+            self.request_key(step_id),
+            fingerprint,
+            worker=self.worker,
+            margin=margin,
+        )
 
-    async def finish(self, attempt: AttemptRecord, state: AttemptState, *, decided_by: str, result: Any = None,
-                     evidence: Any = None, error: str | None = None, dispatched: bool = False) -> AttemptRecord:
+    async def finish(
+        self,
+        attempt: AttemptRecord,
+        state: AttemptState,
+        *,
+        decided_by: str,
+        result: Any = None,
+        evidence: Any = None,
+        error: str | None = None,
+        dispatched: bool = False,
+    ) -> AttemptRecord:
         """Journal an attempt's outcome (or a recovery's decision on it); returns the row as it now reads."""
-        return await self._fenced(self.store.finish_attempt, attempt, self.epoch, state, decided_by=decided_by,
-                                  result=result, evidence=evidence, error=error, worker=self.worker,
-                                  dispatched=dispatched)
+        return await self._fenced(
+            self.store.finish_attempt,
+            attempt,
+            self.epoch,
+            state,
+            decided_by=decided_by,
+            result=result,
+            evidence=evidence,
+            error=error,
+            worker=self.worker,
+            dispatched=dispatched,
+        )
 
     async def decide(self, attempt: AttemptRecord, decision: str, detail: Any = None) -> None:
         """Journal a decision about ``attempt`` that does not change its state (an event)."""
@@ -125,36 +154,62 @@ class RunJournal:
 
     async def decide_step(self, step_id: str, attempt_no: int, decision: str, detail: Any = None) -> None:
         """Journal a decision made during attempt ``attempt_no`` of ``step_id`` (an event)."""
-        await self._fenced(self.store.record_event, self.run_id, "decision", step_id=step_id,
-                           attempt_no=attempt_no, worker=self.worker, epoch=self.epoch, decision=decision,
-                           detail=detail)
+        await self._fenced(
+            self.store.record_event,
+            self.run_id,
+            "decision",
+            step_id=step_id,
+            attempt_no=attempt_no,
+            worker=self.worker,
+            epoch=self.epoch,
+            decision=decision,
+            detail=detail,
+        )
 
     # -- approvals -------------------------------------------------------------------------
 
-    async def request_approval(self, attempt: AttemptRecord, fingerprint: str, summary: dict[str, Any],
-                               screenshot: str | None, ttl: float) -> ApprovalRecord:
+    async def request_approval(
+        self, attempt: AttemptRecord, fingerprint: str, summary: dict[str, Any], screenshot: str | None, ttl: float
+    ) -> ApprovalRecord:
         """Ask a person to approve the request with ``fingerprint`` (the step's live approval of
         the same fingerprint is returned as it is; one of another is superseded)."""
-        return await self._fenced(self.store.approvals.request, self.run_id, self.epoch, attempt.step_id,
-                                  attempt.attempt_no, attempt.request_key, fingerprint, summary,
-                                  screenshot=screenshot, ttl=ttl, worker=self.worker)
+        return await self._fenced(
+            self.store.approvals.request,
+            self.run_id,
+            self.epoch,
+            attempt.step_id,
+            attempt.attempt_no,
+            attempt.request_key,
+            fingerprint,
+            summary,
+            screenshot=screenshot,
+            ttl=ttl,
+            worker=self.worker,
+        )
 
     async def park(self, approval_id: int) -> RunRecord:
         """Hand the run over to the decision on ``approval_id`` (AWAITING_APPROVAL, or QUEUED /
         FAILED if decided meanwhile); returns it as it now is."""
         self.lease.ending = True
-        return await self._fenced(self.store.approvals.park, self.run_id, self.epoch, approval_id,
-                                  worker=self.worker)
+        return await self._fenced(self.store.approvals.park, self.run_id, self.epoch, approval_id, worker=self.worker)
 
     # -- the gate: what left, and what came back ----------------------------------------------
 
-    async def dispatch(self, attempt: AttemptRecord, method: str, url: str, *, channel: str,
-                       margin: float | None = None) -> int:
+    async def dispatch(
+        self, attempt: AttemptRecord, method: str, url: str, *, channel: str, margin: float | None = None
+    ) -> int:
         """The gate's commit before a request leaves: ``dispatched_at`` and an outbox row, fenced by
         the epoch and (unless ``margin=0``, for what has left already) the dispatch margin.
         Returns the outbox id. Never marks the lease lost: the gate refuses and the executor decides."""
-        return await self.astore.call(self.store.mark_dispatched, attempt, self.epoch, method, url,
-                                      margin=self.settings.margin if margin is None else margin, channel=channel)
+        return await self.astore.call(
+            self.store.mark_dispatched,
+            attempt,
+            self.epoch,
+            method,
+            url,
+            margin=self.settings.margin if margin is None else margin,
+            channel=channel,
+        )
 
     async def answered(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None:
         await self.astore.call(self.store.record_response, outbox_id, status, url, headers)
@@ -163,8 +218,15 @@ class RunJournal:
         """The site answered ``status`` with a Retry-After of ``seconds``: pause the run's limit key
         fleet-wide (journaled as ``limit_paused`` on this run). Unfenced: it is what the site said."""
         key = self.run.limit_key or self.run.flow_name
-        await self.astore.call(self.store.pause_limit, key, seconds, f"HTTP {status} from {url}", run_id=self.run_id,
-                               detail={"status": status, "url": url}, worker=self.worker)
+        await self.astore.call(
+            self.store.pause_limit,
+            key,
+            seconds,
+            f"HTTP {status} from {url}",
+            run_id=self.run_id,
+            detail={"status": status, "url": url},
+            worker=self.worker,
+        )
 
     async def final(self, outbox_id: int, status: int, url: str) -> None:
         await self.astore.call(self.store.record_final, outbox_id, status, url)

@@ -17,8 +17,18 @@ from ..flow import Extensions
 from ..store.aio import AsyncStore
 from ..store.records import Owner, RunRecord
 
-__all__ = ["Lease", "LeaseSettings", "gone_here", "own_start_time", "owner_is_gone", "pid_space", "pid_start_time",
-           "process_is_gone", "process_token", "this_owner"]
+__all__ = [
+    "Lease",
+    "LeaseSettings",
+    "gone_here",
+    "own_start_time",
+    "owner_is_gone",
+    "pid_space",
+    "pid_start_time",
+    "process_is_gone",
+    "process_token",
+    "this_owner",
+]
 
 log = structlog.get_logger("browserworker.leases")
 
@@ -99,8 +109,7 @@ def this_owner(label: str = "run") -> Owner:
     """An owner identity for this process."""
     pid = os.getpid()
     host = socket.gethostname()
-    return Owner(worker=f"{label}-{host}-{pid}-{uuid.uuid4().hex[:6]}", host=host, pid=pid,
-                 pid_start=process_token())
+    return Owner(worker=f"{label}-{host}-{pid}-{uuid.uuid4().hex[:6]}", host=host, pid=pid, pid_start=process_token())
 
 
 def gone_here(host: str | None, pid: int | None, token: str | None) -> bool:
@@ -153,8 +162,9 @@ class Lease:
     extensions hear ``lease_lost`` (the executor shuts and closes the run's context).
     """
 
-    def __init__(self, store: AsyncStore, run_id: str, epoch: int, settings: LeaseSettings,
-                 extensions: Extensions | None = None) -> None:
+    def __init__(
+        self, store: AsyncStore, run_id: str, epoch: int, settings: LeaseSettings, extensions: Extensions | None = None
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.epoch = epoch
@@ -184,7 +194,7 @@ class Lease:
             self.lost = exc
             log.warning("lease lost", run_id=self.run_id, lease_epoch=self.epoch, error=str(exc))
             if self.extensions is not None:
-                self.extensions.notify("lease_lost", self.run_id, exc)
+                self.extensions.later.lease_lost(self.run_id, exc)
 
     async def _beat(self) -> None:
         while True:
@@ -196,7 +206,8 @@ class Lease:
                 # this process paused past its lease
                 await asyncio.wait_for(
                     self.store.call(self.store.store.heartbeat, self.run_id, self.epoch, self.settings.ttl),
-                    timeout=max(0.0, self.valid_until - started))
+                    timeout=max(0.0, self.valid_until - started),
+                )
                 self.valid_until = started + self.settings.ttl - self.settings.skew
             except LeaseLost as exc:
                 if not self.ending:
@@ -204,8 +215,12 @@ class Lease:
                 return
             except (TimeoutError, StoreError) as exc:  # keep trying until the lease runs out
                 if time.monotonic() >= self.valid_until:
-                    self.mark_lost(LeaseLost(f"run {self.run_id}: no heartbeat got through before the lease ran "
-                                             f"out (by this host's clock): {str(exc) or 'no answer'}"))
+                    self.mark_lost(
+                        LeaseLost(
+                            f"run {self.run_id}: no heartbeat got through before the lease ran "
+                            f"out (by this host's clock): {str(exc) or 'no answer'}"
+                        )
+                    )
                     return
                 log.warning("heartbeat failed", run_id=self.run_id, error=str(exc))
 

@@ -8,9 +8,10 @@ CLI and the console show).
 
 from ._activity import ActivitySlot, activity
 from ._backup import backup, check_db, migrate, restore
+from ._counters import ProcessCounters
 from ._evidence import mask, recordings_of, screenshot_file, screenshots
 from ._health import Breach, HealthRules, check, check_store, format_age, rules_from_options
-from ._metrics import MetricsServer, OpsSnapshot, ProcessCounters, exposition, snapshot
+from ._metrics import MetricsServer, OpsSnapshot, exposition, snapshot
 from ._ops_views import backup_line, check_lines, migrate_line, print_status, restore_lines
 from ._views import (
     Progress,

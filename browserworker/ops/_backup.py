@@ -32,8 +32,18 @@ from ..store.url import is_postgres, open_store
 from ._backup_common import BackupReport, DatabaseInUse, DbCheck, MigrateReport, RestoreReport, in_use_reasons
 from ._metrics import DEFAULT_STALE_AFTER
 
-__all__ = ["BackupReport", "DatabaseInUse", "DbCheck", "MigrateReport", "RestoreReport", "backup", "check_db",
-           "in_use_reasons", "migrate", "restore"]
+__all__ = [
+    "BackupReport",
+    "DatabaseInUse",
+    "DbCheck",
+    "MigrateReport",
+    "RestoreReport",
+    "backup",
+    "check_db",
+    "in_use_reasons",
+    "migrate",
+    "restore",
+]
 
 Target = str | os.PathLike[str]
 
@@ -52,8 +62,9 @@ def backup(db: Target, dest: Target, *, schema: str | None = None) -> BackupRepo
     return report
 
 
-def restore(src: Target, db: Target, *, schema: str | None = None,
-            stale_after: float = DEFAULT_STALE_AFTER) -> RestoreReport:
+def restore(
+    src: Target, db: Target, *, schema: str | None = None, stale_after: float = DEFAULT_STALE_AFTER
+) -> RestoreReport:
     """Replace the store at ``db`` (in ``schema``: PostgreSQL) with the backup ``src``; refuse
     while the store is in use."""
     report: RestoreReport = _dialect(os.fspath(db)).restore(Path(src), os.fspath(db), schema, stale_after)
@@ -76,7 +87,11 @@ def migrate(db: Target, *, schema: str | None = None) -> MigrateReport:
         after, location = store.schema_version, store.location
     finally:
         store.close()
-    return MigrateReport(store=location, dialect=dialect.DIALECT, before=before or 0, after=after,
-                         supported=dialect.SCHEMA_VERSION, created=before is None)
-
-
+    return MigrateReport(
+        store=location,
+        dialect=dialect.DIALECT,
+        before=before or 0,
+        after=after,
+        supported=dialect.SCHEMA_VERSION,
+        created=before is None,
+    )

@@ -16,8 +16,8 @@ from ..journal import gone_here
 from ..store.base import Store
 from ._metrics import DEFAULT_STALE_AFTER
 
-__all__ = ["BackupReport", "DatabaseInUse", "DbCheck", "MigrateReport", "RestoreReport", "in_use_reasons",
-           "write_new"]
+__all__ = ["BackupReport", "DatabaseInUse", "DbCheck", "MigrateReport", "RestoreReport", "in_use_reasons", "write_new"]
+
 
 class DatabaseInUse(UsageError):
     """Restore refused: something is (or may be) using the database."""
@@ -41,11 +41,11 @@ class BackupReport:
 class RestoreReport:
     source: str
     db: str
-    previous: str | None          # where the replaced store was kept (a file; a schema)
+    previous: str | None  # where the replaced store was kept (a file; a schema)
     schema_version: int
     runs: dict[str, int]
-    requeued: list[str]           # leased runs handed back to the queue
-    flagged: int                  # unfinished runs that will be reconciled before any dispatch
+    requeued: list[str]  # leased runs handed back to the queue
+    flagged: int  # unfinished runs that will be reconciled before any dispatch
     backup_last_event_at: float | None
     dialect: str = "sqlite"
 
@@ -78,17 +78,24 @@ class DbCheck:
 class MigrateReport:
     store: str
     dialect: str
-    before: int                   # the schema version found (0: there was no store)
+    before: int  # the schema version found (0: there was no store)
     after: int
-    supported: int                # this browserworker's version for the dialect
+    supported: int  # this browserworker's version for the dialect
     created: bool
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def in_use_reasons(store: Store, *, now: float | None = None, stale_after: float = DEFAULT_STALE_AFTER,
-                   host: str | None = None, workers: bool = True, leases: bool = True) -> list[str]:
+def in_use_reasons(
+    store: Store,
+    *,
+    now: float | None = None,
+    stale_after: float = DEFAULT_STALE_AFTER,
+    host: str | None = None,
+    workers: bool = True,
+    leases: bool = True,
+) -> list[str]:
     """Why the database behind ``store`` may be in use, per its worker registry (``workers``)
     and its leases (``leases``: False for a store too old to have the table)."""
     now = time.time() if now is None else now
@@ -101,8 +108,10 @@ def in_use_reasons(store: Store, *, now: float | None = None, stale_after: float
     for r in store.live_leases(now) if leases else []:
         if r.owner_host == host and gone_here(r.owner_host, r.owner_pid, r.owner_pid_start):
             continue
-        reasons.append(f"run {r.id} is leased by {r.owner} (pid {r.owner_pid} on {r.owner_host}) "
-                       f"for {r.lease_expires_at - now:.0f}s more")
+        reasons.append(
+            f"run {r.id} is leased by {r.owner} (pid {r.owner_pid} on {r.owner_host}) "
+            f"for {r.lease_expires_at - now:.0f}s more"
+        )
     return reasons
 
 

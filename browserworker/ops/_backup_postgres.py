@@ -87,9 +87,15 @@ def backup(db: str, dest: Path, schema: str | None = None) -> BackupReport:
             raise StoreError(f"the backup of {location} does not hold the store's journal tables")
 
     write_new(dest, write)
-    return BackupReport(source=location, dest=str(dest), bytes=dest.stat().st_size,
-                        seconds=round(time.monotonic() - started, 3), schema_version=seen[0].schema_version,
-                        runs=seen[0].runs, integrity="ok")
+    return BackupReport(
+        source=location,
+        dest=str(dest),
+        bytes=dest.stat().st_size,
+        seconds=round(time.monotonic() - started, 3),
+        schema_version=seen[0].schema_version,
+        runs=seen[0].runs,
+        integrity="ok",
+    )
 
 
 def check_db(db: str, schema: str | None = None) -> DbCheck:
@@ -105,8 +111,18 @@ def check_db(db: str, schema: str | None = None) -> DbCheck:
         if unchecked:
             notes.append(f"indexes not checked: {unchecked}")
     broken += corrupt
-    return DbCheck(location, "; ".join(broken) or "ok", found.schema_version, SCHEMA_VERSION, "n/a", 0, found.runs,
-                   broken + problems, notes, dialect=DIALECT)
+    return DbCheck(
+        location,
+        "; ".join(broken) or "ok",
+        found.schema_version,
+        SCHEMA_VERSION,
+        "n/a",
+        0,
+        found.runs,
+        broken + problems,
+        notes,
+        dialect=DIALECT,
+    )
 
 
 def _version_problems(found: SchemaFacts, notes: list[str]) -> list[str]:
@@ -117,8 +133,10 @@ def _version_problems(found: SchemaFacts, notes: list[str]) -> list[str]:
     if found.schema_version > SCHEMA_VERSION:
         return [f"schema version {found.schema_version} is newer than this browserworker ({SCHEMA_VERSION})"]
     if found.schema_version < SCHEMA_VERSION:
-        notes.append(f"schema version {found.schema_version} is older than this browserworker ({SCHEMA_VERSION}); "
-                     "opening it with any command (or `browserworker migrate`) migrates it")
+        notes.append(
+            f"schema version {found.schema_version} is older than this browserworker ({SCHEMA_VERSION}); "
+            "opening it with any command (or `browserworker migrate`) migrates it"
+        )
     return []
 
 
@@ -153,9 +171,17 @@ def restore(src: Path, db: str, schema: str | None, stale_after: float) -> Resto
         except BaseException:
             _put_back(conn, name, previous)
             raise
-    return RestoreReport(source=str(src), db=location, previous=previous, schema_version=found.schema_version,
-                         runs=found.runs, requeued=fence.requeued, flagged=fence.flagged,
-                         backup_last_event_at=fence.last_event_at, dialect=DIALECT)
+    return RestoreReport(
+        source=str(src),
+        db=location,
+        previous=previous,
+        schema_version=found.schema_version,
+        runs=found.runs,
+        requeued=fence.requeued,
+        flagged=fence.flagged,
+        backup_last_event_at=fence.last_event_at,
+        dialect=DIALECT,
+    )
 
 
 def _check_backup(src: Path, schema: str) -> None:
@@ -170,11 +196,15 @@ def _check_backup(src: Path, schema: str) -> None:
     if dumped.schema is None or not _JOURNAL <= dumped.tables or dumped.schema_version < 1:
         raise UsageError(f"{src} is not a backup of a browserworker store (no journal tables)")
     if dumped.schema != schema:
-        raise UsageError(f"{src} is a backup of the schema {dumped.schema} (pg_restore recreates the schema it was "
-                         f"taken from): restore it with --db-schema {dumped.schema}")
+        raise UsageError(
+            f"{src} is a backup of the schema {dumped.schema} (pg_restore recreates the schema it was "
+            f"taken from): restore it with --db-schema {dumped.schema}"
+        )
     if dumped.schema_version > SCHEMA_VERSION:
-        raise UsageError(f"{src} has schema version {dumped.schema_version}, newer than this browserworker "
-                         f"({SCHEMA_VERSION}); upgrade browserworker")
+        raise UsageError(
+            f"{src} has schema version {dumped.schema_version}, newer than this browserworker "
+            f"({SCHEMA_VERSION}); upgrade browserworker"
+        )
 
 
 def _set_aside(conn: Any, url: str, schema: str, location: str, stale_after: float) -> str:
@@ -182,8 +212,10 @@ def _set_aside(conn: Any, url: str, schema: str, location: str, stale_after: flo
     and say to what."""
     sessions = store_sessions(conn, schema)
     if sessions:
-        raise DatabaseInUse(f"{location} is in use: {len(sessions)} sessions of the store are connected "
-                            f"({'; '.join(sessions)}); stop the workers, runs and metrics servers using it first")
+        raise DatabaseInUse(
+            f"{location} is in use: {len(sessions)} sessions of the store are connected "
+            f"({'; '.join(sessions)}); stop the workers, runs and metrics servers using it first"
+        )
     store = PostgresStore(url, schema=schema, migrating=False)
     try:
         reasons = in_use_reasons(store, now=store.now(), stale_after=stale_after)
@@ -211,6 +243,10 @@ def _put_back(conn: Any, schema: str, previous: str | None) -> None:
         if previous is not None:
             rename(conn, previous, schema)
     except Exception as exc:
-        kept = f"the previous store is kept as the schema {previous}: rename it back with ALTER SCHEMA {previous} " \
-               f"RENAME TO {schema}" if previous else "no store was there before"
+        kept = (
+            f"the previous store is kept as the schema {previous}: rename it back with ALTER SCHEMA {previous} "
+            f"RENAME TO {schema}"
+            if previous
+            else "no store was there before"
+        )
         raise StoreError(f"the restore failed, and so did undoing it ({exc}); {kept}") from exc

@@ -47,9 +47,15 @@ def backup(db: str, dest: Path, schema: str | None = None) -> BackupReport:
 
     write_new(dest, write)
     copy = facts[0]
-    return BackupReport(source=str(src_path), dest=str(dest), bytes=dest.stat().st_size,
-                        seconds=round(time.monotonic() - started, 3), schema_version=copy.schema_version,
-                        runs=copy.runs, integrity=copy.integrity)
+    return BackupReport(
+        source=str(src_path),
+        dest=str(dest),
+        bytes=dest.stat().st_size,
+        seconds=round(time.monotonic() - started, 3),
+        schema_version=copy.schema_version,
+        runs=copy.runs,
+        integrity=copy.integrity,
+    )
 
 
 def restore(src_path: Path, db: str, schema: str | None, stale_after: float) -> RestoreReport:
@@ -71,8 +77,10 @@ def restore(src_path: Path, db: str, schema: str | None, stale_after: float) -> 
     if source.integrity != "ok":
         raise UsageError(f"{src_path} failed its integrity check: {source.integrity}")
     if source.schema_version > SCHEMA_VERSION:
-        raise UsageError(f"{src_path} has schema version {source.schema_version}, newer than this browserworker "
-                         f"({SCHEMA_VERSION}); upgrade browserworker")
+        raise UsageError(
+            f"{src_path} has schema version {source.schema_version}, newer than this browserworker "
+            f"({SCHEMA_VERSION}); upgrade browserworker"
+        )
     existed = db_path.exists() and db_path.stat().st_size > 0
     db_path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -84,24 +92,34 @@ def restore(src_path: Path, db: str, schema: str | None, stale_after: float) -> 
             sqlite_files.checkpoint(target)
             runs = sqlite_files.facts_of(target).runs
     except sqlite_files.Locked as exc:
-        raise DatabaseInUse(f"{db_path} is in use: another process has it open ({exc}); stop the workers, "
-                            "runs and metrics servers using it first") from None
+        raise DatabaseInUse(
+            f"{db_path} is in use: another process has it open ({exc}); stop the workers, "
+            "runs and metrics servers using it first"
+        ) from None
     store = SQLiteStore(db_path)  # migrates a backup from an older browserworker
     try:
         version = store.schema_version
     finally:
         store.close()
-    return RestoreReport(source=str(src_path), db=str(db_path), previous=None if previous is None else str(previous),
-                         schema_version=version, runs=runs, requeued=fence.requeued, flagged=fence.flagged,
-                         backup_last_event_at=fence.last_event_at)
+    return RestoreReport(
+        source=str(src_path),
+        db=str(db_path),
+        previous=None if previous is None else str(previous),
+        schema_version=version,
+        runs=runs,
+        requeued=fence.requeued,
+        flagged=fence.flagged,
+        backup_last_event_at=fence.last_event_at,
+    )
 
 
 def _keep_previous(target: SQLiteConnector, db_path: Path, stale_after: float) -> Path:
     """Refuse (:class:`DatabaseInUse`) if the held database is in use; else copy it to
     ``DB.pre-restore-<time>`` and say where."""
     version = target.schema_version
-    reasons = in_use_reasons(SQLStore(target), stale_after=stale_after, workers=version >= _WORKERS_SINCE,
-                             leases=version >= _RUNS_SINCE)
+    reasons = in_use_reasons(
+        SQLStore(target), stale_after=stale_after, workers=version >= _WORKERS_SINCE, leases=version >= _RUNS_SINCE
+    )
     if reasons:
         raise DatabaseInUse(f"{db_path} is in use: " + "; ".join(reasons))
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -132,8 +150,10 @@ def check_db(db: str, schema: str | None = None) -> DbCheck:
     if version > SCHEMA_VERSION:
         problems.append(f"schema version {version} is newer than this browserworker ({SCHEMA_VERSION})")
     elif version < SCHEMA_VERSION:
-        notes.append(f"schema version {version} is older than this browserworker ({SCHEMA_VERSION}); "
-                        "opening it with any command migrates it")
+        notes.append(
+            f"schema version {version} is older than this browserworker ({SCHEMA_VERSION}); "
+            "opening it with any command migrates it"
+        )
     if fk:
         problems.append(f"{fk} rows violate foreign keys")
     return DbCheck(str(path), integrity, version, SCHEMA_VERSION, facts.journal_mode, fk, facts.runs, problems, notes)

@@ -14,8 +14,9 @@ from ..store.records import REDACTED, RunRecord
 __all__ = ["Recording", "mask", "recordings_of", "screenshot_file", "screenshots"]
 
 #: headers whose values are credentials (masked in every view)
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key",
-                            "x-csrf-token", "x-xsrf-token"})
+SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "x-csrf-token", "x-xsrf-token"}
+)
 _MIN_SECRET = 3  # shorter values are not searched for inside other strings
 
 
@@ -23,15 +24,24 @@ def mask(value: Any, run: RunRecord) -> Any:
     """``value`` (JSON-like) with the run's secrets masked: the values of its secret inputs,
     wherever they appear, and every field named as a secret input or a credential header."""
     names = {str(n).lower() for n in run.secret_fields} | SECRET_HEADERS
-    secrets = sorted({str(run.inputs[n]) for n in run.secret_fields if n in run.inputs
-                      and run.inputs[n] is not None and len(str(run.inputs[n])) >= _MIN_SECRET}, key=len, reverse=True)
+    secrets = sorted(
+        {
+            str(run.inputs[n])
+            for n in run.secret_fields
+            if n in run.inputs and run.inputs[n] is not None and len(str(run.inputs[n])) >= _MIN_SECRET
+        },
+        key=len,
+        reverse=True,
+    )
     return _mask(value, names, secrets)
 
 
 def _mask(value: Any, names: set[str], secrets: list[str]) -> Any:
     if isinstance(value, dict):
-        return {k: REDACTED if str(k).lower() in names and v is not None else _mask(v, names, secrets)
-                for k, v in value.items()}
+        return {
+            k: REDACTED if str(k).lower() in names and v is not None else _mask(v, names, secrets)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_mask(v, names, secrets) for v in value]
     if isinstance(value, str):
@@ -93,7 +103,10 @@ def recordings_of(run_id: str, root: Path) -> list[Recording]:
         if not isinstance(meta, dict) or meta.get("run_id") != run_id:
             continue
         base = meta_file.parent.resolve()
-        traces = tuple(p for p in ((base / t).resolve() for t in meta.get("traces") or [] if isinstance(t, str))
-                       if p.is_relative_to(base) and p.is_file())
+        traces = tuple(
+            p
+            for p in ((base / t).resolve() for t in meta.get("traces") or [] if isinstance(t, str))
+            if p.is_relative_to(base) and p.is_file()
+        )
         found.append(Recording(meta_file.parent.name, meta_file.parent, meta.get("status"), traces))
     return found

@@ -23,8 +23,16 @@ from ..errors import UsageError
 from ..store.base import Store
 from ._metrics import DEFAULT_STALE_AFTER, OpsSnapshot, snapshot
 
-__all__ = ["Breach", "HealthRules", "check", "check_store", "format_age", "parse_duration", "parse_growth",
-           "rules_from_options"]
+__all__ = [
+    "Breach",
+    "HealthRules",
+    "check",
+    "check_store",
+    "format_age",
+    "parse_duration",
+    "parse_growth",
+    "rules_from_options",
+]
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -97,16 +105,24 @@ def _count(text: str, option: str) -> int:
     return int(text)
 
 
-def rules_from_options(*, max_queue_age: str = "5m", max_unknown: str = "off", max_unknown_growth: str = "0/10m",
-                       max_stale_workers: str = "0", stale_after: str = "60s") -> HealthRules:
+def rules_from_options(
+    *,
+    max_queue_age: str = "5m",
+    max_unknown: str = "off",
+    max_unknown_growth: str = "0/10m",
+    max_stale_workers: str = "0",
+    stale_after: str = "60s",
+) -> HealthRules:
     """Rules from the ``health`` command's options (each may be ``off``)."""
     growth, window = (None, 600.0) if _off(max_unknown_growth) else parse_growth(max_unknown_growth)
     return HealthRules(
         max_queue_age=None if _off(max_queue_age) else parse_duration(max_queue_age),
         max_unknown=None if _off(max_unknown) else _count(max_unknown, "--max-unknown"),
-        max_unknown_growth=growth, growth_window=window,
+        max_unknown_growth=growth,
+        growth_window=window,
         max_stale_workers=None if _off(max_stale_workers) else _count(max_stale_workers, "--max-stale-workers"),
-        stale_after=parse_duration(stale_after))
+        stale_after=parse_duration(stale_after),
+    )
 
 
 def check(snap: OpsSnapshot, rules: HealthRules) -> list[Breach]:
@@ -115,28 +131,45 @@ def check(snap: OpsSnapshot, rules: HealthRules) -> list[Breach]:
     if rules.max_queue_age is not None:
         for q in snap.queues:
             if q.oldest_ready_age is not None and q.oldest_ready_age > rules.max_queue_age:
-                breaches.append(Breach("max-queue-age", q.name,
-                                       f"queue {q.name}: oldest claimable run waited {format_age(q.oldest_ready_age)} "
-                                       f"(max {format_age(rules.max_queue_age)}; {q.ready} claimable, "
-                                       f"{q.queued} queued)"))
+                breaches.append(
+                    Breach(
+                        "max-queue-age",
+                        q.name,
+                        f"queue {q.name}: oldest claimable run waited {format_age(q.oldest_ready_age)} "
+                        f"(max {format_age(rules.max_queue_age)}; {q.ready} claimable, "
+                        f"{q.queued} queued)",
+                    )
+                )
     if rules.max_unknown is not None and snap.unknown_open > rules.max_unknown:
         steps = ", ".join(f"{s.flow}/{s.step} {s.open}" for s in snap.unknown if s.open)
-        breaches.append(Breach("max-unknown", "*", f"{snap.unknown_open} effect attempts UNKNOWN (max "
-                                                   f"{rules.max_unknown}): {steps}"))
+        breaches.append(
+            Breach(
+                "max-unknown", "*", f"{snap.unknown_open} effect attempts UNKNOWN (max {rules.max_unknown}): {steps}"
+            )
+        )
     if rules.max_unknown_growth is not None:
         for q in snap.queues:
             if q.unknown_recent > rules.max_unknown_growth:
                 pending = "nothing pending, but " if q.queued == 0 else ""
-                breaches.append(Breach("max-unknown-growth", q.name,
-                                       f"queue {q.name}: {pending}{q.unknown_recent} new unresolved UNKNOWN attempts "
-                                       f"in the last {format_age(snap.window)} (max {rules.max_unknown_growth})"))
+                breaches.append(
+                    Breach(
+                        "max-unknown-growth",
+                        q.name,
+                        f"queue {q.name}: {pending}{q.unknown_recent} new unresolved UNKNOWN attempts "
+                        f"in the last {format_age(snap.window)} (max {rules.max_unknown_growth})",
+                    )
+                )
     if rules.max_stale_workers is not None:
         stale = [w for w in snap.workers if w.status in ("stale", "dead")]
         if len(stale) > rules.max_stale_workers:
-            who = ", ".join(f"{w.id} ({w.host} pid {w.pid}{', gone' if w.status == 'dead' else ''}, last heartbeat "
-                            f"{format_age(w.heartbeat_age)} ago)" for w in stale)
-            breaches.append(Breach("max-stale-workers", "*",
-                                   f"{len(stale)} stale workers (max {rules.max_stale_workers}): {who}"))
+            who = ", ".join(
+                f"{w.id} ({w.host} pid {w.pid}{', gone' if w.status == 'dead' else ''}, last heartbeat "
+                f"{format_age(w.heartbeat_age)} ago)"
+                for w in stale
+            )
+            breaches.append(
+                Breach("max-stale-workers", "*", f"{len(stale)} stale workers (max {rules.max_stale_workers}): {who}")
+            )
     return breaches
 
 

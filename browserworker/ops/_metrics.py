@@ -49,9 +49,9 @@ __all__ = [
 RECONCILE_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 #: Seconds a run spent from its queue to being started, or to confirmed completion.
 QUEUE_AGE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
-DEFAULT_WINDOW = 600.0       # "recent": the last 10 minutes
-DEFAULT_STALE_AFTER = 60.0   # a worker that has not heartbeated for this long is stale
-GONE_AFTER = 3600.0          # ... and after an hour it is history, not an alert
+DEFAULT_WINDOW = 600.0  # "recent": the last 10 minutes
+DEFAULT_STALE_AFTER = 60.0  # a worker that has not heartbeated for this long is stale
+GONE_AFTER = 3600.0  # ... and after an hour it is history, not an alert
 
 
 @dataclass(frozen=True)
@@ -126,8 +126,9 @@ class QueueAges:
         out: dict[str, dict[str, Histogram]] = {}
         for kind in self.KINDS:
             labels = sorted(set(self._base[kind]) | set(recent[kind]))
-            out[kind] = {q: self._base[kind].get(q, _Counts(QUEUE_AGE_BUCKETS)).plus(recent[kind].get(q))
-                         for q in labels}
+            out[kind] = {
+                q: self._base[kind].get(q, _Counts(QUEUE_AGE_BUCKETS)).plus(recent[kind].get(q)) for q in labels
+            }
         return out
 
 
@@ -141,8 +142,8 @@ class QueueStatus:
     ready: int
     oldest_ready_age: float | None
     max_depth: int | None
-    unknown: int          # effect attempts UNKNOWN now, in this queue's runs
-    unknown_recent: int   # ... of which became UNKNOWN within the window
+    unknown: int  # effect attempts UNKNOWN now, in this queue's runs
+    unknown_recent: int  # ... of which became UNKNOWN within the window
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class WorkerStatus:
     id: str
     host: str
     pid: int
-    status: str           # healthy | unhealthy (lost a lease) | stale (no heartbeat) | dead (pid gone) | stopped
+    status: str  # healthy | unhealthy (lost a lease) | stale (no heartbeat) | dead (pid gone) | stopped
     heartbeat_age: float
     concurrency: int
     queues: list[str]
@@ -165,7 +166,7 @@ class StepUnknown:
 
     flow: str
     step: str
-    open: int             # UNKNOWN now
+    open: int  # UNKNOWN now
     classified_total: int  # ever classified UNKNOWN
     classified_recent: int
 
@@ -200,11 +201,14 @@ class OpsSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["duplicates_prevented"] = [{"flow": f, "step": s, "by": b, "count": n}
-                                        for (f, s, b), n in sorted(self.duplicates_prevented.items())]
+        data["duplicates_prevented"] = [
+            {"flow": f, "step": s, "by": b, "count": n} for (f, s, b), n in sorted(self.duplicates_prevented.items())
+        ]
         for key in ("reconcile_latency", "queue_age_at_dispatch", "queue_age_at_completion"):
-            data[key] = {k: {"count": h.count, "sum": round(h.sum, 3), "buckets": {str(b): c for b, c in h.buckets}}
-                         for k, h in getattr(self, key).items()}
+            data[key] = {
+                k: {"count": h.count, "sum": round(h.sum, 3), "buckets": {str(b): c for b, c in h.buckets}}
+                for k, h in getattr(self, key).items()
+            }
         data["unknown_open"] = self.unknown_open
         return data
 
@@ -231,8 +235,15 @@ def reconcile_decision(kind: str, from_state: str | None, to_state: str | None, 
     return None  # a fresh attempt: the lost lease left nothing in doubt
 
 
-def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float = DEFAULT_STALE_AFTER,
-             now: float | None = None, ages: QueueAges | None = None, histograms: bool = True) -> OpsSnapshot:
+def snapshot(
+    store: Store,
+    *,
+    window: float = DEFAULT_WINDOW,
+    stale_after: float = DEFAULT_STALE_AFTER,
+    now: float | None = None,
+    ages: QueueAges | None = None,
+    histograms: bool = True,
+) -> OpsSnapshot:
     """Read the queue-health picture from ``store`` (a handful of indexed queries).
 
     ``histograms=False`` skips the queue-age histograms (``status`` and ``health`` do not
@@ -250,10 +261,16 @@ def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float
     for worker in workers:
         worker_counts[worker.status] += 1
     classified = {(c.flow_name, c.step_id): c for c in store.unknown_classified(since)}
-    unknown = [StepUnknown(flow=f, step=s, open=step_open.get((f, s), 0),
-                           classified_total=classified[(f, s)].n if (f, s) in classified else 0,
-                           classified_recent=(classified[(f, s)].recent or 0) if (f, s) in classified else 0)
-               for f, s in sorted(set(classified) | set(step_open))]
+    unknown = [
+        StepUnknown(
+            flow=f,
+            step=s,
+            open=step_open.get((f, s), 0),
+            classified_total=classified[(f, s)].n if (f, s) in classified else 0,
+            classified_recent=(classified[(f, s)].recent or 0) if (f, s) in classified else 0,
+        )
+        for f, s in sorted(set(classified) | set(step_open))
+    ]
     expiries_total, expiries_recent = store.lease_expiries(since)
     duplicates: dict[tuple[str, str, str], int] = {}
     for d in store.duplicates_prevented():
@@ -261,17 +278,31 @@ def snapshot(store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float
         duplicates[dup] = duplicates.get(dup, 0) + d.n
     queue_ages = (ages or QueueAges()).read(store, now) if histograms else {}
     return OpsSnapshot(
-        at=now, window=window, stale_after=stale_after, host=socket.gethostname(), queues=queues,
-        states=dict(sorted(states.items())), workers=workers, unknown=unknown,
-        lease_expiries_total=expiries_total, lease_expiries_recent=expiries_recent,
-        duplicates_prevented=duplicates, reconcile_latency=_reconcile_latency(store),
-        queue_age_at_dispatch=queue_ages.get("dispatch", {}), queue_age_at_completion=queue_ages.get("completion", {}),
-        schema_version=store.schema_version, db=store.location or None,
-        worker_counts=worker_counts, limits=store.limits(), limit_pauses=store.limit_pauses())
+        at=now,
+        window=window,
+        stale_after=stale_after,
+        host=socket.gethostname(),
+        queues=queues,
+        states=dict(sorted(states.items())),
+        workers=workers,
+        unknown=unknown,
+        lease_expiries_total=expiries_total,
+        lease_expiries_recent=expiries_recent,
+        duplicates_prevented=duplicates,
+        reconcile_latency=_reconcile_latency(store),
+        queue_age_at_dispatch=queue_ages.get("dispatch", {}),
+        queue_age_at_completion=queue_ages.get("completion", {}),
+        schema_version=store.schema_version,
+        db=store.location or None,
+        worker_counts=worker_counts,
+        limits=store.limits(),
+        limit_pauses=store.limit_pauses(),
+    )
 
 
-def _queues(store: Store, counts: list[StateCount], now: float,
-            since: float) -> tuple[list[QueueStatus], dict[tuple[str, str], int]]:
+def _queues(
+    store: Store, counts: list[StateCount], now: float, since: float
+) -> tuple[list[QueueStatus], dict[tuple[str, str], int]]:
     """Each queue's status, and how many attempts of each (flow, step) are UNKNOWN now."""
     per_queue: dict[str, dict[str, int]] = {}
     for c in counts:
@@ -290,10 +321,18 @@ def _queues(store: Store, counts: list[StateCount], now: float,
         q = queued.get(name)
         oldest = q.oldest_ready_at if q is not None else None
         n_unknown, n_recent = q_unknown.get(name, (0, 0))
-        queues.append(QueueStatus(name=name, states=dict(sorted(per_queue.get(name, {}).items())),
-                                  queued=q.queued if q else 0, ready=(q.ready or 0) if q else 0,
-                                  oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
-                                  max_depth=limits.get(name), unknown=n_unknown, unknown_recent=n_recent))
+        queues.append(
+            QueueStatus(
+                name=name,
+                states=dict(sorted(per_queue.get(name, {}).items())),
+                queued=q.queued if q else 0,
+                ready=(q.ready or 0) if q else 0,
+                oldest_ready_age=None if oldest is None else max(0.0, now - oldest),
+                max_depth=limits.get(name),
+                unknown=n_unknown,
+                unknown_recent=n_recent,
+            )
+        )
     return queues, step_open
 
 
@@ -311,8 +350,18 @@ def _workers(store: Store, now: float, since: float, stale_after: float) -> list
             status = "stale"
         else:
             status = "unhealthy" if w.health == "unhealthy" else "healthy"
-        workers.append(WorkerStatus(id=w.id, host=w.host, pid=w.pid, status=status, heartbeat_age=age,
-                                    concurrency=w.concurrency, queues=[str(q) for q in w.queues], leased=load.leased))
+        workers.append(
+            WorkerStatus(
+                id=w.id,
+                host=w.host,
+                pid=w.pid,
+                status=status,
+                heartbeat_age=age,
+                concurrency=w.concurrency,
+                queues=[str(q) for q in w.queues],
+                leased=load.leased,
+            )
+        )
     return workers
 
 
@@ -327,6 +376,7 @@ def _reconcile_latency(store: Store) -> dict[str, Histogram]:
 
 
 # -- Prometheus -------------------------------------------------------------------------
+
 
 def _histogram(name: str, doc: str, label: str, data: dict[str, Histogram]) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, doc, labels=[label])
@@ -344,10 +394,14 @@ def _queue_families(snap: OpsSnapshot) -> Iterator[Metric]:
     runs = GaugeMetricFamily("browserworker_runs", "Runs by queue and state.", labels=["queue", "state"])
     depth = GaugeMetricFamily("browserworker_queue_depth", "QUEUED runs (including delayed ones).", labels=["queue"])
     ready = GaugeMetricFamily("browserworker_queue_ready", "QUEUED runs a worker may claim now.", labels=["queue"])
-    age = GaugeMetricFamily("browserworker_queue_oldest_age_seconds",
-                            "Age of the oldest claimable QUEUED run (0 when none).", labels=["queue"])
-    limit = GaugeMetricFamily("browserworker_queue_max_depth", "The queue's backpressure limit, where one is set.",
-                              labels=["queue"])
+    age = GaugeMetricFamily(
+        "browserworker_queue_oldest_age_seconds",
+        "Age of the oldest claimable QUEUED run (0 when none).",
+        labels=["queue"],
+    )
+    limit = GaugeMetricFamily(
+        "browserworker_queue_max_depth", "The queue's backpressure limit, where one is set.", labels=["queue"]
+    )
     awaiting = GaugeMetricFamily("browserworker_runs_awaiting_approval", "Runs waiting for approval.", labels=["queue"])
     for q in snap.queues:
         awaiting.add_metric([q.name], q.states.get("AWAITING_APPROVAL", 0))
@@ -363,16 +417,22 @@ def _queue_families(snap: OpsSnapshot) -> Iterator[Metric]:
 
 def _unknown_families(snap: OpsSnapshot) -> Iterator[Metric]:
     """Effect attempts in doubt, now and ever, by queue and by step."""
-    unknown = GaugeMetricFamily("browserworker_unknown_attempts",
-                                "Effect attempts UNKNOWN now (dispatched, outcome unproven, not yet reconciled).",
-                                labels=["queue"])
+    unknown = GaugeMetricFamily(
+        "browserworker_unknown_attempts",
+        "Effect attempts UNKNOWN now (dispatched, outcome unproven, not yet reconciled).",
+        labels=["queue"],
+    )
     for q in snap.queues:
         unknown.add_metric([q.name], q.unknown)
     yield unknown
-    step_unknown = GaugeMetricFamily("browserworker_step_unknown_attempts", "UNKNOWN attempts now, by effect step.",
-                                     labels=["flow", "step"])
-    classified = CounterMetricFamily("browserworker_unknown_classified",
-                                     "Effect attempts ever classified UNKNOWN, by effect step.", labels=["flow", "step"])
+    step_unknown = GaugeMetricFamily(
+        "browserworker_step_unknown_attempts", "UNKNOWN attempts now, by effect step.", labels=["flow", "step"]
+    )
+    classified = CounterMetricFamily(
+        "browserworker_unknown_classified",
+        "Effect attempts ever classified UNKNOWN, by effect step.",
+        labels=["flow", "step"],
+    )
     for s in snap.unknown:
         step_unknown.add_metric([s.flow, s.step], s.open)
         classified.add_metric([s.flow, s.step], s.classified_total)
@@ -381,16 +441,22 @@ def _unknown_families(snap: OpsSnapshot) -> Iterator[Metric]:
 
 def _limit_families(snap: OpsSnapshot) -> Iterator[Metric]:
     """Budgets of limit keys: pauses now and ever, live runs against each budget."""
-    yield GaugeMetricFamily("browserworker_limit_paused_keys", "Limit keys paused now (a site's Retry-After).",
-                            value=sum(1 for b in snap.limits if b.paused))
-    pauses = CounterMetricFamily("browserworker_limit_pauses", "Pauses of a limit key from a 429/503 Retry-After.",
-                                 labels=["key"])
+    yield GaugeMetricFamily(
+        "browserworker_limit_paused_keys",
+        "Limit keys paused now (a site's Retry-After).",
+        value=sum(1 for b in snap.limits if b.paused),
+    )
+    pauses = CounterMetricFamily(
+        "browserworker_limit_pauses", "Pauses of a limit key from a 429/503 Retry-After.", labels=["key"]
+    )
     for key, n in sorted(snap.limit_pauses.items()):
         pauses.add_metric([key], n)
-    live = GaugeMetricFamily("browserworker_limit_live_runs", "Runs of each limit key with a budget LEASED or "
-                             "RUNNING now.", labels=["key"])
-    concurrency = GaugeMetricFamily("browserworker_limit_concurrency", "Each limit key's concurrency budget.",
-                                    labels=["key"])
+    live = GaugeMetricFamily(
+        "browserworker_limit_live_runs", "Runs of each limit key with a budget LEASED or RUNNING now.", labels=["key"]
+    )
+    concurrency = GaugeMetricFamily(
+        "browserworker_limit_concurrency", "Each limit key's concurrency budget.", labels=["key"]
+    )
     for b in snap.limits:
         live.add_metric([b.key], b.live)
         if b.concurrency is not None:
@@ -403,41 +469,57 @@ def families(snap: OpsSnapshot) -> Iterator[Metric]:
     yield from _queue_families(snap)
     yield from _limit_families(snap)
     yield from _unknown_families(snap)
-    yield CounterMetricFamily("browserworker_lease_expiries", "Leases found expired and reclaimed.",
-                              value=snap.lease_expiries_total)
+    yield CounterMetricFamily(
+        "browserworker_lease_expiries", "Leases found expired and reclaimed.", value=snap.lease_expiries_total
+    )
     workers = GaugeMetricFamily("browserworker_workers", "Registered workers by status.", labels=["status"])
     for status, n in snap.worker_counts.items():
         workers.add_metric([status], n)
     yield workers
-    beat = GaugeMetricFamily("browserworker_worker_heartbeat_age_seconds",
-                             "Seconds since each running worker's last heartbeat.", labels=["worker", "host"])
+    beat = GaugeMetricFamily(
+        "browserworker_worker_heartbeat_age_seconds",
+        "Seconds since each running worker's last heartbeat.",
+        labels=["worker", "host"],
+    )
     for w in snap.workers:
         if w.status != "stopped":
             beat.add_metric([w.id, w.host], w.heartbeat_age)
     yield beat
 
-    dup = CounterMetricFamily("browserworker_duplicates_prevented",
-                              "Recoveries that proved an effect had landed (so it was not replayed), by who proved it.",
-                              labels=["flow", "step", "by"])
+    dup = CounterMetricFamily(
+        "browserworker_duplicates_prevented",
+        "Recoveries that proved an effect had landed (so it was not replayed), by who proved it.",
+        labels=["flow", "step", "by"],
+    )
     for (flow, step, by), n in sorted(snap.duplicates_prevented.items()):
         dup.add_metric([flow, step, by], n)
     yield dup
-    yield _histogram("browserworker_reconcile_latency_seconds",
-                     "From a lost lease being detected to the decision on the effect in doubt, by decision.",
-                     "decision", snap.reconcile_latency)
-    yield _histogram("browserworker_queue_age_at_dispatch_seconds",
-                     "How long runs waited in their queue before a worker started them.", "queue",
-                     snap.queue_age_at_dispatch)
-    yield _histogram("browserworker_queue_age_at_completion_seconds",
-                     "From queue to confirmed completion (SUCCEEDED), per queue.", "queue",
-                     snap.queue_age_at_completion)
+    yield _histogram(
+        "browserworker_reconcile_latency_seconds",
+        "From a lost lease being detected to the decision on the effect in doubt, by decision.",
+        "decision",
+        snap.reconcile_latency,
+    )
+    yield _histogram(
+        "browserworker_queue_age_at_dispatch_seconds",
+        "How long runs waited in their queue before a worker started them.",
+        "queue",
+        snap.queue_age_at_dispatch,
+    )
+    yield _histogram(
+        "browserworker_queue_age_at_completion_seconds",
+        "From queue to confirmed completion (SUCCEEDED), per queue.",
+        "queue",
+        snap.queue_age_at_completion,
+    )
 
 
 class StoreCollector:
     """A prometheus_client collector that reads a fresh :func:`snapshot` on every scrape."""
 
-    def __init__(self, store: Store, *, window: float = DEFAULT_WINDOW,
-                 stale_after: float = DEFAULT_STALE_AFTER) -> None:
+    def __init__(
+        self, store: Store, *, window: float = DEFAULT_WINDOW, stale_after: float = DEFAULT_STALE_AFTER
+    ) -> None:
         self.store = store
         self.window = window
         self.stale_after = stale_after
@@ -466,8 +548,15 @@ class MetricsServer:
     subscribed to the worker's engine) it also serves what this process did.
     """
 
-    def __init__(self, db: str | Path, port: int, host: str = "127.0.0.1", *, schema: str | None = None,
-                 counters: ProcessCounters | None = None) -> None:
+    def __init__(
+        self,
+        db: str | Path,
+        port: int,
+        host: str = "127.0.0.1",
+        *,
+        schema: str | None = None,
+        counters: ProcessCounters | None = None,
+    ) -> None:
         from ..store.url import open_store
 
         self.store = open_store(db, schema=schema)

@@ -27,37 +27,70 @@ def _when(ts: float) -> str:
 
 
 def _table(title: str) -> Table:
-    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
-                 padding=(0, 1, 0, 0), collapse_padding=True)
+    return Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+        collapse_padding=True,
+    )
 
 
 def print_status(snap: OpsSnapshot, console: Console) -> None:
     """Queues, runs by state, UNKNOWN by step, reconciliation and workers, as rich tables."""
-    console.print(f"[bold]browserworker status[/bold]  {snap.db or ''}  schema {snap.schema_version}  "
-                  f"at {_when(snap.at)}", highlight=False)
+    console.print(
+        f"[bold]browserworker status[/bold]  {snap.db or ''}  schema {snap.schema_version}  at {_when(snap.at)}",
+        highlight=False,
+    )
     queues = _table("queues")
-    for col in ("queue", "queued", "ready", "oldest", "leased", "running", "review", "UNKNOWN",
-                f"new/{format_age(snap.window)}", "max"):
+    for col in (
+        "queue",
+        "queued",
+        "ready",
+        "oldest",
+        "leased",
+        "running",
+        "review",
+        "UNKNOWN",
+        f"new/{format_age(snap.window)}",
+        "max",
+    ):
         queues.add_column(col, justify="left" if col == "queue" else "right")
     for q in snap.queues:
-        queues.add_row(q.name, str(q.queued), str(q.ready), format_age(q.oldest_ready_age),
-                       str(q.states.get("LEASED", 0)), str(q.states.get("RUNNING", 0)),
-                       str(q.states.get("NEEDS_REVIEW", 0)), str(q.unknown), str(q.unknown_recent),
-                       "-" if q.max_depth is None else str(q.max_depth))
+        queues.add_row(
+            q.name,
+            str(q.queued),
+            str(q.ready),
+            format_age(q.oldest_ready_age),
+            str(q.states.get("LEASED", 0)),
+            str(q.states.get("RUNNING", 0)),
+            str(q.states.get("NEEDS_REVIEW", 0)),
+            str(q.unknown),
+            str(q.unknown_recent),
+            "-" if q.max_depth is None else str(q.max_depth),
+        )
     console.print(queues)
     console.print(f"runs: {_counts(snap.states)}", highlight=False)
     if snap.states.get("AWAITING_APPROVAL"):
-        console.print(f"awaiting approval: {snap.states['AWAITING_APPROVAL']} (browserworker approvals)",
-                      highlight=False)
+        console.print(
+            f"awaiting approval: {snap.states['AWAITING_APPROVAL']} (browserworker approvals)", highlight=False
+        )
     dup = sum(snap.duplicates_prevented.values())
     by: dict[str, int] = {}
     for (_, _, who), n in snap.duplicates_prevented.items():
         by[who] = by.get(who, 0) + n
-    latency = ", ".join(f"{d} {h.count} (avg {h.sum / h.count:.1f}s)" for d, h in snap.reconcile_latency.items()
-                        if h.count)
-    console.print(f"lease expiries: {snap.lease_expiries_total} ({snap.lease_expiries_recent} in the last "
-                  f"{format_age(snap.window)}); duplicates prevented: {dup}"
-                  + (f" ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))})" if by else ""), highlight=False)
+    latency = ", ".join(
+        f"{d} {h.count} (avg {h.sum / h.count:.1f}s)" for d, h in snap.reconcile_latency.items() if h.count
+    )
+    console.print(
+        f"lease expiries: {snap.lease_expiries_total} ({snap.lease_expiries_recent} in the last "
+        f"{format_age(snap.window)}); duplicates prevented: {dup}"
+        + (f" ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))})" if by else ""),
+        highlight=False,
+    )
     if latency:
         console.print(f"reconciliations (lost lease → decision): {latency}", highlight=False)
     if snap.unknown:
@@ -74,8 +107,16 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
         workers.add_column(col, justify="right" if col in ("pid", "heartbeat", "runs") else "left")
     for w in snap.workers:
         style = {"stale": "red", "dead": "red", "unhealthy": "yellow", "stopped": "dim"}.get(w.status)
-        workers.add_row(w.id, w.host, str(w.pid), w.status, f"{format_age(w.heartbeat_age)} ago",
-                        f"{w.leased}/{w.concurrency}", ",".join(w.queues), style=style)
+        workers.add_row(
+            w.id,
+            w.host,
+            str(w.pid),
+            w.status,
+            f"{format_age(w.heartbeat_age)} ago",
+            f"{w.leased}/{w.concurrency}",
+            ",".join(w.queues),
+            style=style,
+        )
     if snap.workers:
         console.print(workers)
     else:
@@ -89,36 +130,51 @@ def _limits_table(snap: OpsSnapshot) -> Table:
         table.add_column(col, justify="left" if col in ("key", "paused") else "right")
     for b in snap.limits:
         pause = f"{format_age(max(0.0, (b.paused_until or 0) - snap.at))} more: {b.pause_reason}" if b.paused else "-"
-        table.add_row(b.key, str(b.live), "-" if b.concurrency is None else str(b.concurrency),
-                      "-" if b.rate is None else f"{b.rate:g}/min", str(b.claims_last_minute), pause,
-                      style="yellow" if b.paused else None)
+        table.add_row(
+            b.key,
+            str(b.live),
+            "-" if b.concurrency is None else str(b.concurrency),
+            "-" if b.rate is None else f"{b.rate:g}/min",
+            str(b.claims_last_minute),
+            pause,
+            style="yellow" if b.paused else None,
+        )
     return table
 
 
 def backup_line(report: BackupReport) -> str:
-    return (f"backup {report.dest}: {report.bytes:,} bytes, schema {report.schema_version}, integrity "
-            f"{report.integrity}, {report.seconds:.2f}s; runs: {_counts(report.runs)}")
+    return (
+        f"backup {report.dest}: {report.bytes:,} bytes, schema {report.schema_version}, integrity "
+        f"{report.integrity}, {report.seconds:.2f}s; runs: {_counts(report.runs)}"
+    )
 
 
 def restore_lines(report: RestoreReport) -> list[str]:
-    lines = [f"restored {report.source} into {report.db} (schema {report.schema_version}); runs: "
-             f"{_counts(report.runs)}"]
+    lines = [
+        f"restored {report.source} into {report.db} (schema {report.schema_version}); runs: {_counts(report.runs)}"
+    ]
     if report.previous and report.dialect == "sqlite":
         lines.append(f"the replaced database is kept as {report.previous}")
     elif report.previous:
-        lines.append(f"the replaced store is kept as the schema {report.previous} (DROP SCHEMA {report.previous} "
-                     "CASCADE once it is no longer needed)")
+        lines.append(
+            f"the replaced store is kept as the schema {report.previous} (DROP SCHEMA {report.previous} "
+            "CASCADE once it is no longer needed)"
+        )
     if report.backup_last_event_at is not None:
         lines.append(f"the backup's last journaled event: {_when(report.backup_last_event_at)}")
-    lines.append(f"{report.flagged} unfinished runs will reconcile their effects before any dispatch "
-                 f"({len(report.requeued)} leased runs handed back to the queue)")
+    lines.append(
+        f"{report.flagged} unfinished runs will reconcile their effects before any dispatch "
+        f"({len(report.requeued)} leased runs handed back to the queue)"
+    )
     return lines
 
 
 def check_lines(report: DbCheck) -> list[str]:
     mode = f"journal mode {report.journal_mode}; " if report.dialect == "sqlite" else ""
-    lines = [f"{report.path}: integrity {report.integrity}; schema version {report.schema_version} "
-             f"(this browserworker: {report.supported_version}); {mode}runs: {_counts(report.runs)}"]
+    lines = [
+        f"{report.path}: integrity {report.integrity}; schema version {report.schema_version} "
+        f"(this browserworker: {report.supported_version}); {mode}runs: {_counts(report.runs)}"
+    ]
     lines += [f"problem: {p}" for p in report.problems]
     lines += [f"note: {n}" for n in report.notes]
     return lines
@@ -126,5 +182,7 @@ def check_lines(report: DbCheck) -> list[str]:
 
 def migrate_line(report: MigrateReport) -> str:
     done = "created" if report.created else "migrated" if report.before != report.after else "up to date:"
-    return (f"{done} {report.store} ({report.dialect}): schema version {report.before} -> {report.after} "
-            f"(this browserworker: {report.supported})")
+    return (
+        f"{done} {report.store} ({report.dialect}): schema version {report.before} -> {report.after} "
+        f"(this browserworker: {report.supported})"
+    )

@@ -24,9 +24,23 @@ if TYPE_CHECKING:  # rich is imported only by the commands that print tables
     from ..runtime import WorkerStats
     from ..store.budgets import Budget
 
-__all__ = ["Progress", "broken_line", "cancel_line", "console", "journal_view", "limit_lines", "outcome_line", "print_chaos",
-           "print_journal", "print_runs", "queue_line", "resolve_line", "review_lines", "run_summary",
-           "worker_line"]
+__all__ = [
+    "Progress",
+    "broken_line",
+    "cancel_line",
+    "console",
+    "journal_view",
+    "limit_lines",
+    "outcome_line",
+    "print_chaos",
+    "print_journal",
+    "print_runs",
+    "queue_line",
+    "resolve_line",
+    "review_lines",
+    "run_summary",
+    "worker_line",
+]
 
 _UNWRAPPED = 1_000_000  # the width of a console that is not a terminal: rows are never folded
 
@@ -59,8 +73,9 @@ class Progress(Extension):
         self._started[step_id] = time.monotonic()
 
     def step_skipped(self, run: RunRecord, attempt: AttemptRecord) -> None:
-        self._say(f"  = {attempt.step_id}: already SUCCEEDED (attempt {attempt.attempt_no}, {attempt.decided_by}); "
-                  "skipped")
+        self._say(
+            f"  = {attempt.step_id}: already SUCCEEDED (attempt {attempt.attempt_no}, {attempt.decided_by}); skipped"
+        )
 
     def intent_committed(self, attempt: AttemptRecord) -> None:
         self._say(f"  > {attempt.step_id}: intent committed (attempt {attempt.attempt_no}, key {attempt.request_key})")
@@ -72,8 +87,10 @@ class Progress(Extension):
         detail = f" by {attempt.decided_by}" if attempt.kind == "effect" and attempt.decided_by else ""
         extra = f": {attempt.error}" if attempt.error and attempt.state != AttemptState.SUCCEEDED else ""
         result = f" -> {attempt.result}" if attempt.kind == "effect" and attempt.result is not None else ""
-        self._say(f"  {'+' if attempt.state == AttemptState.SUCCEEDED else '!'} {attempt.step_id} "
-                  f"[{attempt.kind} #{attempt.attempt_no}] {mark}{detail}{result}{extra}{took}")
+        self._say(
+            f"  {'+' if attempt.state == AttemptState.SUCCEEDED else '!'} {attempt.step_id} "
+            f"[{attempt.kind} #{attempt.attempt_no}] {mark}{detail}{result}{extra}{took}"
+        )
 
     def notice(self, run: RunRecord, step_id: str | None, message: str, **fields: Any) -> None:
         where = f"{step_id}: " if step_id else ""
@@ -84,8 +101,15 @@ def journal_view(store: Store, run: RunRecord) -> dict[str, Any]:
     """The run, its journal and its events as JSON-ready data."""
     attempts = store.attempts(run.id)
     view = run.to_dict()
-    for key in ("created_at", "started_at", "finished_at", "updated_at", "lease_expires_at", "owner_stopped_at",
-                "not_before"):
+    for key in (
+        "created_at",
+        "started_at",
+        "finished_at",
+        "updated_at",
+        "lease_expires_at",
+        "owner_stopped_at",
+        "not_before",
+    ):
         view[key] = _ts(view[key])
     journal = []
     for a in attempts:
@@ -94,8 +118,12 @@ def journal_view(store: Store, run: RunRecord) -> dict[str, Any]:
             row[key] = _ts(row[key])
         if a.kind == "effect":
             row["outbox"] = [
-                {**o.to_dict(), "released_at": _ts(o.released_at), "response_at": _ts(o.response_at),
-                 "failed_at": _ts(o.failed_at)}
+                {
+                    **o.to_dict(),
+                    "released_at": _ts(o.released_at),
+                    "response_at": _ts(o.response_at),
+                    "failed_at": _ts(o.failed_at),
+                }
                 for o in store.outbox(a.id)
             ]
         journal.append(row)
@@ -104,8 +132,15 @@ def journal_view(store: Store, run: RunRecord) -> dict[str, Any]:
 
 
 def run_summary(run: RunRecord) -> dict[str, Any]:
-    return {"id": run.id, "flow": run.flow_name, "state": str(run.state), "queue": run.queue,
-            "created_at": _ts(run.created_at), "finished_at": _ts(run.finished_at), "error": run.error}
+    return {
+        "id": run.id,
+        "flow": run.flow_name,
+        "state": str(run.state),
+        "queue": run.queue,
+        "created_at": _ts(run.created_at),
+        "finished_at": _ts(run.finished_at),
+        "error": run.error,
+    }
 
 
 def _detail(a: dict[str, Any]) -> str:
@@ -116,13 +151,18 @@ def _detail(a: dict[str, Any]) -> str:
     ev = a["evidence"] if isinstance(a["evidence"], dict) else {}
     if ev.get("verdict"):
         who = f"verifier {ev['verifier']}" if ev.get("verifier") else "verifier"
-        looked = (f"checked {', '.join(ev['checked'])}" if ev.get("checked")
-                  else f"loaded nothing; its page was at {ev.get('page_url')}")
+        looked = (
+            f"checked {', '.join(ev['checked'])}"
+            if ev.get("checked")
+            else f"loaded nothing; its page was at {ev.get('page_url')}"
+        )
         why = f" ({ev['reason']})" if ev.get("reason") else ""
         parts.append(f"{who} said {ev['verdict']}{why} (asked {ev.get('asked', 1)}x): {looked}")
     for r in ev.get("responses") or []:
-        parts.append(f"{r['method']} -> {r['status'] or r['failure'] or 'no response'}"
-                     + (f" {r['location']}" if r.get("location") else ""))
+        parts.append(
+            f"{r['method']} -> {r['status'] or r['failure'] or 'no response'}"
+            + (f" {r['location']}" if r.get("location") else "")
+        )
     if ev.get("reason") and not ev.get("verdict"):
         parts.append(str(ev["reason"]))
     if a["error"]:
@@ -132,8 +172,15 @@ def _detail(a: dict[str, Any]) -> str:
 
 #: the events ``show`` lists as decisions: every move of the run and of its lease (a hand-back on
 #: SIGTERM, an expiry found by a reclaimer), so each jump of the lease epoch has its reason
-_DECISION_KINDS = ("attempt_state", "decision", "lease_claimed", "lease_released", "lease_expired", "run_state",
-                   "approval")
+_DECISION_KINDS = (
+    "attempt_state",
+    "decision",
+    "lease_claimed",
+    "lease_released",
+    "lease_expired",
+    "run_state",
+    "approval",
+)
 
 
 def _who(event: dict[str, Any]) -> str:
@@ -155,8 +202,10 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
     from rich.markup import escape
 
     run = view["run"]
-    console.print(f"[bold]run {escape(run['id'])}[/bold]  flow {escape(run['flow_name'])}  "
-                  f"[bold]{run['state']}[/bold]  lease epoch {run['lease_epoch']}  owner {escape(run['owner'] or '-')}")
+    console.print(
+        f"[bold]run {escape(run['id'])}[/bold]  flow {escape(run['flow_name'])}  "
+        f"[bold]{run['state']}[/bold]  lease epoch {run['lease_epoch']}  owner {escape(run['owner'] or '-')}"
+    )
     console.print(f"inputs {escape(str(run['inputs']))}", highlight=False)
     console.print(f"request keys {escape(run['id'])}/<step>")
     if run["error"]:
@@ -165,9 +214,14 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
     width = max((len(a["step_id"]) for a in view["journal"]), default=4)
     for a in view["journal"]:
         sent = "sent" if a["dispatched_at"] else "    "
-        console.print(escape(f"  {a['step_id']:<{width}} #{a['attempt_no']:<2} {a['kind']:<6} {a['state']:<18} "
-                             f"by {a['decided_by'] or '-':<22} {sent} fp {a['request_fingerprint'][:12]}"),
-                      soft_wrap=True, highlight=False)
+        console.print(
+            escape(
+                f"  {a['step_id']:<{width}} #{a['attempt_no']:<2} {a['kind']:<6} {a['state']:<18} "
+                f"by {a['decided_by'] or '-':<22} {sent} fp {a['request_fingerprint'][:12]}"
+            ),
+            soft_wrap=True,
+            highlight=False,
+        )
         detail = _detail(a)
         if detail:
             console.print(escape(f"  {'':<{width}}   {detail}"), soft_wrap=True, highlight=False)
@@ -178,9 +232,13 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
             step = f" {e['step_id']}#{e['attempt_no']}" if e["step_id"] else ""
             move = f" {e['from_state']}->{e['to_state']}" if e["to_state"] else ""
             who = _who(e)
-            console.print(escape(f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}{who}"
-                                 f"{' (epoch ' + str(e['lease_epoch']) + ')' if e['lease_epoch'] else ''}"),
-                          soft_wrap=True)
+            console.print(
+                escape(
+                    f"  {e['at'][11:23]} {e['kind']}{step}{move}: {e['decision']}{who}"
+                    f"{' (epoch ' + str(e['lease_epoch']) + ')' if e['lease_epoch'] else ''}"
+                ),
+                soft_wrap=True,
+            )
 
 
 def print_runs(runs: list[RunRecord], console: Console) -> None:
@@ -191,8 +249,15 @@ def print_runs(runs: list[RunRecord], console: Console) -> None:
         table.add_column(col, overflow="fold")
     for r in runs:
         s = run_summary(r)
-        table.add_row(s["id"], s["flow"], s["state"], s["queue"], s["created_at"] or "", s["finished_at"] or "",
-                      (s["error"] or "")[:80])
+        table.add_row(
+            s["id"],
+            s["flow"],
+            s["state"],
+            s["queue"],
+            s["created_at"] or "",
+            s["finished_at"] or "",
+            (s["error"] or "")[:80],
+        )
     console.print(table)
 
 
@@ -204,23 +269,33 @@ def print_chaos(report: Any, console: Console) -> None:
     colours = {"ok": "green", "not reached": "yellow"}
     if report.self_tests:
         where = {t.verifier: t.where for t in report.self_tests}
-        tests = Table(title="verifier self-tests (clean run)",
-                      caption="; ".join(f"{name} at {place}" for name, place in where.items()))
+        tests = Table(
+            title="verifier self-tests (clean run)",
+            caption="; ".join(f"{name} at {place}" for name, place in where.items()),
+        )
         for col in ("step", "verifier", "asked", "said", "expected", "verdict"):
             tests.add_column(col, overflow="fold")
         for t in report.self_tests:
             colour = colours.get(t.status, "red")
             asked = "before the dispatch" if t.test.phase == "before" else "after the effect"
-            tests.add_row(t.step, t.verifier, asked, t.test.said, t.test.expected or "-",
-                          f"[{colour}]{t.status}[/{colour}]")
+            tests.add_row(
+                t.step, t.verifier, asked, t.test.said, t.test.expected or "-", f"[{colour}]{t.status}[/{colour}]"
+            )
         console.print(tests)
     table = Table(title="browserworker chaos")
     for col in ("step", "point", "#", "crashed attempt", "decision", "landings", "verdict"):
         table.add_column(col, overflow="fold")
     for r in report.results:
         colour = colours.get(r.verdict, "red")
-        table.add_row(r.step, r.point, str(r.round), r.classification, f"{r.decision} [{r.run_state}]",
-                      f"{r.landings} ({r.probe})", f"[{colour}]{r.verdict}[/{colour}]")
+        table.add_row(
+            r.step,
+            r.point,
+            str(r.round),
+            r.classification,
+            f"{r.decision} [{r.run_state}]",
+            f"{r.landings} ({r.probe})",
+            f"[{colour}]{r.verdict}[/{colour}]",
+        )
     console.print(table)
 
 
@@ -239,14 +314,17 @@ def outcome_line(run: RunRecord) -> str:
 
 
 def broken_line(broken: Sequence[str]) -> str:
-    return (f"error: verifier BROKEN for {', '.join(broken)} (its self-test above): recovery after a crash "
-            "would trust it; the recording is written")
+    return (
+        f"error: verifier BROKEN for {', '.join(broken)} (its self-test above): recovery after a crash "
+        "would trust it; the recording is written"
+    )
 
 
 def worker_line(worker_id: str, stats: WorkerStats) -> str:
-    return (f"worker {worker_id} stopped: claimed {stats.claimed}, finished {stats.finished}, "
-            f"released {stats.released}, lease lost {stats.lease_lost}, reclaimed {stats.reclaimed}"
-            + left_line(stats.left))
+    return (
+        f"worker {worker_id} stopped: claimed {stats.claimed}, finished {stats.finished}, "
+        f"released {stats.released}, lease lost {stats.lease_lost}, reclaimed {stats.reclaimed}" + left_line(stats.left)
+    )
 
 
 def left_line(left: dict[str, int]) -> str:
@@ -261,8 +339,10 @@ def left_line(left: dict[str, int]) -> str:
 
 def cancel_line(run_id: str, outcome: str) -> str | None:
     """What ``cancel`` did, or None when the run had already ended (``outcome`` is its state)."""
-    return {"cancelled": f"run {run_id} CANCELLED",
-            "requested": f"run {run_id} is running: it stops at its next step boundary"}.get(outcome)
+    return {
+        "cancelled": f"run {run_id} CANCELLED",
+        "requested": f"run {run_id} is running: it stops at its next step boundary",
+    }.get(outcome)
 
 
 def resolve_line(run: RunRecord) -> str:
@@ -285,8 +365,10 @@ def review_lines(items: Sequence[ReviewItem]) -> list[str]:
         for resp in ev.get("responses", []):
             lines.append(f"    {resp['method']} {resp['url']} -> {resp['status'] or resp['failure'] or 'no response'}")
         if ev.get("verdict"):
-            lines.append(f"    verifier {ev.get('verifier') or ''} said {ev['verdict']}; checked: "
-                         + (", ".join(ev.get("checked") or []) or "nothing (no page load, no page.request call)"))
+            lines.append(
+                f"    verifier {ev.get('verifier') or ''} said {ev['verdict']}; checked: "
+                + (", ".join(ev.get("checked") or []) or "nothing (no page load, no page.request call)")
+            )
         lines += [f"    {key}: {ev[key]}" for key in ("page_url", "screenshot", "reason") if ev.get(key)]
         lines.append(f"  resolve: browserworker resolve {item.run_id} {item.step_id} --done|--not-done|--failed")
     return lines
@@ -298,8 +380,10 @@ def limit_lines(found: Sequence[Budget], now: float) -> list[str]:
         return ["no limit keys have a budget or a pause"]
     lines = []
     for b in found:
-        parts = [f"concurrency {b.concurrency}" if b.concurrency is not None else "concurrency unlimited",
-                 f"rate {b.rate:g}/min" if b.rate is not None else "rate unlimited"]
+        parts = [
+            f"concurrency {b.concurrency}" if b.concurrency is not None else "concurrency unlimited",
+            f"rate {b.rate:g}/min" if b.rate is not None else "rate unlimited",
+        ]
         if b.paused and b.paused_until is not None:
             parts.append(f"paused {b.paused_until - now:.0f}s more ({b.pause_reason})")
         parts.append(f"{b.live} live, {b.claims_last_minute} claimed in the last minute")

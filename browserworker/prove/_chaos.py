@@ -89,20 +89,31 @@ class ChaosReport:
         lines = []
         for t in self.self_tests:
             if t.status == "BROKEN":
-                caused = [f"{r.verdict} at {r.point} (landings {r.landings})" for r in self.results
-                          if r.step == t.step and not r.ok]
+                caused = [
+                    f"{r.verdict} at {r.point} (landings {r.landings})"
+                    for r in self.results
+                    if r.step == t.step and not r.ok
+                ]
                 when = "before the dispatch" if t.test.phase == "before" else "after the effect"
                 why = f" ({t.test.reason})" if t.test.reason else ""
-                lines.append(f"verifier {t.verifier} of step {t.step} ({t.where}) is wrong: {when} it said "
-                             f"{t.test.said}{why}, expected {t.test.expected}"
-                             + (f"; under the crashes: {', '.join(caused)}" if caused else ""))
-        lines += [f"{r.step} @ {r.point} #{r.round}: {r.verdict} (run {r.run_id}, {r.decision}, landings "
-                  f"{r.landings})" for r in self.results if not r.ok]
+                lines.append(
+                    f"verifier {t.verifier} of step {t.step} ({t.where}) is wrong: {when} it said "
+                    f"{t.test.said}{why}, expected {t.test.expected}"
+                    + (f"; under the crashes: {', '.join(caused)}" if caused else "")
+                )
+        lines += [
+            f"{r.step} @ {r.point} #{r.round}: {r.verdict} (run {r.run_id}, {r.decision}, landings {r.landings})"
+            for r in self.results
+            if not r.ok
+        ]
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "results": [r.to_dict() for r in self.results],
-                "self_tests": [t.to_dict() for t in self.self_tests]}
+        return {
+            "ok": self.ok,
+            "results": [r.to_dict() for r in self.results],
+            "self_tests": [t.to_dict() for t in self.self_tests],
+        }
 
 
 def _cmd(*args: str) -> list[str]:
@@ -116,10 +127,21 @@ class _Scenario:
         self.db = db
         self.env = env
 
-    def run(self, run_id: str, *, faults: str | None = None, new: bool = False,
-            wait: bool = True) -> subprocess.Popen[str]:
-        args = ["run", str(self.loaded.path), "--flow", self.loaded.flow.name, "--db", str(self.db),
-                "--run-id", run_id, "--lease-ttl", str(_TTL)]
+    def run(
+        self, run_id: str, *, faults: str | None = None, new: bool = False, wait: bool = True
+    ) -> subprocess.Popen[str]:
+        args = [
+            "run",
+            str(self.loaded.path),
+            "--flow",
+            self.loaded.flow.name,
+            "--db",
+            str(self.db),
+            "--run-id",
+            run_id,
+            "--lease-ttl",
+            str(_TTL),
+        ]
         if new:
             args += self.inputs_args
         env = dict(self.env)
@@ -175,8 +197,9 @@ def _crash(sc: _Scenario, step: str, point: str, run_id: str) -> bool:
     return first.returncode == -signal.SIGKILL
 
 
-async def _probe(loaded: LoadedFlow, store: Store, run_id: str, effect: Effect,
-                 browser: BrowserSettings) -> tuple[int | None, str]:
+async def _probe(
+    loaded: LoadedFlow, store: Store, run_id: str, effect: Effect, browser: BrowserSettings
+) -> tuple[int | None, str]:
     """Count the effect's landings for its request key (count probe, else verifier yes/no)."""
     if effect.counter is None and effect.verifier is None:
         return None, "none"
@@ -190,8 +213,17 @@ async def _probe(loaded: LoadedFlow, store: Store, run_id: str, effect: Effect,
         page = await context.new_page()
 
         def ctx_for(step_id: str) -> StepContext[Any]:
-            return StepContext(page=page, inputs=inputs, run_id=run_id, step_id=step_id, attempt_no=0,
-                               request_key=f"{run_id}/{step_id}", fingerprint="", results=results, log=log)
+            return StepContext(
+                page=page,
+                inputs=inputs,
+                run_id=run_id,
+                step_id=step_id,
+                attempt_no=0,
+                request_key=f"{run_id}/{step_id}",
+                fingerprint="",
+                results=results,
+                log=log,
+            )
 
         for step in flow.preceding(effect.id):
             if isinstance(step, Action):
@@ -214,9 +246,16 @@ def _journal_summary(store: Store, run_id: str, step: str) -> tuple[str, str]:
     return classification, decision
 
 
-def run_chaos(loaded: LoadedFlow, inputs: Mapping[str, Any], *, points: Sequence[str], rounds: int = 1,
-              browser: BrowserSettings, steps: Sequence[str] | None = None,
-              progress: Callable[[ChaosResult | VerifierCheck], None] | None = None) -> ChaosReport:
+def run_chaos(
+    loaded: LoadedFlow,
+    inputs: Mapping[str, Any],
+    *,
+    points: Sequence[str],
+    rounds: int = 1,
+    browser: BrowserSettings,
+    steps: Sequence[str] | None = None,
+    progress: Callable[[ChaosResult | VerifierCheck], None] | None = None,
+) -> ChaosReport:
     """Self-test every effect step's verifier in a clean run; then every effect step × every
     point × ``rounds``: crash, resume, check the outcome."""
     unknown = [p for p in points if p not in CHAOS_POINTS]
@@ -232,8 +271,9 @@ def run_chaos(loaded: LoadedFlow, inputs: Mapping[str, Any], *, points: Sequence
         sc = _Scenario(loaded, inputs, db, env)
         store = open_store(db)
         try:
-            report.self_tests = asyncio.run(self_test_verifiers(store, loaded, inputs, effects, browser=browser,
-                                                                progress=progress))
+            report.self_tests = asyncio.run(
+                self_test_verifiers(store, loaded, inputs, effects, browser=browser, progress=progress)
+            )
         finally:
             store.close()
         for effect in effects:
@@ -265,8 +305,20 @@ def _scenario(sc: _Scenario, effect: Effect, point: str, rnd: int, browser: Brow
     finally:
         store.close()
     verdict = f"HUNG: {hung}" if hung else _verdict(fired, state, landings, effect)
-    return ChaosResult(effect.id, point, rnd, run_id, fired, state, classification, decision, landings, probe,
-                       verdict, round(time.monotonic() - started, 1))
+    return ChaosResult(
+        effect.id,
+        point,
+        rnd,
+        run_id,
+        fired,
+        state,
+        classification,
+        decision,
+        landings,
+        probe,
+        verdict,
+        round(time.monotonic() - started, 1),
+    )
 
 
 UNPROVEN = "unproven: no verifier"  # nothing counted what landed, and nothing could prove it

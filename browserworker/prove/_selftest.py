@@ -62,14 +62,23 @@ class VerifierCheck:
         return f"{self.step}: {text} (verifier {self.verifier} at {self.where})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.test.to_dict(), "status": self.status, "verifier": self.verifier, "where": self.where,
-                "run_id": self.run_id}
+        return {
+            **self.test.to_dict(),
+            "status": self.status,
+            "verifier": self.verifier,
+            "where": self.where,
+            "run_id": self.run_id,
+        }
 
 
 def _check(effect: Effect, test: SelfTest, run_id: str) -> VerifierCheck:
     assert effect.verifier is not None
-    return VerifierCheck(test=test, verifier=getattr(effect.verifier, "__name__", repr(effect.verifier)),
-                         where=where_defined(effect.verifier), run_id=run_id)
+    return VerifierCheck(
+        test=test,
+        verifier=getattr(effect.verifier, "__name__", repr(effect.verifier)),
+        where=where_defined(effect.verifier),
+        run_id=run_id,
+    )
 
 
 class _SelfTester:
@@ -81,12 +90,23 @@ class _SelfTester:
         self.report = report
         self.checks: list[VerifierCheck] = []
 
-    async def _ask(self, ctx: StepContext[Any], effect: Effect, context: BrowserContext, phase: str,
-                   expected: str | None) -> None:
+    async def _ask(
+        self, ctx: StepContext[Any], effect: Effect, context: BrowserContext, phase: str, expected: str | None
+    ) -> None:
         verdict = await run_verifier(effect, ctx, context)
-        check = _check(effect, SelfTest(step=effect.id, attempt=ctx.attempt_no, phase=phase, said=verdict.kind,
-                                        expected=expected, reason=verdict.reason, result=verdict.result),
-                       self.run_id)
+        check = _check(
+            effect,
+            SelfTest(
+                step=effect.id,
+                attempt=ctx.attempt_no,
+                phase=phase,
+                said=verdict.kind,
+                expected=expected,
+                reason=verdict.reason,
+                result=verdict.result,
+            ),
+            self.run_id,
+        )
         self.checks.append(check)
         self.report(check)
 
@@ -95,16 +115,23 @@ class _SelfTester:
         if effect is not None:
             await self._ask(ctx, effect, context, "before", "not_done")
 
-    async def after_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext,
-                         attempt: AttemptRecord | None) -> None:
+    async def after_step(
+        self, ctx: StepContext[Any], step: Step, context: BrowserContext, attempt: AttemptRecord | None
+    ) -> None:
         effect = self.effects.get(step.id)
         if effect is not None and attempt is not None:
             await self._ask(ctx, effect, context, "after", expected_after(attempt))
 
 
-async def self_test_verifiers(store: Store, loaded: LoadedFlow, inputs: Mapping[str, Any],
-                              effects: Collection[Effect], *, browser: BrowserSettings,
-                              progress: Callable[[VerifierCheck], None] | None = None) -> list[VerifierCheck]:
+async def self_test_verifiers(
+    store: Store,
+    loaded: LoadedFlow,
+    inputs: Mapping[str, Any],
+    effects: Collection[Effect],
+    *,
+    browser: BrowserSettings,
+    progress: Callable[[VerifierCheck], None] | None = None,
+) -> list[VerifierCheck]:
     """One clean run of ``loaded`` in ``store``, self-testing the verifiers of ``effects``.
 
     Effects without a verifier have nothing to test. A verifier whose effect the clean run
@@ -113,8 +140,9 @@ async def self_test_verifiers(store: Store, loaded: LoadedFlow, inputs: Mapping[
     chosen = {e.id: e for e in effects if e.verifier is not None}
     if not chosen:
         return []
-    run, _ = prepare_run(store, RunRequest(loaded=loaded, inputs=inputs,
-                                           run_id=f"chaos-selftest-{uuid.uuid4().hex[:8]}"))
+    run, _ = prepare_run(
+        store, RunRequest(loaded=loaded, inputs=inputs, run_id=f"chaos-selftest-{uuid.uuid4().hex[:8]}")
+    )
     tester = _SelfTester(chosen, run.id, progress or (lambda check: None))
     with faults.suspended():  # this process's own fault rules (if any) must not fire in the clean run
         final = await Engine(store, browser=browser, extensions=[tester]).run(loaded, run)
@@ -122,8 +150,14 @@ async def self_test_verifiers(store: Store, loaded: LoadedFlow, inputs: Mapping[
     for effect in chosen.values():
         if effect.id not in tested:
             error = f" ({final.error})" if final.error else ""
-            test = SelfTest(step=effect.id, attempt=0, phase="before", said=NOT_REACHED, expected="not_done",
-                            reason=f"the clean run {final.id} ended {final.state}{error} before {effect.id} ran")
+            test = SelfTest(
+                step=effect.id,
+                attempt=0,
+                phase="before",
+                said=NOT_REACHED,
+                expected="not_done",
+                reason=f"the clean run {final.id} ended {final.state}{error} before {effect.id} ran",
+            )
             check = _check(effect, test, run.id)
             tester.checks.append(check)
             if progress:

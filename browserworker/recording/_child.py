@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..logs import configure_logging
 from ..runtime import BrowserSettings
@@ -18,17 +19,24 @@ from .files import Ledger, Recording
 from .replayer import _load, replay_pass
 
 
-async def _main(config: dict) -> int:
+async def _main(config: dict[str, Any]) -> int:
     recording = Recording.load(config["recording"])
     loaded = _load(recording, config["flow"], config.get("settle"))
     store = open_store(config["db"])
     try:
         run = store.get_run(config["run_id"])
         assert run is not None
-        final, _, _ = await replay_pass(recording, loaded, store, run, ledger=Ledger(Path(config["ledger"])),
-                                        browser=BrowserSettings(**config["browser"]), self_test=False,
-                                        workdir=Path(config["db"]).parent,
-                                        crash_on_dispatch=config.get("crash_on_dispatch"))
+        final, _, _ = await replay_pass(
+            recording,
+            loaded,
+            store,
+            run,
+            ledger=Ledger(Path(config["ledger"])),
+            browser=BrowserSettings(**config["browser"]),
+            self_test=False,
+            workdir=Path(config["db"]).parent,
+            crash_on_dispatch=config.get("crash_on_dispatch"),
+        )
         print(f"replay ended without crashing: {final.state}", file=sys.stderr)
         return 0
     finally:

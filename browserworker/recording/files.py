@@ -55,9 +55,21 @@ FORMAT = "browserworker-recording/1"
 DEFAULT_DIR = "recordings"
 VERIFY_PHASES = ("verify_before", "verify_after")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_EXT = {"text/html": "html", "application/json": "json", "text/javascript": "js", "application/javascript": "js",
-        "text/css": "css", "text/plain": "txt", "image/svg+xml": "svg", "application/xml": "xml", "text/xml": "xml",
-        "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
+_EXT = {
+    "text/html": "html",
+    "application/json": "json",
+    "text/javascript": "js",
+    "application/javascript": "js",
+    "text/css": "css",
+    "text/plain": "txt",
+    "image/svg+xml": "svg",
+    "application/xml": "xml",
+    "text/xml": "xml",
+    "image/png": "png",
+    "image/jpeg": "jpg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+}
 
 
 def recording_path(name: str | os.PathLike[str], base: Path | None = None) -> Path:
@@ -112,18 +124,38 @@ class Segment:
         return f"{self.number:04d}-{label}{suffix}.har"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"segment": self.number, "phase": self.phase, "step": self.step, "kind": self.kind,
-                "attempt": self.attempt, "pass": self.pass_no, "dispatches": self.dispatches}
+        return {
+            "segment": self.number,
+            "phase": self.phase,
+            "step": self.step,
+            "kind": self.kind,
+            "attempt": self.attempt,
+            "pass": self.pass_no,
+            "dispatches": self.dispatches,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Segment:
-        return cls(number=int(data["segment"]), phase=str(data["phase"]), step=data.get("step"),
-                   kind=data.get("kind"), attempt=data.get("attempt"), pass_no=int(data.get("pass") or 1),
-                   dispatches=int(data.get("dispatches") or 0))
+        return cls(
+            number=int(data["segment"]),
+            phase=str(data["phase"]),
+            step=data.get("step"),
+            kind=data.get("kind"),
+            attempt=data.get("attempt"),
+            pass_no=int(data.get("pass") or 1),
+            dispatches=int(data.get("dispatches") or 0),
+        )
 
 
-_DROP_ENTRY = ("_monotonicTime", "_frameref", "_securityDetails", "_serverPort", "serverIPAddress", "pageref",
-               "connection")
+_DROP_ENTRY = (
+    "_monotonicTime",
+    "_frameref",
+    "_securityDetails",
+    "_serverPort",
+    "serverIPAddress",
+    "pageref",
+    "connection",
+)
 
 
 class RecordingWriter:
@@ -169,8 +201,9 @@ class RecordingWriter:
         out["_file"] = f"bodies/{name}"
         return out
 
-    def write_segment(self, segment: Segment, har: Mapping[str, Any],
-                      dispatched: list[tuple[str, str]]) -> dict[str, Any] | None:
+    def write_segment(
+        self, segment: Segment, har: Mapping[str, Any], dispatched: list[tuple[str, str]]
+    ) -> dict[str, Any] | None:
         """Redact and write a raw Playwright HAR as ``network/NNNN-...har``; None if it has no entries.
 
         ``dispatched`` lists the ``(method, url)`` of the requests that passed the dispatch gate
@@ -195,9 +228,15 @@ class RecordingWriter:
             entry["response"] = response
             entry["_browserworker"] = {"id": f"{segment.number:04d}.{index}", "dispatch": dispatch}
             entries.append(entry)
-        out = {"log": {"version": log.get("version", "1.2"), "creator": log.get("creator", {}),
-                       "browser": log.get("browser", {}), "entries": entries,
-                       "_browserworker": segment.to_dict()}}
+        out = {
+            "log": {
+                "version": log.get("version", "1.2"),
+                "creator": log.get("creator", {}),
+                "browser": log.get("browser", {}),
+                "entries": entries,
+                "_browserworker": segment.to_dict(),
+            }
+        }
         write_json(self.root / "network" / segment.file_name, out)
         info = {**segment.to_dict(), "file": f"network/{segment.file_name}", "entries": len(entries)}
         self.segments.append(info)
@@ -207,17 +246,31 @@ class RecordingWriter:
 async def api_har_entry(call: ApiCall, response: APIResponse | None, error: str | None) -> dict[str, Any]:
     """A HAR entry (raw, redacted when its segment is written) for a ``page.request`` call."""
     request: dict[str, Any] = {
-        "method": call.method, "url": call.url, "httpVersion": "HTTP/1.1",
+        "method": call.method,
+        "url": call.url,
+        "httpVersion": "HTTP/1.1",
         "headers": [{"name": k, "value": v} for k, v in call.headers.items()],
-        "queryString": [{"name": k, "value": v} for k, v in parse_qsl(urlsplit(call.url).query, keep_blank_values=True)],
-        "cookies": [], "headersSize": -1, "bodySize": len(call.body or b""),
+        "queryString": [
+            {"name": k, "value": v} for k, v in parse_qsl(urlsplit(call.url).query, keep_blank_values=True)
+        ],
+        "cookies": [],
+        "headersSize": -1,
+        "bodySize": len(call.body or b""),
     }
     if call.body:
-        request["postData"] = {"mimeType": call.mime or "application/octet-stream",
-                               "text": call.body.decode("utf-8", errors="replace")}
+        request["postData"] = {
+            "mimeType": call.mime or "application/octet-stream",
+            "text": call.body.decode("utf-8", errors="replace"),
+        }
     if response is None:
-        answer: dict[str, Any] = {"status": 0, "statusText": "", "headers": [], "cookies": [],
-                                  "content": {"size": 0, "mimeType": ""}, "_failureText": error}
+        answer: dict[str, Any] = {
+            "status": 0,
+            "statusText": "",
+            "headers": [],
+            "cookies": [],
+            "content": {"size": 0, "mimeType": ""},
+            "_failureText": error,
+        }
     else:
         try:
             body = await response.body()
@@ -225,13 +278,30 @@ async def api_har_entry(call: ApiCall, response: APIResponse | None, error: str 
             body = b""
         headers = [{"name": h["name"], "value": h["value"]} for h in response.headers_array]
         mime = next((h["value"] for h in headers if h["name"].lower() == "content-type"), "")
-        answer = {"status": response.status, "statusText": response.status_text, "headers": headers,
-                  "cookies": [], "redirectURL": "", "headersSize": -1, "bodySize": len(body),
-                  "content": {"size": len(body), "mimeType": mime, "text": base64.b64encode(body).decode(),
-                              "encoding": "base64"}}
-    return {"startedDateTime": datetime.now(UTC).isoformat(), "time": 0, "request": request,
-            "response": answer, "cache": {}, "timings": {"send": 0, "wait": 0, "receive": 0},
-            "_apiRequest": True}
+        answer = {
+            "status": response.status,
+            "statusText": response.status_text,
+            "headers": headers,
+            "cookies": [],
+            "redirectURL": "",
+            "headersSize": -1,
+            "bodySize": len(body),
+            "content": {
+                "size": len(body),
+                "mimeType": mime,
+                "text": base64.b64encode(body).decode(),
+                "encoding": "base64",
+            },
+        }
+    return {
+        "startedDateTime": datetime.now(UTC).isoformat(),
+        "time": 0,
+        "request": request,
+        "response": answer,
+        "cache": {},
+        "timings": {"send": 0, "wait": 0, "receive": 0},
+        "_apiRequest": True,
+    }
 
 
 @dataclass
@@ -261,7 +331,7 @@ class Recording:
 
     @property
     def flow_path(self) -> Path:
-        return (self.root / self.meta["flow"]["file"]).resolve()
+        return (self.root / str(self.meta["flow"]["file"])).resolve()
 
     def segments(self) -> Iterator[tuple[Segment, list[dict[str, Any]]]]:
         """Every HAR segment in recorded order, with its entries."""
@@ -273,7 +343,7 @@ class Recording:
         """The bytes of a response body (empty when the recording has none)."""
         ref = content.get("_file")
         if ref:
-            return (self.root / ref).read_bytes()
+            return (self.root / str(ref)).read_bytes()
         text = content.get("text")
         if text is None:
             return b""

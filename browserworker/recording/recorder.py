@@ -107,8 +107,10 @@ def _redact_trace_value(value: Any, redactor: Redactor) -> Any:
             if _COOKIE_KEYS & value.keys():  # a cookie
                 return {**value, "value": REDACTED}
             return {**value, "value": redactor.header(value["name"], value["value"])}  # a header or a field
-        return {k: (REDACTED if redactor.is_secret(str(k)) and v is not None else _redact_trace_value(v, redactor))
-                for k, v in value.items()}
+        return {
+            k: (REDACTED if redactor.is_secret(str(k)) and v is not None else _redact_trace_value(v, redactor))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_redact_trace_value(v, redactor) for v in value]
     if isinstance(value, str) and value.startswith(("http://", "https://")):
@@ -158,6 +160,7 @@ class TraceChunks:
 
 # -- the journal ------------------------------------------------------------------------
 
+
 def _local(value: Any) -> Any:
     """Evidence without local file paths (review screenshots stay beside the database, not in recordings)."""
     if isinstance(value, dict):
@@ -167,35 +170,76 @@ def _local(value: Any) -> Any:
     return value
 
 
-def journal_data(store: Store, run_id: str, redactor: Redactor,
-                 fingerprints: Callable[[str], str] = lambda fp: fp) -> dict[str, Any]:
+def journal_data(
+    store: Store, run_id: str, redactor: Redactor, fingerprints: Callable[[str], str] = lambda fp: fp
+) -> dict[str, Any]:
     """The run, its attempts and its decisions as redacted JSON data (``journal.json``)."""
     run = store.get_run(run_id)
     assert run is not None
     attempts = []
     for a in store.attempts(run_id):
-        attempts.append({
-            "step_id": a.step_id, "attempt_no": a.attempt_no, "kind": a.kind, "state": str(a.state),
-            "decided_by": a.decided_by, "request_key": a.request_key, "fingerprint": fingerprints(a.request_fingerprint),
-            "dispatched": a.dispatched_at is not None, "result": a.result, "error": a.error,
-            "evidence": _local(a.evidence),
-        })
-    decisions = [{"kind": e.kind, "step_id": e.step_id, "attempt_no": e.attempt_no, "from_state": e.from_state,
-                  "to_state": e.to_state, "decision": e.decision, "detail": _local(e.detail)}
-                 for e in store.events(run_id) if e.decision or e.to_state]
-    data = {"run": {"id": run.id, "flow_name": run.flow_name, "state": str(run.state), "error": run.error,
-                    "inputs": {k: (REDACTED if k in run.secret_fields else v) for k, v in run.inputs.items()}},
-            "attempts": attempts, "decisions": decisions}
-    return redactor.json_data(data)
+        attempts.append(
+            {
+                "step_id": a.step_id,
+                "attempt_no": a.attempt_no,
+                "kind": a.kind,
+                "state": str(a.state),
+                "decided_by": a.decided_by,
+                "request_key": a.request_key,
+                "fingerprint": fingerprints(a.request_fingerprint),
+                "dispatched": a.dispatched_at is not None,
+                "result": a.result,
+                "error": a.error,
+                "evidence": _local(a.evidence),
+            }
+        )
+    decisions = [
+        {
+            "kind": e.kind,
+            "step_id": e.step_id,
+            "attempt_no": e.attempt_no,
+            "from_state": e.from_state,
+            "to_state": e.to_state,
+            "decision": e.decision,
+            "detail": _local(e.detail),
+        }
+        for e in store.events(run_id)
+        if e.decision or e.to_state
+    ]
+    data = {
+        "run": {
+            "id": run.id,
+            "flow_name": run.flow_name,
+            "state": str(run.state),
+            "error": run.error,
+            "inputs": {k: (REDACTED if k in run.secret_fields else v) for k, v in run.inputs.items()},
+        },
+        "attempts": attempts,
+        "decisions": decisions,
+    }
+    redacted: dict[str, Any] = redactor.json_data(data)
+    return redacted
 
 
 # -- the recorder ---------------------------------------------------------------------------
 
+
 class Recorder(Extension):
     """Records one run into a recording directory (see the module docstring)."""
 
-    def __init__(self, writer: RecordingWriter, flow: Flow[Any], run: RunRecord, store: Store, *, name: str,
-                 flow_file: Path, flow_hash: str, trace: bool = False, notify: Extensions | None = None) -> None:
+    def __init__(
+        self,
+        writer: RecordingWriter,
+        flow: Flow[Any],
+        run: RunRecord,
+        store: Store,
+        *,
+        name: str,
+        flow_file: Path,
+        flow_hash: str,
+        trace: bool = False,
+        notify: Extensions | None = None,
+    ) -> None:
         self.writer = writer
         self.root = writer.root
         self.redactor = writer.redactor
@@ -241,12 +285,19 @@ class Recorder(Extension):
 
     # -- segments ---------------------------------------------------------------------------
 
-    async def _start(self, context: BrowserContext, phase: str, step: Step | None = None,
-                     attempt: int | None = None) -> None:
+    async def _start(
+        self, context: BrowserContext, phase: str, step: Step | None = None, attempt: int | None = None
+    ) -> None:
         self._seq += 1
-        seg = Segment(number=self._seq, phase=phase, step=step.id if step else None,
-                      kind=step.kind if step else None, attempt=attempt, pass_no=self._pass,
-                      dispatches=self._dispatch_counts.get(step.id, 0) if step else 0)
+        seg = Segment(
+            number=self._seq,
+            phase=phase,
+            step=step.id if step else None,
+            kind=step.kind if step else None,
+            attempt=attempt,
+            pass_no=self._pass,
+            dispatches=self._dispatch_counts.get(step.id, 0) if step else 0,
+        )
         raw = self._tmp / f"{self._seq:04d}.har"
         self._dispatched = []
         await context.tracing.start_har(raw, content="embed", mode="full")
@@ -281,11 +332,13 @@ class Recorder(Extension):
     async def _api_call(self, call: ApiCall, response: APIResponse | None, error: str | None) -> None:
         """Keep a ``page.request`` call in the open segment, as a HAR entry a replay answers."""
         if call.multipart:
-            why = (f"{call.method} {self.redactor.url(call.url)}: a page.request call with multipart= cannot be "
-                   "replayed (its body's boundary differs on every call); replays refuse it")
+            why = (
+                f"{call.method} {self.redactor.url(call.url)}: a page.request call with multipart= cannot be "
+                "replayed (its body's boundary differs on every call); replays refuse it"
+            )
             if why not in self.unreplayable:
                 self.unreplayable.append(why)
-                self.notify.notify("notice", self.run, None, f"recording: {why}")
+                self.notify.later.notice(self.run, None, f"recording: {why}")
             return
         self._api_entries.append(await api_har_entry(call, response, error))
 
@@ -318,8 +371,11 @@ class Recorder(Extension):
         except Exception:  # the context may be closing; its cookies were learnt at the last step
             return
         found = [str(c.get("value") or "") for c in state.get("cookies", [])]
-        found += [str(item.get("value") or "") for origin in state.get("origins", [])
-                  for item in origin.get("localStorage", [])]
+        found += [
+            str(item.get("value") or "")
+            for origin in state.get("origins", [])
+            for item in origin.get("localStorage", [])
+        ]
         self.redactor.add_values(found)
 
     def _secret_fields(self, source: Any, names: list[str]) -> None:
@@ -336,8 +392,9 @@ class Recorder(Extension):
             await self._self_test(ctx, step, context, "before", "not_done")
         await self._start(context, "step", step, ctx.attempt_no)
 
-    async def after_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext,
-                         attempt: AttemptRecord | None) -> None:
+    async def after_step(
+        self, ctx: StepContext[Any], step: Step, context: BrowserContext, attempt: AttemptRecord | None
+    ) -> None:
         await self._learn_storage(context)  # what a login step set, before its segment is written
         await self._stop(context)
         if self.traces is not None:
@@ -347,17 +404,25 @@ class Recorder(Extension):
         await asyncio.to_thread(self._save)
         await self._start(context, "between")
 
-    async def _self_test(self, ctx: StepContext[Any], step: Effect, context: BrowserContext, phase: str,
-                         expected: str | None) -> None:
+    async def _self_test(
+        self, ctx: StepContext[Any], step: Effect, context: BrowserContext, phase: str, expected: str | None
+    ) -> None:
         await self._start(context, f"verify_{phase}", step, ctx.attempt_no)
         verdict = await run_verifier(step, ctx, context)
         await self._stop(context)
-        test = SelfTest(step=step.id, attempt=ctx.attempt_no, phase=phase, said=verdict.kind, expected=expected,
-                        reason=verdict.reason, result=verdict.result)
+        test = SelfTest(
+            step=step.id,
+            attempt=ctx.attempt_no,
+            phase=phase,
+            said=verdict.kind,
+            expected=expected,
+            reason=verdict.reason,
+            result=verdict.result,
+        )
         self.self_tests.append(test)
-        self.notify.notify("notice", self.run, step.id, test.describe())
+        self.notify.later.notice(self.run, step.id, test.describe())
 
-    def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:  # type: ignore[override]
+    def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:
         self._dispatched.append((method, url))
 
     # -- meta and journal ---------------------------------------------------------------------
@@ -369,26 +434,51 @@ class Recorder(Extension):
     def meta(self, status: str, final: RunRecord | None = None) -> dict[str, Any]:
         secret = self.flow.secret_fields()
         inputs = {k: (REDACTED if k in secret else v) for k, v in self.run.inputs.items()}
-        steps = [{"id": s.id, "kind": s.kind,
-                  **({"idempotent": s.idempotent, "verifier": s.verifier is not None, "confirm": s.confirm is not None}
-                     if isinstance(s, Effect) else {"sends": _rule_json(getattr(s, "sends", False))})}
-                 for s in self.flow.steps]
-        return self.redactor.json_data({
-            "format": FORMAT, "name": self.name, "status": status,
-            "flow": {"name": self.flow.name, "file": os.path.relpath(self.flow_file, self.root.resolve()),
-                     "hash": self.flow_hash, "steps": steps},
-            "run_id": self.run.id, "inputs": inputs,
-            "final_state": str(final.state) if final else None,
-            "secret_fields": self.redactor.names(), "password_fields": sorted(self.password_fields),
-            "redaction_warnings": self.redactor.warnings,
-            "recorded_at": datetime.fromtimestamp(self._started, UTC).isoformat(timespec="seconds"),
-            "duration_s": round(time.time() - self._started, 2),
-            "tools": {"browserworker": _version("browserworker"), "playwright": _version("playwright"),
-                      "python": platform.python_version(), "browser": self._browser_version},
-            "segments": self.writer.segments, "unreplayable": self.unreplayable,
-            "verifiers": [t.to_dict() for t in self.self_tests], "broken_verifiers": self.broken,
-            "traces": [os.path.relpath(p, self.root) for p in (self.traces.files if self.traces else [])],
-        })
+        steps = [
+            {
+                "id": s.id,
+                "kind": s.kind,
+                **(
+                    {"idempotent": s.idempotent, "verifier": s.verifier is not None, "confirm": s.confirm is not None}
+                    if isinstance(s, Effect)
+                    else {"sends": _rule_json(getattr(s, "sends", False))}
+                ),
+            }
+            for s in self.flow.steps
+        ]
+        meta: dict[str, Any] = self.redactor.json_data(
+            {
+                "format": FORMAT,
+                "name": self.name,
+                "status": status,
+                "flow": {
+                    "name": self.flow.name,
+                    "file": os.path.relpath(self.flow_file, self.root.resolve()),
+                    "hash": self.flow_hash,
+                    "steps": steps,
+                },
+                "run_id": self.run.id,
+                "inputs": inputs,
+                "final_state": str(final.state) if final else None,
+                "secret_fields": self.redactor.names(),
+                "password_fields": sorted(self.password_fields),
+                "redaction_warnings": self.redactor.warnings,
+                "recorded_at": datetime.fromtimestamp(self._started, UTC).isoformat(timespec="seconds"),
+                "duration_s": round(time.time() - self._started, 2),
+                "tools": {
+                    "browserworker": _version("browserworker"),
+                    "playwright": _version("playwright"),
+                    "python": platform.python_version(),
+                    "browser": self._browser_version,
+                },
+                "segments": self.writer.segments,
+                "unreplayable": self.unreplayable,
+                "verifiers": [t.to_dict() for t in self.self_tests],
+                "broken_verifiers": self.broken,
+                "traces": [os.path.relpath(p, self.root) for p in (self.traces.files if self.traces else [])],
+            }
+        )
+        return meta
 
     def _save(self, status: str = "recording", final: RunRecord | None = None) -> None:
         write_json(self.root / "meta.json", self.meta(status, final))
@@ -417,9 +507,17 @@ class RecordedRun:
         return sorted({t.step for t in self.self_tests if not t.ok})
 
 
-async def record(engine: Engine, loaded: LoadedFlow, run: RunRecord, *, name: str | os.PathLike[str],
-                 trace: bool = False, base: Path | None = None, stop: asyncio.Event | None = None,
-                 extensions: Sequence[object] = ()) -> RecordedRun:
+async def record(
+    engine: Engine,
+    loaded: LoadedFlow,
+    run: RunRecord,
+    *,
+    name: str | os.PathLike[str],
+    trace: bool = False,
+    base: Path | None = None,
+    stop: asyncio.Event | None = None,
+    extensions: Sequence[object] = (),
+) -> RecordedRun:
     """Execute a new run with ``engine`` (:meth:`~browserworker.engine.Engine.run`), recording it into
     ``recordings/NAME``; returns the final run with the verifier self-tests (``broken`` names the
     steps whose verifier failed).
@@ -430,8 +528,7 @@ async def record(engine: Engine, loaded: LoadedFlow, run: RunRecord, *, name: st
     store = engine.store
     path = recording_path(name, base)
     if run.state != RunState.QUEUED or store.attempts(run.id):
-        raise UsageError(f"run {run.id} has already started; --record needs a new run (no --run-id of an "
-                         "existing run)")
+        raise UsageError(f"run {run.id} has already started; --record needs a new run (no --run-id of an existing run)")
     redactor = Redactor.for_run(loaded.flow.secret_fields(), run.inputs)
     # the passwords of its browser context options (basic auth, a proxy) are secrets too
     options = loaded.flow.context_options(loaded.flow.validate_inputs(run.inputs))
@@ -440,8 +537,17 @@ async def record(engine: Engine, loaded: LoadedFlow, run: RunRecord, *, name: st
     writer = RecordingWriter(path, redactor)
     writer.reset()
     others = engine.extensions_for(extensions)
-    recorder = Recorder(writer, loaded.flow, run, store, name=path.name, flow_file=loaded.path,
-                        flow_hash=loaded.file_hash, trace=trace, notify=others)
+    recorder = Recorder(
+        writer,
+        loaded.flow,
+        run,
+        store,
+        name=path.name,
+        flow_file=loaded.path,
+        flow_hash=loaded.file_hash,
+        trace=trace,
+        notify=others,
+    )
     recorder._save()
     final: RunRecord | None = None
     try:
@@ -449,10 +555,18 @@ async def record(engine: Engine, loaded: LoadedFlow, run: RunRecord, *, name: st
     finally:
         recorder.finish(final)
     requests = sum(s["entries"] for s in writer.segments)
-    verdict = (f"verifier self-test BROKEN for {', '.join(recorder.broken)}" if recorder.broken
-               else "verifier self-tests ok" if recorder.self_tests else "no verifiers to self-test")
-    await others.emit("notice", final, None, f"recorded {path} ({len(writer.segments)} network segments, "
-                      f"{requests} requests); {verdict}")
+    verdict = (
+        f"verifier self-test BROKEN for {', '.join(recorder.broken)}"
+        if recorder.broken
+        else "verifier self-tests ok"
+        if recorder.self_tests
+        else "no verifiers to self-test"
+    )
+    await others.notice(
+        final,
+        None,
+        f"recorded {path} ({len(writer.segments)} network segments, {requests} requests); {verdict}",
+    )
     return RecordedRun(run=final, path=path, self_tests=tuple(recorder.self_tests))
 
 

@@ -127,8 +127,11 @@ class ReplayResult:
     def served_count(self, method: str, path_end: str) -> int:
         """How many answers this process's router gave to ``METHOD ...path_end`` (repeats included;
         for a crash replay only the resume's; see ``dispatches`` for both)."""
-        return sum(1 for shown, entry in self.served
-                   if entry != "refused" and shown.startswith(method + " ") and shown.split("?")[0].endswith(path_end))
+        return sum(
+            1
+            for shown, entry in self.served
+            if entry != "refused" and shown.startswith(method + " ") and shown.split("?")[0].endswith(path_end)
+        )
 
     def report(self) -> str:
         """A readable account: the outcome per step and every difference from the recording."""
@@ -168,11 +171,13 @@ def parse_crash_at(spec: str, steps: list[Step]) -> tuple[str, str]:
 
 # -- what the replay observes -----------------------------------------------------------------------
 
+
 class _Observer:
     """Per replayed context: the router; per step: verifier self-tests, trace chunks, evidence."""
 
-    def __init__(self, router: ReplayRouter, *, self_test: bool, traces: TraceChunks | None,
-                 screenshots: Path | None) -> None:
+    def __init__(
+        self, router: ReplayRouter, *, self_test: bool, traces: TraceChunks | None, screenshots: Path | None
+    ) -> None:
         self.router = router
         self.self_test = self_test
         self.traces = traces
@@ -183,11 +188,15 @@ class _Observer:
 
     def _check(self) -> None:
         if self.router.duplicate is not None:
-            raise ReplayStopped(f"stopped the run: it sent a dispatch the recording had already answered "
-                                f"({self.router.duplicate}); a live run would have placed a duplicate")
+            raise ReplayStopped(
+                f"stopped the run: it sent a dispatch the recording had already answered "
+                f"({self.router.duplicate}); a live run would have placed a duplicate"
+            )
         if self._pass > MAX_PASSES:
-            raise ReplayStopped(f"stopped the run after {MAX_PASSES} passes: it keeps retrying (the recording "
-                                "cannot answer what it sends)")
+            raise ReplayStopped(
+                f"stopped the run after {MAX_PASSES} passes: it keeps retrying (the recording "
+                "cannot answer what it sends)"
+            )
 
     async def context_created(self, context: BrowserContext) -> None:
         self._pass += 1
@@ -196,20 +205,30 @@ class _Observer:
         if self.traces is not None:
             await self.traces.start(context, f"replay pass {self._pass}")
 
-    async def _ask(self, ctx: StepContext[Any], step: Effect, context: BrowserContext, phase: str,
-                   expected: str | None) -> None:
+    async def _ask(
+        self, ctx: StepContext[Any], step: Effect, context: BrowserContext, phase: str, expected: str | None
+    ) -> None:
         with self.router.verifying(step.id):
             verdict = await run_verifier(step, ctx, context)
-        self.tests.append(SelfTest(step=step.id, attempt=ctx.attempt_no, phase=phase, said=verdict.kind,
-                                   expected=expected, reason=verdict.reason))
+        self.tests.append(
+            SelfTest(
+                step=step.id,
+                attempt=ctx.attempt_no,
+                phase=phase,
+                said=verdict.kind,
+                expected=expected,
+                reason=verdict.reason,
+            )
+        )
 
     async def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> None:
         self._check()
         if self.self_test and isinstance(step, Effect) and step.verifier is not None:
             await self._ask(ctx, step, context, "before", "not_done")
 
-    async def after_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext,
-                         attempt: AttemptRecord | None) -> None:
+    async def after_step(
+        self, ctx: StepContext[Any], step: Step, context: BrowserContext, attempt: AttemptRecord | None
+    ) -> None:
         name = f"{self._pass}-{step.id}-{ctx.attempt_no}"
         if self.traces is not None:
             await self.traces.cut(context, name)
@@ -228,14 +247,20 @@ class _Observer:
 _COMPARED = ("kind", "state", "decided_by", "request_key", "dispatched", "result", "fingerprint")
 
 
-def compare(recorded: Mapping[str, Any], replayed: Mapping[str, Any], recorded_tests: list[dict[str, Any]],
-            replayed_tests: list[SelfTest]) -> list[str]:
+def compare(
+    recorded: Mapping[str, Any],
+    replayed: Mapping[str, Any],
+    recorded_tests: list[dict[str, Any]],
+    replayed_tests: list[SelfTest],
+) -> list[str]:
     """Differences between two ``journal.json`` shapes (and the verifier self-tests), one line each."""
     out: list[str] = []
     r_run, p_run = recorded.get("run", {}), replayed.get("run", {})
     if r_run.get("state") != p_run.get("state"):
-        out.append(f"run state: recorded {r_run.get('state')}, replayed {p_run.get('state')}"
-                   + (f" ({_line(p_run.get('error'))})" if p_run.get("error") else ""))
+        out.append(
+            f"run state: recorded {r_run.get('state')}, replayed {p_run.get('state')}"
+            + (f" ({_line(p_run.get('error'))})" if p_run.get("error") else "")
+        )
     rec = {(a["step_id"], a["attempt_no"]): a for a in recorded.get("attempts", [])}
     rep = {(a["step_id"], a["attempt_no"]): a for a in replayed.get("attempts", [])}
     order = list(dict.fromkeys([*rec, *rep]))
@@ -247,8 +272,10 @@ def compare(recorded: Mapping[str, Any], replayed: Mapping[str, Any], recorded_t
             continue
         if key not in rec:
             a = rep[key]
-            out.append(f"{name}: not in the recording, replayed {a['state']} by {a['decided_by']}"
-                       + (f" ({_line(a['error'])})" if a.get("error") else ""))
+            out.append(
+                f"{name}: not in the recording, replayed {a['state']} by {a['decided_by']}"
+                + (f" ({_line(a['error'])})" if a.get("error") else "")
+            )
             continue
         a, b = rec[key], rep[key]
         for col in _COMPARED:
@@ -268,6 +295,7 @@ def compare(recorded: Mapping[str, Any], replayed: Mapping[str, Any], recorded_t
 
 
 # -- running ------------------------------------------------------------------------------------------
+
 
 def _settings(browser: BrowserSettings | None, proxy: str, https: bool) -> BrowserSettings:
     base = browser or BrowserSettings.discover()
@@ -289,21 +317,33 @@ def _load(recording: Recording, flow: str | os.PathLike[str] | None, settle: flo
     return loaded
 
 
-def _create_run(store: Store, recording: Recording, loaded: LoadedFlow,
-                inputs: Mapping[str, Any] | None) -> RunRecord:
+def _create_run(store: Store, recording: Recording, loaded: LoadedFlow, inputs: Mapping[str, Any] | None) -> RunRecord:
     data = {**recording.meta["inputs"], **(inputs or {})}
     try:
         validated = loaded.flow.validate_inputs(data)
     except InputError as exc:
         redacted = [k for k, v in recording.meta["inputs"].items() if v == REDACTED]
-        raise UsageError(f"{exc}; the recording redacted {', '.join(redacted) or 'no inputs'}: pass "
-                         "inputs={...} with stand-in values") from None
+        raise UsageError(
+            f"{exc}; the recording redacted {', '.join(redacted) or 'no inputs'}: pass "
+            "inputs={...} with stand-in values"
+        ) from None
     # a run that started from a saved login session replays from one (the recorded answers decide its check)
-    replay_seed(store, loaded.flow, validated, [d["decision"] for d in recording.journal.get("decisions", [])
-                                                if d.get("decision")])
-    return store.create_run(NewRun(id=recording.meta["run_id"], flow_name=loaded.flow.name,
-                                   inputs=loaded.flow.dump_inputs(validated), flow_path=str(loaded.path),
-                                   flow_hash=loaded.file_hash, secret_fields=tuple(loaded.flow.secret_fields())))
+    replay_seed(
+        store,
+        loaded.flow,
+        validated,
+        [d["decision"] for d in recording.journal.get("decisions", []) if d.get("decision")],
+    )
+    return store.create_run(
+        NewRun(
+            id=recording.meta["run_id"],
+            flow_name=loaded.flow.name,
+            inputs=loaded.flow.dump_inputs(validated),
+            flow_path=str(loaded.path),
+            flow_hash=loaded.file_hash,
+            secret_fields=tuple(loaded.flow.secret_fields()),
+        )
+    )
 
 
 async def _crash_child(config: dict[str, Any], workdir: Path, step: str, point: str) -> tuple[int, str]:
@@ -313,37 +353,58 @@ async def _crash_child(config: dict[str, Any], workdir: Path, step: str, point: 
     env = {k: v for k, v in os.environ.items() if k != faults.ENV}
     if point != REPLY_LOST:  # reply_lost: the router kills the child as it serves the dispatch
         env[faults.ENV] = f"{point}:{step}=kill"
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "browserworker.recording._child", str(cfg),
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "browserworker.recording._child",
+        str(cfg),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     _, err = await proc.communicate()
     return proc.returncode if proc.returncode is not None else 0, err.decode(errors="replace")
 
 
-async def replay_pass(recording: Recording, loaded: LoadedFlow, store: Store, run: RunRecord, *,
-                      ledger: Ledger, browser: BrowserSettings | None, extensions: Sequence[object] = (),
-                      self_test: bool, workdir: Path, crash_on_dispatch: str | None = None,
-                      trace_dir: Path | None = None) -> tuple[RunRecord, ReplayRouter, _Observer]:
+async def replay_pass(
+    recording: Recording,
+    loaded: LoadedFlow,
+    store: Store,
+    run: RunRecord,
+    *,
+    ledger: Ledger,
+    browser: BrowserSettings | None,
+    extensions: Sequence[object] = (),
+    self_test: bool,
+    workdir: Path,
+    crash_on_dispatch: str | None = None,
+    trace_dir: Path | None = None,
+) -> tuple[RunRecord, ReplayRouter, _Observer]:
     """Run (or resume) ``run`` against the recording until it ends; nothing leaves the machine."""
     redactor = Redactor.from_names(recording.meta.get("secret_fields") or [])
     others = Extensions(extensions)
 
     def notify(message: str) -> None:
-        others.notify("notice", run, None, message)
+        others.later.notice(run, None, message)
 
     router = ReplayRouter(recording, ledger, redactor, crash_on_dispatch=crash_on_dispatch, notify=notify)
     https_hosts = sorted({urlsplit(e.url).hostname or "" for e in router.entries if e.url.startswith("https://")})
     tls = await asyncio.to_thread(tls_context, https_hosts, workdir) if https_hosts else None
     proxy = ReplayProxy(router, tls)
     settings = _settings(browser, await proxy.start(), tls is not None)
-    observer = _Observer(router, self_test=self_test,
-                         traces=TraceChunks(trace_dir / "traces") if trace_dir else None,
-                         screenshots=trace_dir / "screenshots" if trace_dir else None)
+    observer = _Observer(
+        router,
+        self_test=self_test,
+        traces=TraceChunks(trace_dir / "traces") if trace_dir else None,
+        screenshots=trace_dir / "screenshots" if trace_dir else None,
+    )
     try:
-        final = await Engine(store, browser=settings, lease=LeaseSettings(),
-                             extensions=[*extensions, observer]).run(loaded, run)
+        final = await Engine(store, browser=settings, lease=LeaseSettings(), extensions=[*extensions, observer]).run(
+            loaded, run
+        )
     except ReplayStopped as exc:
         observer.stopped = str(exc)
-        await others.emit("notice", run, None, str(exc))
+        await others.notice(run, None, str(exc))
         final = store.get_run(run.id) or run
     finally:
         await proxy.stop()
@@ -367,16 +428,24 @@ async def _crash_first(crash_at: str, loaded: LoadedFlow, config: dict[str, Any]
     crash_exit, err = await _crash_child(config, work, step, point)
     if crash_exit != -9:
         tail = "\n".join(err.strip().splitlines()[-15:])
-        raise ReplayError(f"crash point {crash_at} was never reached (the replay exited with {crash_exit}); "
-                          f"its output:\n{tail}")
+        raise ReplayError(
+            f"crash point {crash_at} was never reached (the replay exited with {crash_exit}); its output:\n{tail}"
+        )
     return crash_exit
 
 
-async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | None = None,
-                       settle: float | None = None, inputs: Mapping[str, Any] | None = None,
-                       flow: str | os.PathLike[str] | None = None, browser: BrowserSettings | None = None,
-                       extensions: Sequence[object] = (), workdir: Path | None = None,
-                       trace_dir: Path | None = None) -> ReplayResult:
+async def replay_async(
+    recording: str | os.PathLike[str],
+    *,
+    crash_at: str | None = None,
+    settle: float | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    flow: str | os.PathLike[str] | None = None,
+    browser: BrowserSettings | None = None,
+    extensions: Sequence[object] = (),
+    workdir: Path | None = None,
+    trace_dir: Path | None = None,
+) -> ReplayResult:
     """Replay a recording offline; see the module docstring. ``settle`` overrides every effect's
     settle time, ``inputs`` stand in for inputs, ``trace_dir`` keeps a trace per step."""
     started = time.monotonic()
@@ -392,29 +461,54 @@ async def replay_async(recording: str | os.PathLike[str], *, crash_at: str | Non
         ledger_path = work / "ledger.jsonl"
         crash_exit = None
         if crash_at is not None:
-            config = {"recording": str(rec.root.resolve()), "flow": str(loaded.path), "db": str(work / "replay.db"),
-                      "ledger": str(ledger_path), "run_id": run.id, "settle": settle, "inputs": dict(inputs or {}),
-                      "browser": dataclasses.asdict(browser or BrowserSettings.discover())}
+            config = {
+                "recording": str(rec.root.resolve()),
+                "flow": str(loaded.path),
+                "db": str(work / "replay.db"),
+                "ledger": str(ledger_path),
+                "run_id": run.id,
+                "settle": settle,
+                "inputs": dict(inputs or {}),
+                "browser": dataclasses.asdict(browser or BrowserSettings.discover()),
+            }
             crash_exit = await _crash_first(crash_at, loaded, config, work)
             run = store.get_run(run.id) or run
-            Extensions(extensions).notify("notice", run, None, f"replay crashed (SIGKILL) at {crash_at}; resuming")
-        final, router, observer = await replay_pass(rec, loaded, store, run, ledger=Ledger(ledger_path),
-                                                    browser=browser, extensions=extensions,
-                                                    self_test=crash_at is None,
-                                                    workdir=work, trace_dir=trace_dir)
+            Extensions(extensions).later.notice(run, None, f"replay crashed (SIGKILL) at {crash_at}; resuming")
+        final, router, observer = await replay_pass(
+            rec,
+            loaded,
+            store,
+            run,
+            ledger=Ledger(ledger_path),
+            browser=browser,
+            extensions=extensions,
+            self_test=crash_at is None,
+            workdir=work,
+            trace_dir=trace_dir,
+        )
         redactor = Redactor.from_names(rec.meta.get("secret_fields") or [])
         replayed = journal_data(store, final.id, redactor)
-        mismatches = [] if crash_at else compare(rec.journal, replayed, rec.meta.get("verifiers") or [],
-                                                 observer.tests)
+        mismatches = [] if crash_at else compare(rec.journal, replayed, rec.meta.get("verifiers") or [], observer.tests)
         if observer.stopped:
             mismatches.append(observer.stopped)
-        return ReplayResult(recording=rec.root, run=final, attempts=store.attempts(final.id),
-                            events=store.events(final.id), journal=journal_view(store, final),
-                            mismatches=mismatches, refusals=list(router.refusals), served=list(router.served),
-                            self_tests=observer.tests, blocked=list(router.blocked),
-                            dispatches={s.id: router.dispatches_served(s.id) for s in loaded.flow.steps
-                                        if isinstance(s, Effect)}, notes=notes, crash_at=crash_at, crash_exit=crash_exit,
-                            duration=time.monotonic() - started, workdir=None if own_dir else work)
+        return ReplayResult(
+            recording=rec.root,
+            run=final,
+            attempts=store.attempts(final.id),
+            events=store.events(final.id),
+            journal=journal_view(store, final),
+            mismatches=mismatches,
+            refusals=list(router.refusals),
+            served=list(router.served),
+            self_tests=observer.tests,
+            blocked=list(router.blocked),
+            dispatches={s.id: router.dispatches_served(s.id) for s in loaded.flow.steps if isinstance(s, Effect)},
+            notes=notes,
+            crash_at=crash_at,
+            crash_exit=crash_exit,
+            duration=time.monotonic() - started,
+            workdir=None if own_dir else work,
+        )
     finally:
         store.close()
         if own_dir:
@@ -440,7 +534,8 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
     thread.join()
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    value: T = box["value"]
+    return value
 
 
 def replay(recording: str | os.PathLike[str], **options: Any) -> ReplayResult:

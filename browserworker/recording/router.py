@@ -55,8 +55,9 @@ __all__ = ["Answer", "Entry", "ReplayProxy", "ReplayRouter", "request_key", "tls
 log = structlog.get_logger("browserworker.replay")
 
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
-_DROP_RESPONSE_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection",
-                                    "keep-alive"})
+_DROP_RESPONSE_HEADERS = frozenset(
+    {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"}
+)
 
 
 def _norm_url(url: str) -> str:
@@ -85,8 +86,9 @@ def _host_port(url: str) -> str:
     return f"{(parts.hostname or '').lower()}:{port}"
 
 
-def request_key(method: str, url: str, body: bytes | str | None, mime: str | None,
-                redactor: Redactor) -> tuple[str, str, str]:
+def request_key(
+    method: str, url: str, body: bytes | str | None, mime: str | None, redactor: Redactor
+) -> tuple[str, str, str]:
     """The matching key of a request, after the recording's redaction rules."""
     text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else (body or "")
     return (method.upper(), _norm_url(redactor.url(url)), _norm_body(redactor.body(text, mime) if text else "", mime))
@@ -158,9 +160,15 @@ class Answer:
 class ReplayRouter:
     """Serves a replay from a recording (see the module docstring)."""
 
-    def __init__(self, recording: Recording, ledger: Ledger, redactor: Redactor, *,
-                 crash_on_dispatch: str | None = None,
-                 notify: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        ledger: Ledger,
+        redactor: Redactor,
+        *,
+        crash_on_dispatch: str | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
         self.recording = recording
         self.ledger = ledger
         self.redactor = redactor
@@ -174,19 +182,27 @@ class ReplayRouter:
                 body = (req.get("postData") or {}).get("text")
                 mime = (req.get("postData") or {}).get("mimeType")
                 tag = raw.get("_browserworker", {})
-                self.entries.append(Entry(
-                    id=tag.get("id", f"{segment.number:04d}.{len(self.entries)}"), segment=segment,
-                    key=request_key(req["method"], req["url"], body, mime, redactor), url=req["url"],
-                    status=int(resp.get("status") or 0), headers=list(resp.get("headers") or []),
-                    content=dict(resp.get("content") or {}), dispatch=bool(tag.get("dispatch")),
-                    idempotent=segment.step in idempotent))
+                self.entries.append(
+                    Entry(
+                        id=tag.get("id", f"{segment.number:04d}.{len(self.entries)}"),
+                        segment=segment,
+                        key=request_key(req["method"], req["url"], body, mime, redactor),
+                        url=req["url"],
+                        status=int(resp.get("status") or 0),
+                        headers=list(resp.get("headers") or []),
+                        content=dict(resp.get("content") or {}),
+                        dispatch=bool(tag.get("dispatch")),
+                        idempotent=segment.step in idempotent,
+                    )
+                )
         self.by_key: dict[tuple[str, str, str], list[Entry]] = {}
         for entry in self.entries:
             self.by_key.setdefault(entry.key, []).append(entry)
         self.by_id = {e.id: e for e in self.entries}
         self.hosts = {_host_port(e.url) for e in self.entries}
         self.plain_hosts = {_host_port(e.url) for e in self.entries if e.url.lower().startswith("http:")} - {
-            _host_port(e.url) for e in self.entries if e.url.lower().startswith("https:")}
+            _host_port(e.url) for e in self.entries if e.url.lower().startswith("https:")
+        }
         self.served: list[tuple[str, str]] = []  # (request, entry id or refusal)
         self.refusals: list[str] = []
         self.blocked: list[str] = []  # the browser's own traffic to hosts the recording never saw
@@ -229,8 +245,7 @@ class ReplayRouter:
         if self._verifying is not None:
             entry = self._snapshot([e for e in pool if e.snapshot], self._verifying)
             if entry is None:
-                return self._refuse(shown, key, f"not among the pages {self._verifying}'s verifier saw while "
-                                                "recording")
+                return self._refuse(shown, key, f"not among the pages {self._verifying}'s verifier saw while recording")
             return self._serve(shown, entry, repeat=True)
         main = [e for e in pool if not e.snapshot]
         fresh = [e for e in main if self.ledger.count(e.id) == 0]
@@ -245,16 +260,22 @@ class ReplayRouter:
                 return self._serve(shown, last, repeat=True)
             times = sum(self.ledger.count(e.id) for e in main)
             self.duplicate = shown
-            return self._refuse(shown, key, f"the recording answered this dispatch {times} time(s) and this replay "
-                                            "has used them up: another one would be a duplicate, so it is not "
-                                            "answered", closest=False)
+            return self._refuse(
+                shown,
+                key,
+                f"the recording answered this dispatch {times} time(s) and this replay "
+                "has used them up: another one would be a duplicate, so it is not "
+                "answered",
+                closest=False,
+            )
         return self._refuse(shown, key, "not in the recording")
 
     def _serve(self, shown: str, entry: Entry, repeat: bool = False) -> Answer:
         if entry.dispatch and not repeat and self.crash_on_dispatch == entry.segment.step:
             self.ledger.add(entry.id)  # the "server" committed it; the worker dies before the reply
-            log.warning("crashing on purpose: the dispatch reached the recorded server, the reply is lost",
-                        entry=entry.id)
+            log.warning(
+                "crashing on purpose: the dispatch reached the recorded server, the reply is lost", entry=entry.id
+            )
             os.kill(os.getpid(), signal.SIGKILL)
         if not repeat or entry.dispatch:
             self.ledger.add(entry.id)
@@ -270,8 +291,7 @@ class ReplayRouter:
             else:
                 headers[name] = h["value"]
         body = self.recording.body(entry.content) if entry.status > 0 else b""
-        return Answer(entry=entry, status=entry.status, headers=headers, set_cookies=cookies, body=body,
-                      repeat=repeat)
+        return Answer(entry=entry, status=entry.status, headers=headers, set_cookies=cookies, body=body, repeat=repeat)
 
     def _refuse(self, shown: str, key: tuple[str, str, str], why: str, closest: bool = True) -> Answer:
         message = f"replay: {shown} {why}"
@@ -347,10 +367,31 @@ def tls_context(hosts: list[str], directory: Path) -> ssl.SSLContext | None:
         return None
     names = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}" for h in hosts)
     key, cert = directory / "replay-key.pem", directory / "replay-cert.pem"
-    done = subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                           "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2",
-                           "-subj", "/CN=browserworker-replay", "-addext", f"subjectAltName={names}"],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=browserworker-replay",
+            "-addext",
+            f"subjectAltName={names}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if done.returncode != 0:
         log.warning("no certificate for HTTPS redirect hops", error=done.stderr.strip()[-300:])
         return None
@@ -407,8 +448,11 @@ class ReplayProxy:
     @staticmethod
     def _bad_gateway(writer: asyncio.StreamWriter, text: str = "") -> None:
         data = text.encode()
-        writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                     + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        writer.write(
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+            + f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -432,9 +476,13 @@ class ReplayProxy:
                 target = path if path.startswith("http") else f"http://{host}{path}"
             elif method.upper() == "CONNECT":
                 if self.tls is None:
-                    self.router._refuse(f"CONNECT {target}", ("CONNECT", target, ""),
-                                        "is an HTTPS redirect hop (outside Playwright's routing); answering it "
-                                        "offline needs `openssl` on PATH", closest=False)
+                    self.router._refuse(
+                        f"CONNECT {target}",
+                        ("CONNECT", target, ""),
+                        "is an HTTPS redirect hop (outside Playwright's routing); answering it "
+                        "offline needs `openssl` on PATH",
+                        closest=False,
+                    )
                     self._bad_gateway(writer)
                     return
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")

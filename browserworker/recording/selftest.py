@@ -43,13 +43,23 @@ class SelfTest:
         why = f" ({self.reason})" if self.reason else ""
         if self.ok:
             return f"verifier self-test {when}: said {self.said} (ok)"
-        hint = ("the target already had this effect (a reused run id?) or the verifier finds the wrong thing"
-                if self.phase == "before" else "the verifier does not find the effect it should")
+        hint = (
+            "the target already had this effect (a reused run id?) or the verifier finds the wrong thing"
+            if self.phase == "before"
+            else "the verifier does not find the effect it should"
+        )
         return f"verifier BROKEN: {when} it said {self.said}{why}, expected {self.expected}; {hint}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "attempt": self.attempt, "phase": self.phase, "said": self.said,
-                "expected": self.expected, "ok": self.ok, "reason": self.reason}
+        return {
+            "step": self.step,
+            "attempt": self.attempt,
+            "phase": self.phase,
+            "said": self.said,
+            "expected": self.expected,
+            "ok": self.ok,
+            "reason": self.reason,
+        }
 
 
 def expected_after(attempt: AttemptRecord | None) -> str | None:

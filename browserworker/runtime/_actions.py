@@ -21,17 +21,21 @@ async def run_action(scope: RunScope, step: Action, p: Pass) -> Any:
     assert p.page is not None
     journal, ext = scope.journal, scope.extensions
     fp = scope.flow.fingerprint(step, scope.inputs, p.results)
-    await ext.emit("step_started", scope.run, step.id, "action")
+    await ext.step_started(scope.run, step.id, "action")
     attempt = await journal.begin(step.id, "action", fp)
     ctx = scope.step_context(p.page, step.id, attempt, fp, p.results)
 
     def report(method: str, url: str) -> None:
         ctx.log.warning("undeclared side effect: an action sent a non-GET request", method=method, url=url)
-        ext.notify("notice", scope.run, step.id, f"undeclared side effect: {method} {url} (declare it with "
-                   "@flow.effect, or @flow.step(sends=True) if it is safe to repeat)")
+        ext.later.notice(
+            scope.run,
+            step.id,
+            f"undeclared side effect: {method} {url} (declare it with "
+            "@flow.effect, or @flow.step(sends=True) if it is safe to repeat)",
+        )
 
     guard = ActionGuard(step, mode=scope.flow.undeclared_effects, report=report)
-    await ext.emit("before_step", ctx, step, p.context)
+    await ext.before_step(ctx, step, p.context)
     await guard.install(p.route)
     p.gap_closed()
     try:
@@ -45,42 +49,57 @@ async def run_action(scope: RunScope, step: Action, p: Pass) -> Any:
         p.gap_opened(step)
     if guard.seen and scope.flow.undeclared_effects == "fail":
         await _undeclared(scope, step, p, ctx, attempt, guard)
-    finished = await journal.finish(attempt, AttemptState.SUCCEEDED, decided_by="return", result=jsonable(value),
-                                    evidence={"undeclared_requests": guard.seen} if guard.seen else None)
-    await ext.emit("outcome", finished)
-    await ext.emit("after_step", ctx, step, p.context, finished)
+    finished = await journal.finish(
+        attempt,
+        AttemptState.SUCCEEDED,
+        decided_by="return",
+        result=jsonable(value),
+        evidence={"undeclared_requests": guard.seen} if guard.seen else None,
+    )
+    await ext.outcome(finished)
+    await ext.after_step(ctx, step, p.context, finished)
     return value
 
 
-async def _failed(scope: RunScope, step: Action, p: Pass, ctx: StepContext[Any], attempt: AttemptRecord,
-                  guard: ActionGuard, exc: Exception) -> None:
+async def _failed(
+    scope: RunScope,
+    step: Action,
+    p: Pass,
+    ctx: StepContext[Any],
+    attempt: AttemptRecord,
+    guard: ActionGuard,
+    exc: Exception,
+) -> None:
     """The action raised: journal it FAILED, then retry in a new pass or fail the run."""
     scope.journal.check()
     if guard.seen and scope.flow.undeclared_effects == "fail":  # e.g. a refused page.request call
         guard.remove()
         await _undeclared(scope, step, p, ctx, attempt, guard)
-    finished = await scope.journal.finish(attempt, AttemptState.FAILED, decided_by="exception",
-                                          error=f"{type(exc).__name__}: {exc}")
-    await scope.extensions.emit("outcome", finished)
+    finished = await scope.journal.finish(
+        attempt, AttemptState.FAILED, decided_by="exception", error=f"{type(exc).__name__}: {exc}"
+    )
+    await scope.extensions.outcome(finished)
     guard.remove()
-    await scope.extensions.emit("after_step", ctx, step, p.context, finished)
+    await scope.extensions.after_step(ctx, step, p.context, finished)
     failures = own_failures(await scope.journal.attempts(), step.id, scope.budget_since)
     if failures > step.retries:
         raise Stop("failed", f"step {step.id} failed: {type(exc).__name__}: {exc}") from None
     raise Again(f"retrying {step.id} after {type(exc).__name__}", backoff(failures)) from None
 
 
-async def _undeclared(scope: RunScope, step: Action, p: Pass, ctx: StepContext[Any], attempt: AttemptRecord,
-                      guard: ActionGuard) -> None:
+async def _undeclared(
+    scope: RunScope, step: Action, p: Pass, ctx: StepContext[Any], attempt: AttemptRecord, guard: ActionGuard
+) -> None:
     """Fail mode: the action tried undeclared side effects: the run fails. Refused ones were
     not sent; what the browser let out without asking the route may have been."""
     leaked = guard.unrefused()
     evidence: dict[str, Any] = {"requests": guard.seen}
     if leaked:
         evidence["not_refused"] = leaked
-    finished = await scope.journal.finish(attempt, AttemptState.FAILED, decided_by="undeclared_effect",
-                                          evidence=evidence)
-    await scope.extensions.emit("after_step", ctx, step, p.context, finished)
+    finished = await scope.journal.finish(
+        attempt, AttemptState.FAILED, decided_by="undeclared_effect", evidence=evidence
+    )
+    await scope.extensions.after_step(ctx, step, p.context, finished)
     refused = [item for item in guard.seen if item not in leaked]
     said = []
     if refused:

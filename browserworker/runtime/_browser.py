@@ -75,8 +75,11 @@ _HOW_TO_FIX = (
 def _managed_chromium(env: Mapping[str, str]) -> str | None:
     """The newest Chromium that ``playwright install`` downloaded, if any."""
     root = env.get("PLAYWRIGHT_BROWSERS_PATH") or str(Path.home() / ".cache" / "ms-playwright")
-    patterns = ("chromium-*/chrome-linux*/chrome", "chromium-*/chrome-mac*/Chromium.app/Contents/MacOS/Chromium",
-                "chromium-*/chrome-win*/chrome.exe")
+    patterns = (
+        "chromium-*/chrome-linux*/chrome",
+        "chromium-*/chrome-mac*/Chromium.app/Contents/MacOS/Chromium",
+        "chromium-*/chrome-win*/chrome.exe",
+    )
     found = [p for pattern in patterns for p in Path(root).glob(pattern) if p.is_file()]
     if not found:
         return None
@@ -132,8 +135,12 @@ class BrowserSettings:
         shared = env.get(ENV_SHARED_WORKERS, "block").strip().lower() or "block"
         if shared not in ("block", "allow"):
             raise UsageError(f"{ENV_SHARED_WORKERS}={env[ENV_SHARED_WORKERS]!r}: use 'block' (the default) or 'allow'")
-        return cls(headless=headless, executable_path=find_chromium(env),
-                   args=shlex.split(env.get(ENV_ARGS, "")), shared_workers=shared)  # type: ignore[arg-type]
+        return cls(
+            headless=headless,
+            executable_path=find_chromium(env),
+            args=shlex.split(env.get(ENV_ARGS, "")),
+            shared_workers=shared,  # type: ignore[arg-type]  # checked above
+        )
 
 
 _NODE_ENV = "PLAYWRIGHT_NODEJS_PATH"  # how playwright-python lets one choose the driver's node
@@ -150,8 +157,10 @@ def tethered(executable: str) -> str:
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
     if setpriv is None:
         return executable
-    script = (f"#!/bin/sh\n# browserworker: dies with the process that started it\n"
-              f"exec {shlex.quote(setpriv)} --pdeathsig KILL -- {shlex.quote(executable)} \"$@\"\n")
+    script = (
+        f"#!/bin/sh\n# browserworker: dies with the process that started it\n"
+        f'exec {shlex.quote(setpriv)} --pdeathsig KILL -- {shlex.quote(executable)} "$@"\n'
+    )
     try:
         path = _private_script("tethered", script)
     except OSError as exc:
@@ -190,8 +199,9 @@ def _driver_node() -> str:
     return str(compute_driver_executable()[0])
 
 
-def merge_disabled_features(defaults: Sequence[str], args: Sequence[str],
-                            extra: Sequence[str]) -> tuple[list[str], list[str]]:
+def merge_disabled_features(
+    defaults: Sequence[str], args: Sequence[str], extra: Sequence[str]
+) -> tuple[list[str], list[str]]:
     """``(args, ignore_default_args)`` that turn ``extra`` off without losing what
     Playwright's default arguments (``defaults``) and ``args`` already turn off.
 
@@ -205,7 +215,7 @@ def merge_disabled_features(defaults: Sequence[str], args: Sequence[str],
         return list(args), []
     features: list[str] = []
     for switch in own + given:
-        features += [f for f in switch[len(_DISABLE):].split(",") if f]
+        features += [f for f in switch[len(_DISABLE) :].split(",") if f]
     features += extra
     merged = _DISABLE + ",".join(dict.fromkeys(features))
     return [a for a in args if not a.startswith(_DISABLE)] + [merged], own
@@ -223,8 +233,10 @@ async def _playwright_default_args(pw: Playwright) -> list[str] | None:
         return _DEFAULT_ARGS
     if sys.platform.startswith("win"):
         return None
-    script = ("#!/bin/sh\n# browserworker: writes down the arguments a launcher passes\n"
-              "printf '%s\\0' \"$@\" > \"$BROWSERWORKER_ARGS_OUT\"\nexit 1\n")
+    script = (
+        "#!/bin/sh\n# browserworker: writes down the arguments a launcher passes\n"
+        'printf \'%s\\0\' "$@" > "$BROWSERWORKER_ARGS_OUT"\nexit 1\n'
+    )
     try:
         path = _private_script("args", script)
         out = path.parent / f"args-{os.getpid()}-{id(pw)}.out"
@@ -275,7 +287,7 @@ def _without_shared_workers(args: list[str]) -> list[str]:
     ``--disable-blink-features`` the user gave: Chromium reads only the last one)."""
     for i, arg in enumerate(args):
         if arg.startswith(_DISABLE_BLINK):
-            features = [f for f in arg[len(_DISABLE_BLINK):].split(",") if f]
+            features = [f for f in arg[len(_DISABLE_BLINK) :].split(",") if f]
             if _NO_SHARED_WORKERS not in features:
                 args[i] = _DISABLE_BLINK + ",".join([*features, _NO_SHARED_WORKERS])
             return args
@@ -316,8 +328,10 @@ class BrowserSession:
         try:
             return await pw.chromium.launch(**options)
         except Exception as exc:
-            raise BrowserNotFound(f"could not launch Chromium ({self.settings.executable_path or 'managed'}): "
-                                  f"{str(exc).splitlines()[0]}; {_HOW_TO_FIX}") from exc
+            raise BrowserNotFound(
+                f"could not launch Chromium ({self.settings.executable_path or 'managed'}): "
+                f"{str(exc).splitlines()[0]}; {_HOW_TO_FIX}"
+            ) from exc
 
     async def __aexit__(self, *exc: object) -> None:
         try:
@@ -430,9 +444,13 @@ def _remove_dead_sessions(home: Path) -> None:
     """Remove this host's session directories in ``home`` whose process is gone."""
     tag = _host_tag()
     for path in home.glob(f"{_SESSION}*"):
-        parts = path.name[len(_SESSION):].split("-", 3)  # pid, start time, host tag, random
-        if len(parts) == 4 and parts[2] == tag and parts[0].isdigit() and \
-                process_is_gone(int(parts[0]), parts[1] or None):
+        parts = path.name[len(_SESSION) :].split("-", 3)  # pid, start time, host tag, random
+        if (
+            len(parts) == 4
+            and parts[2] == tag
+            and parts[0].isdigit()
+            and process_is_gone(int(parts[0]), parts[1] or None)
+        ):
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -53,13 +53,19 @@ async def run_effect(scope: RunScope, step: Effect, p: Pass, latest: AttemptReco
         await gate.remove()
 
 
-async def _effect(scope: RunScope, step: Effect, p: Pass, gate: DispatchGate, installing: asyncio.Future[object],
-                  latest: AttemptRecord | None) -> Any:
+async def _effect(
+    scope: RunScope,
+    step: Effect,
+    p: Pass,
+    gate: DispatchGate,
+    installing: asyncio.Future[object],
+    latest: AttemptRecord | None,
+) -> Any:
     assert p.page is not None
     fp = scope.flow.fingerprint(step, scope.inputs, p.results)
     if latest is not None and latest.state == AttemptState.SUCCEEDED:
         await _disarm(scope, step, p)
-        await scope.extensions.emit("step_skipped", scope.run, latest)
+        await scope.extensions.step_skipped(scope.run, latest)
         return latest.result
     if await restore_gap_open(scope, step):
         p.gap_closed()  # the verifier's turn
@@ -92,8 +98,11 @@ async def _check_budget(scope: RunScope, step: Effect) -> None:
     if failures > step.retries:
         last = next(a for a in reversed(attempts) if a.step_id == step.id)
         if last.state == AttemptState.UNKNOWN:  # it may have landed: a person decides, not "failed"
-            raise Stop("review", f"effect {step.id} kept failing after dispatch ({last.error}); "
-                                 "out of retries with its outcome unproven")
+            raise Stop(
+                "review",
+                f"effect {step.id} kept failing after dispatch ({last.error}); "
+                "out of retries with its outcome unproven",
+            )
         raise Stop("failed", f"effect {step.id} failed ({last.state}, {last.decided_by}): {last.error}")
 
 
@@ -102,26 +111,33 @@ async def _check_fingerprint(scope: RunScope, step: Effect, fp: str) -> None:
     for prior in await scope.journal.attempts():
         if prior.step_id == step.id and prior.dispatched_at is not None and prior.request_fingerprint != fp:
             attempt = await scope.journal.begin(step.id, "effect", fp)
-            done = await scope.journal.finish(attempt, AttemptState.UNKNOWN, decided_by="fingerprint_mismatch",
-                                              evidence={"journaled": prior.request_fingerprint, "now": fp,
-                                                        "journaled_attempt": prior.attempt_no})
-            await scope.extensions.emit("outcome", done)
-            raise Stop("review", f"effect {step.id}: what it would send now differs from what attempt "
-                                 f"{prior.attempt_no} dispatched (fingerprint changed); not replayed")
+            done = await scope.journal.finish(
+                attempt,
+                AttemptState.UNKNOWN,
+                decided_by="fingerprint_mismatch",
+                evidence={"journaled": prior.request_fingerprint, "now": fp, "journaled_attempt": prior.attempt_no},
+            )
+            await scope.extensions.outcome(done)
+            raise Stop(
+                "review",
+                f"effect {step.id}: what it would send now differs from what attempt "
+                f"{prior.attempt_no} dispatched (fingerprint changed); not replayed",
+            )
 
 
-async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: DispatchGate,
-                   installing: asyncio.Future[object]) -> Any:
+async def _attempt(
+    scope: RunScope, step: Effect, p: Pass, fp: str, gate: DispatchGate, installing: asyncio.Future[object]
+) -> Any:
     """One attempt: intent, the step function behind the armed gate, the outcome."""
     journal, ext = scope.journal, scope.extensions
     assert p.page is not None
-    await ext.emit("step_started", scope.run, step.id, "effect")
+    await ext.step_started(scope.run, step.id, "effect")
     faults.hit("before_intent_commit", step.id)
     attempt = await journal.begin(step.id, "effect", fp)
-    await ext.emit("intent_committed", attempt)
+    await ext.intent_committed(attempt)
     ctx = scope.step_context(p.page, step.id, attempt, fp, p.results)
     faults.hit("after_intent_commit", step.id)
-    await ext.emit("before_step", ctx, step, p.context)
+    await ext.before_step(ctx, step, p.context)
     check = gate.approval = await ApprovalCheck.of(scope, step, p.page, gate)
     gate.arm(attempt)
     p.gap_closed()
@@ -154,8 +170,10 @@ async def _attempt(scope: RunScope, step: Effect, p: Pass, fp: str, gate: Dispat
     if finished.decided_by == THROTTLED:
         if throttled_attempts(attempts, step.id) > MAX_THROTTLED:
             raise Stop("failed", f"effect {step.id} was throttled {MAX_THROTTLED + 1} times, last: {finished.error}")
-        raise Stop("throttled", f"effect {step.id} throttled: {finished.error}; back to the queue until the pause "
-                                "of its limit key ends")
+        raise Stop(
+            "throttled",
+            f"effect {step.id} throttled: {finished.error}; back to the queue until the pause of its limit key ends",
+        )
     failures = own_failures(attempts, step.id, scope.budget_since)
     if failures > step.retries:
         raise Stop("failed", f"effect {step.id} {finished.state} ({finished.decided_by}): {finished.error}")
@@ -184,19 +202,27 @@ async def _not_approved(scope: RunScope, step: Effect, attempt: AttemptRecord, c
     person rejected it, or its approval expired (the run fails, whatever ``retries=`` says)."""
     assert check.parked is not None
     kind, approval = check.parked.kind, check.parked.approval
-    evidence = {"approval": approval.id, "fingerprint": approval.fingerprint, "screenshot": approval.screenshot,
-                "request": approval.summary}
+    evidence = {
+        "approval": approval.id,
+        "fingerprint": approval.fingerprint,
+        "screenshot": approval.screenshot,
+        "request": approval.summary,
+    }
     error = None if kind == "pending" else (approval.reason or kind)
-    done = await scope.journal.finish(attempt, AttemptState.FAILED_BEFORE_SEND, decided_by=f"approval_{kind}",
-                                      evidence=evidence, error=error)
-    await scope.extensions.emit("outcome", done)
+    done = await scope.journal.finish(
+        attempt, AttemptState.FAILED_BEFORE_SEND, decided_by=f"approval_{kind}", evidence=evidence, error=error
+    )
+    await scope.extensions.outcome(done)
     if kind == "pending":
         scope.parked_approval = approval.id
         raise Stop("approval", f"effect {step.id} waits for approval {approval.id}: nothing was sent")
     who = f" by {approval.decided_by}" if kind == "rejected" and approval.decided_by else ""
-    raise Stop("failed", f"effect {step.id}: its approval was {kind}{who}"
-                         + (f" ({approval.reason})" if approval.reason and kind == "rejected" else "")
-                         + "; nothing was sent")
+    raise Stop(
+        "failed",
+        f"effect {step.id}: its approval was {kind}{who}"
+        + (f" ({approval.reason})" if approval.reason and kind == "rejected" else "")
+        + "; nothing was sent",
+    )
 
 
 def _refused(journal: RunJournal, step: Effect, gate: DispatchGate) -> None:
@@ -210,13 +236,27 @@ def _refused(journal: RunJournal, step: Effect, gate: DispatchGate) -> None:
         raise StoreError(f"the dispatch of {step.id} could not be journaled, so it was not sent: {gate.refusal}")
 
 
-async def _outcome(scope: RunScope, step: Effect, p: Pass, ctx: StepContext[Any], attempt: AttemptRecord,
-                   gate: DispatchGate, raised: BaseException | None, value: Any) -> AttemptRecord:
+async def _outcome(
+    scope: RunScope,
+    step: Effect,
+    p: Pass,
+    ctx: StepContext[Any],
+    attempt: AttemptRecord,
+    gate: DispatchGate,
+    raised: BaseException | None,
+    value: Any,
+) -> AttemptRecord:
     """Classify the attempt from what it returned or raised and what the gate saw; journal it."""
     assert p.page is not None
     outbox = gate.outbox.rows
-    verdict = classify_attempt(raised=raised, returned=jsonable(value), dispatched=gate.dispatched, outbox=outbox,
-                               judge=judge_of(step), confirm=step.judge if step.confirm is not None else None)
+    verdict = classify_attempt(
+        raised=raised,
+        returned=jsonable(value),
+        dispatched=gate.dispatched,
+        outbox=outbox,
+        judge=judge_of(step),
+        confirm=step.judge if step.confirm is not None else None,
+    )
     error = None if raised is None else f"{type(raised).__name__}: {raised}"
     if verdict.decided_by == THROTTLED:
         error = verdict.reason
@@ -227,16 +267,23 @@ async def _outcome(scope: RunScope, step: Effect, p: Pass, ctx: StepContext[Any]
         evidence["page_url"] = safe_url(p.page)
         evidence["screenshot"] = await scope.screenshot(p.page, f"{step.id}-{attempt.attempt_no}-after-error")
     succeeded = verdict.state == AttemptState.SUCCEEDED
-    finished = await scope.journal.finish(attempt, verdict.state, decided_by=verdict.decided_by,
-                                          result=verdict.result if succeeded else None, evidence=evidence or None,
-                                          error=None if succeeded else error, dispatched=gate.dispatched)
-    await scope.extensions.emit("outcome", finished)
-    await scope.extensions.emit("after_step", ctx, step, p.context, finished)
+    finished = await scope.journal.finish(
+        attempt,
+        verdict.state,
+        decided_by=verdict.decided_by,
+        result=verdict.result if succeeded else None,
+        evidence=evidence or None,
+        error=None if succeeded else error,
+        dispatched=gate.dispatched,
+    )
+    await scope.extensions.outcome(finished)
+    await scope.extensions.after_step(ctx, step, p.context, finished)
     return finished
 
 
-def _gate_evidence(scope: RunScope, step: Effect, ctx: StepContext[Any], gate: DispatchGate,
-                   outbox: list[OutboxRecord]) -> dict[str, Any]:
+def _gate_evidence(
+    scope: RunScope, step: Effect, ctx: StepContext[Any], gate: DispatchGate, outbox: list[OutboxRecord]
+) -> dict[str, Any]:
     evidence: dict[str, Any] = {"responses": [response_evidence(o) for o in outbox]} if outbox else {}
     if gate.blocked:
         evidence["blocked"] = gate.blocked
@@ -256,6 +303,11 @@ def _several(scope: RunScope, step: Effect, ctx: StepContext[Any], dispatches: S
     this effect's as far as the journal knows; say so, naming them."""
     sent = [f"{row.method} {row.url}" for row in dispatches]
     ctx.log.warning("one effect attempt dispatched several requests", requests=sent)
-    scope.extensions.notify("notice", scope.run, step.id, f"effect {step.id} dispatched {len(sent)} requests in one "
-                            f"attempt: {', '.join(sent)}; if only one of them is the effect, narrow what counts with "
-                            f"dispatch= (e.g. dispatch=\"POST */orders*\")", requests=sent)
+    scope.extensions.later.notice(
+        scope.run,
+        step.id,
+        f"effect {step.id} dispatched {len(sent)} requests in one "
+        f"attempt: {', '.join(sent)}; if only one of them is the effect, narrow what counts with "
+        f'dispatch= (e.g. dispatch="POST */orders*")',
+        requests=sent,
+    )

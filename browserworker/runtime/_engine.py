@@ -41,23 +41,43 @@ class Engine:
     executes; ``evidence_dir`` keeps screenshots of steps parked for review.
     """
 
-    def __init__(self, store: Store, *, browser: BrowserSettings | None = None, lease: LeaseSettings | None = None,
-                 extensions: Sequence[object] = (), evidence_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        browser: BrowserSettings | None = None,
+        lease: LeaseSettings | None = None,
+        extensions: Sequence[object] = (),
+        evidence_dir: Path | None = None,
+    ) -> None:
         self.store = store
         self.browser = browser if browser is not None else BrowserSettings.discover()
         self.lease = lease if lease is not None else LeaseSettings()
         self.extensions = list(extensions)
         self.evidence_dir = evidence_dir
 
-    def prepare(self, loaded: LoadedFlow, inputs: Mapping[str, Any] | None = None, *, run_id: str | None = None,
-                inputs_given: bool = False) -> tuple[RunRecord, bool]:
+    def prepare(
+        self,
+        loaded: LoadedFlow,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        inputs_given: bool = False,
+    ) -> tuple[RunRecord, bool]:
         """Create the run, or find the one to resume: ``(run, created)``. Raises
         :class:`~browserworker.errors.UsageError` (nothing written) for bad inputs or a bad run id."""
-        return prepare_run(self.store, RunRequest(loaded=loaded, inputs=dict(inputs or {}), run_id=run_id,
-                                                  inputs_given=inputs_given))
+        return prepare_run(
+            self.store, RunRequest(loaded=loaded, inputs=dict(inputs or {}), run_id=run_id, inputs_given=inputs_given)
+        )
 
-    async def run(self, loaded: LoadedFlow, run: RunRecord, *, stop: asyncio.Event | None = None,
-                  extensions: Sequence[object] = ()) -> RunRecord:
+    async def run(
+        self,
+        loaded: LoadedFlow,
+        run: RunRecord,
+        *,
+        stop: asyncio.Event | None = None,
+        extensions: Sequence[object] = (),
+    ) -> RunRecord:
         """Lease ``run`` and execute it to its end in this process; returns the final run.
 
         A terminal, NEEDS_REVIEW or AWAITING_APPROVAL run is returned as it is (so is one parked for approval). Setting ``stop`` hands the run
@@ -75,8 +95,9 @@ class Engine:
                 claimed = await acquire(astore, run, self.lease, ext, owner, stop=stop)
                 if claimed is None:  # stopped while waiting (for a budget, a live lease): nothing was taken
                     return await astore.call(self.store.get_run, run.id) or run
-                leased = LeasedRun(astore, claimed, loaded, owner, ext, lease=self.lease,
-                                   evidence_dir=self.evidence_dir)
+                leased = LeasedRun(
+                    astore, claimed, loaded, owner, ext, lease=self.lease, evidence_dir=self.evidence_dir
+                )
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
                 async with BrowserSession(self.browser) as session:
                     watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None

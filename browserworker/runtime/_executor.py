@@ -46,8 +46,15 @@ _ENDINGS: dict[str, tuple[RunState, str]] = {
 class Executor:
     """Executes one leased run to an end state (or until its lease is lost)."""
 
-    def __init__(self, flow: Flow[Any], journal: RunJournal, browser: BrowserSession, extensions: Extensions, *,
-                 evidence_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        flow: Flow[Any],
+        journal: RunJournal,
+        browser: BrowserSession,
+        extensions: Extensions,
+        *,
+        evidence_dir: Path | None = None,
+    ) -> None:
         run = journal.run
         self.flow = flow
         self.journal = journal
@@ -60,11 +67,16 @@ class Executor:
         # True once the run's end is committed while its context may still be closing (the
         # extensions hear ``run_settled``: a worker starts its next run beside that close)
         self.settled = False
-        self.scope = RunScope(flow=flow, run=run, journal=journal, extensions=extensions,
-                              inputs=flow.validate_inputs(run.inputs), evidence_dir=evidence_dir,
-                              shared_workers_allowed=browser.settings.shared_workers == "allow",
-                              log=log.bind(run_id=run.id, flow=flow.name, worker_id=journal.worker,
-                                           lease_epoch=journal.epoch))
+        self.scope = RunScope(
+            flow=flow,
+            run=run,
+            journal=journal,
+            extensions=extensions,
+            inputs=flow.validate_inputs(run.inputs),
+            evidence_dir=evidence_dir,
+            shared_workers_allowed=browser.settings.shared_workers == "allow",
+            log=log.bind(run_id=run.id, flow=flow.name, worker_id=journal.worker, lease_epoch=journal.epoch),
+        )
         self.log = self.scope.log
         self.session = SessionRun(self.scope) if flow.login_step is not None else None
         self._pass_now: Pass | None = None
@@ -80,14 +92,15 @@ class Executor:
         attempts, restored_at, requeued_at = ([], None, None) if self.run.fresh else await self.journal.history()
         missing = sorted({a.step_id for a in attempts} - {s.id for s in self.flow.steps})
         if missing:
-            return await self._finish(RunState.NEEDS_REVIEW,
-                                      f"journaled steps no longer in the flow: {', '.join(missing)}", "flow_changed")
+            return await self._finish(
+                RunState.NEEDS_REVIEW, f"journaled steps no longer in the flow: {', '.join(missing)}", "flow_changed"
+            )
         self.scope.restored_at = restored_at
         self.scope.budget_since = requeued_at
         if self.run.state != RunState.RUNNING:
             # committed while the first browser context opens; awaited before the first step
             self._starting = asyncio.ensure_future(self.journal.start())
-        await self.extensions.emit("run_started", self.run)
+        await self.extensions.run_started(self.run)
         try:
             if attempts and nothing_left(self.flow.steps, attempts):  # e.g. resolved done: no browser needed
                 final = await self._finish(RunState.SUCCEEDED, None, "nothing left to do")
@@ -100,7 +113,7 @@ class Executor:
             if left:
                 await asyncio.gather(*left, return_exceptions=True)
         if final.state not in (RunState.QUEUED, RunState.AWAITING_APPROVAL):
-            await self.extensions.emit("run_finished", final)
+            await self.extensions.run_finished(final)
         return final
 
     async def _passes(self) -> RunRecord:
@@ -134,7 +147,7 @@ class Executor:
         if ending.cancelled() or ending.exception() is not None:
             return  # raised where it is awaited
         self.settled = True
-        self.extensions.notify("run_settled", self.run.id)
+        self.extensions.later.run_settled(self.run.id)
 
     async def _started(self) -> None:
         """Wait for the RUNNING transition (its failure, e.g. a lost lease, surfaces here)."""
@@ -157,7 +170,7 @@ class Executor:
             p = self._pass_now = Pass(context=context, route=ContextRoute(context))
             p.gap = StepGap(p.route, self._between_steps)
             try:
-                await self.extensions.emit("context_created", context)  # before the gate's route
+                await self.extensions.context_created(context)  # before the gate's route
                 await self._open(p)
                 for step in self.flow.steps:
                     self._undeclared_between(p)
@@ -183,11 +196,16 @@ class Executor:
     def _between_steps(self, after: str, method: str, url: str, refused: bool) -> None:
         """A page sent while no step ran (see :class:`~browserworker.guard.StepGap`): say so."""
         what = "refused" if refused else "let through: the context's route was not in yet"
-        self.log.warning("a page sent a request between steps", after_step=after, method=method, url=url,
-                         refused=refused)
-        self.extensions.notify("notice", self.run, after, f"a page sent {method} {url} after step {after} "
-                               f"returned, before the next step ({what}); a send that belongs to a step must "
-                               "finish inside it (await what the page sends)")
+        self.log.warning(
+            "a page sent a request between steps", after_step=after, method=method, url=url, refused=refused
+        )
+        self.extensions.later.notice(
+            self.run,
+            after,
+            f"a page sent {method} {url} after step {after} "
+            f"returned, before the next step ({what}); a send that belongs to a step must "
+            "finish inside it (await what the page sends)",
+        )
 
     def _undeclared_between(self, p: Pass) -> None:
         """With ``undeclared_effects="fail"``, a send seen between steps fails the run."""
@@ -256,7 +274,7 @@ class _CloseOnLeaseLost(Extension):
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
 
-    def lease_lost(self, run_id: str, error: BaseException) -> None:  # type: ignore[override]
+    def lease_lost(self, run_id: str, error: BaseException) -> None:
         if run_id == self.executor.run.id:
             self.executor.shut_now()
 

@@ -23,8 +23,17 @@ class LeasedRun:
     """One run this process holds the lease of: its heartbeat, its journal and, once it
     executes, its executor. The engine and a worker (one per slot) build it."""
 
-    def __init__(self, astore: AsyncStore, run: RunRecord, loaded: LoadedFlow, owner: Owner, extensions: Extensions,
-                 *, lease: LeaseSettings, evidence_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        astore: AsyncStore,
+        run: RunRecord,
+        loaded: LoadedFlow,
+        owner: Owner,
+        extensions: Extensions,
+        *,
+        lease: LeaseSettings,
+        evidence_dir: Path | None = None,
+    ) -> None:
         self.run = run
         self.evidence_dir = evidence_dir
         self.loaded = loaded
@@ -58,8 +67,7 @@ class LeasedRun:
 
     async def execute(self, session: BrowserSession) -> RunRecord:
         """Execute the run in ``session`` to its end (heartbeating from :meth:`start`, or from now)."""
-        executor = Executor(self.loaded.flow, self.journal, session, self.extensions,
-                            evidence_dir=self.evidence_dir)
+        executor = Executor(self.loaded.flow, self.journal, session, self.extensions, evidence_dir=self.evidence_dir)
         executor.stop_requested = self.stop_requested
         self.extensions.add(executor.closer)
         self.executor = executor
@@ -69,10 +77,18 @@ class LeasedRun:
             return await executor.execute()
         finally:
             await self.lease.stop()
+            await self.extensions.drain()  # what hooks started in the background ends with the run
 
 
-async def acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, ext: Extensions,
-                   owner: Owner, *, stop: asyncio.Event | None = None) -> RunRecord | None:
+async def acquire(
+    store: AsyncStore,
+    run: RunRecord,
+    settings: LeaseSettings,
+    ext: Extensions,
+    owner: Owner,
+    *,
+    stop: asyncio.Event | None = None,
+) -> RunRecord | None:
     """Lease the run: at once if queued, expired, or its owner is provably gone; else wait
     (for its key's budget, or the live owner's lease). None if ``stop`` is set while waiting."""
     announced = False
@@ -82,8 +98,11 @@ async def acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, ex
             claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew)
         except OverBudget as over:  # a queued run waits for its key's budget, as a worker's would
             if over.reason != held:
-                await ext.emit("notice", run, None, f"waiting: {over}; the run starts when its budget allows "
-                               "(browserworker limits)")
+                await ext.notice(
+                    run,
+                    None,
+                    f"waiting: {over}; the run starts when its budget allows (browserworker limits)",
+                )
                 held = over.reason
             if await _stopped(stop, min(over.retry_in, 1.0)):
                 return None
@@ -95,18 +114,31 @@ async def acquire(store: AsyncStore, run: RunRecord, settings: LeaseSettings, ex
         if current.state not in (RunState.LEASED, RunState.RUNNING):
             raise UsageError(f"run {run.id} is {current.state} and cannot be resumed")
         if owner_is_gone(current):
-            claimed = await store.call(store.store.claim_run, run.id, owner, settings.ttl, skew=settings.skew,
-                                       takeover_epoch=current.lease_epoch)
+            claimed = await store.call(
+                store.store.claim_run,
+                run.id,
+                owner,
+                settings.ttl,
+                skew=settings.skew,
+                takeover_epoch=current.lease_epoch,
+            )
             if claimed is not None:
-                await ext.emit("notice", claimed, None, f"previous owner {current.owner} (pid {current.owner_pid}) "
-                               "is gone: reclaimed at once")
+                await ext.notice(
+                    claimed,
+                    None,
+                    f"previous owner {current.owner} (pid {current.owner_pid}) is gone: reclaimed at once",
+                )
                 return claimed
             continue
         wait = max(0.2, (current.lease_expires_at or 0) + settings.skew - time.time())
         if not announced:
-            await ext.emit("notice", current, None, f"waiting for the lease of {current.owner} (pid "
-                           f"{current.owner_pid} on {current.owner_host}, epoch {current.lease_epoch}) to expire, "
-                           f"in about {wait:.0f}s")
+            await ext.notice(
+                current,
+                None,
+                f"waiting for the lease of {current.owner} (pid "
+                f"{current.owner_pid} on {current.owner_host}, epoch {current.lease_epoch}) to expire, "
+                f"in about {wait:.0f}s",
+            )
             announced = True
         if await _stopped(stop, min(wait, 5.0)):
             return None

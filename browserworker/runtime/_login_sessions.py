@@ -43,9 +43,23 @@ from ._passes import Again, Pass, RunScope
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.connector import Connector
 
-__all__ = ["DEFAULT_MAX_AGE", "ENV_KEY", "ENV_MAX_AGE", "LOGIN_CLAIM_TTL", "Sealer", "SessionInfo", "SessionKeyError",
-           "SessionRun", "SessionUnreadable", "drop_session", "generate_key", "list_sessions", "replay_seed",
-           "sealer_for", "session_key"]
+__all__ = [
+    "DEFAULT_MAX_AGE",
+    "ENV_KEY",
+    "ENV_MAX_AGE",
+    "LOGIN_CLAIM_TTL",
+    "Sealer",
+    "SessionInfo",
+    "SessionKeyError",
+    "SessionRun",
+    "SessionUnreadable",
+    "drop_session",
+    "generate_key",
+    "list_sessions",
+    "replay_seed",
+    "sealer_for",
+    "session_key",
+]
 
 ENV_KEY = "BROWSERWORKER_SESSION_KEY"
 ENV_MAX_AGE = "BROWSERWORKER_SESSION_MAX_AGE"
@@ -75,8 +89,9 @@ def _parse_key(text: str, where: str) -> bytes:
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != 32:
-        raise SessionKeyError(f"{where} must be 32 bytes in URL-safe base64 "
-                              "(make one with: browserworker sessions new-key)")
+        raise SessionKeyError(
+            f"{where} must be 32 bytes in URL-safe base64 (make one with: browserworker sessions new-key)"
+        )
     return raw
 
 
@@ -96,7 +111,7 @@ class Sealer:
         """The storage state; :class:`SessionUnreadable` if this key did not seal it (for this session key)."""
         if not sealed.startswith(_MAGIC) or len(sealed) < len(_MAGIC) + 12 + 16:
             raise SessionUnreadable("not a sealed session")
-        nonce, body = sealed[len(_MAGIC):len(_MAGIC) + 12], sealed[len(_MAGIC) + 12:]
+        nonce, body = sealed[len(_MAGIC) : len(_MAGIC) + 12], sealed[len(_MAGIC) + 12 :]
         try:
             state = json.loads(zlib.decompress(self._aead.decrypt(nonce, body, session_key.encode())))
         except (InvalidTag, zlib.error, ValueError) as exc:
@@ -142,8 +157,10 @@ def session_key(connector: Connector, *, create: bool = True) -> bytes | None:
         return _parse_key(given, ENV_KEY)
     path: Path | None = getattr(connector, "session_key_file", None)
     if path is None:
-        raise SessionKeyError(f"saved login sessions need a key: set {ENV_KEY} (32 bytes in URL-safe base64, the "
-                              f"same on every worker) for the store at {connector.location}")
+        raise SessionKeyError(
+            f"saved login sessions need a key: set {ENV_KEY} (32 bytes in URL-safe base64, the "
+            f"same on every worker) for the store at {connector.location}"
+        )
     if not create and not path.exists():
         return None
     return _key_file(path)
@@ -257,8 +274,9 @@ class SessionRun:
                 return {"session": "reused"}
             await self._decide(ctx, "session_check_failed", loaded)
         seen = self.seen
-        while not await self.call(self.store.sessions.claim, self.key, self.flow.name, self.owner, LOGIN_CLAIM_TTL,
-                                  seen):
+        while not await self.call(
+            self.store.sessions.claim, self.key, self.flow.name, self.owner, LOGIN_CLAIM_TTL, seen
+        ):
             row = await self.call(self.store.sessions.get, self.key)
             if row is not None and row.version > seen:
                 if self._open(row) is not None:  # another run's login: a new pass starts from it
@@ -275,12 +293,22 @@ class SessionRun:
             await self.call(self.store.sessions.release, self.key, self.owner)
             raise
         assert self.sealer is not None
-        version = await self.call(self.store.sessions.save, self.key, self.flow.name, self.owner,
-                                  self.sealer.seal(state, self.key), self.sealer.key_id, self.store.now(),
-                                  self.max_age)
-        await self._decide(ctx, "session_saved" if version is not None else "session_not_saved", None,
-                           **({"version": version} if version is not None else
-                              {"reason": "a newer login was saved meanwhile"}))
+        version = await self.call(
+            self.store.sessions.save,
+            self.key,
+            self.flow.name,
+            self.owner,
+            self.sealer.seal(state, self.key),
+            self.sealer.key_id,
+            self.store.now(),
+            self.max_age,
+        )
+        await self._decide(
+            ctx,
+            "session_saved" if version is not None else "session_not_saved",
+            None,
+            **({"version": version} if version is not None else {"reason": "a newer login was saved meanwhile"}),
+        )
         return value
 
 
@@ -297,12 +325,20 @@ def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]
     assert sealer is not None
     owner = "replay"
     store.sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL, 0)
-    store.sessions.save(key, flow.name, owner, sealer.seal({"cookies": [], "origins": []}, key), sealer.key_id,
-                        store.now(), max_age_of(flow))
+    store.sessions.save(
+        key,
+        flow.name,
+        owner,
+        sealer.seal({"cookies": [], "origins": []}, key),
+        sealer.key_id,
+        store.now(),
+        max_age_of(flow),
+    )
     return True
 
 
 # -- listing and dropping (the CLI's `browserworker sessions`) ------------------------------
+
 
 @dataclass(frozen=True)
 class SessionInfo:
@@ -320,9 +356,18 @@ class SessionInfo:
     login_in_progress: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "flow": self.flow, "saved_at": self.saved_at, "used_at": self.used_at,
-                "uses": self.uses, "version": self.version, "age_s": self.age_s, "expired": self.expired,
-                "readable": self.readable, "login_in_progress": self.login_in_progress}
+        return {
+            "key": self.key,
+            "flow": self.flow,
+            "saved_at": self.saved_at,
+            "used_at": self.used_at,
+            "uses": self.uses,
+            "version": self.version,
+            "age_s": self.age_s,
+            "expired": self.expired,
+            "readable": self.readable,
+            "login_in_progress": self.login_in_progress,
+        }
 
 
 def list_sessions(store: Store) -> tuple[list[SessionInfo], str | None]:
@@ -339,11 +384,20 @@ def list_sessions(store: Store) -> tuple[list[SessionInfo], str | None]:
     for row in store.sessions.list():
         age = None if row.saved_at is None else now - row.saved_at
         limit = max_age_of(None) if forced or row.max_age is None else row.max_age
-        out.append(SessionInfo(key=row.key, flow=row.flow_name, saved_at=row.saved_at, used_at=row.used_at,
-                               uses=row.uses, version=row.version, age_s=None if age is None else round(age, 1),
-                               expired=age is None or age > limit,
-                               readable=None if problem else sealer is not None and sealer.readable(row),
-                               login_in_progress=row.claimed(now)))
+        out.append(
+            SessionInfo(
+                key=row.key,
+                flow=row.flow_name,
+                saved_at=row.saved_at,
+                used_at=row.used_at,
+                uses=row.uses,
+                version=row.version,
+                age_s=None if age is None else round(age, 1),
+                expired=age is None or age > limit,
+                readable=None if problem else sealer is not None and sealer.readable(row),
+                login_in_progress=row.claimed(now),
+            )
+        )
     return out, problem
 
 

@@ -17,8 +17,19 @@ from ..gate import ContextRoute, StepGap, safe_url
 from ..journal import RunJournal
 from ..store.records import AttemptRecord, OutboxRecord, RunRecord
 
-__all__ = ["REPLAY_NOW", "Again", "Pass", "PassOutcome", "RunScope", "Stop", "backoff", "in_own_task", "jsonable",
-           "response_evidence", "safe_url"]
+__all__ = [
+    "REPLAY_NOW",
+    "Again",
+    "Pass",
+    "PassOutcome",
+    "RunScope",
+    "Stop",
+    "backoff",
+    "in_own_task",
+    "jsonable",
+    "response_evidence",
+    "safe_url",
+]
 
 T = TypeVar("T")
 
@@ -46,7 +57,9 @@ class Stop(Exception):
     """End the run's passes: for review, failed, cancelled, or handed back (released, or
     throttled: back to the queue until its limit key's pause ends)."""
 
-    def __init__(self, kind: Literal["review", "failed", "cancelled", "released", "throttled", "approval"], reason: str) -> None:
+    def __init__(
+        self, kind: Literal["review", "failed", "cancelled", "released", "throttled", "approval"], reason: str
+    ) -> None:
         super().__init__(reason)
         self.kind = kind
 
@@ -79,19 +92,38 @@ class RunScope:
     budget_since: float | None = None  # a person requeued the run: failures before count no more
     parked_approval: int | None = None  # the approval the run waits for (a pass ended "approval")
 
-    def step_context(self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str,
-                     results: Mapping[str, Any]) -> StepContext[Any]:
+    def step_context(
+        self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str, results: Mapping[str, Any]
+    ) -> StepContext[Any]:
         """What a step, verifier or extension is handed for one step."""
         key = self.journal.request_key(step_id)
         attempt_no = attempt.attempt_no if attempt else 0
-        return StepContext(page=page, inputs=self.inputs, run_id=self.run.id, step_id=step_id, attempt_no=attempt_no,
-                           request_key=key, fingerprint=fingerprint, results=dict(results),
-                           log=self.log.bind(step_id=step_id, attempt_no=attempt_no, request_key=key,
-                                             fingerprint=fingerprint, state=str(attempt.state) if attempt else None))
+        return StepContext(
+            page=page,
+            inputs=self.inputs,
+            run_id=self.run.id,
+            step_id=step_id,
+            attempt_no=attempt_no,
+            request_key=key,
+            fingerprint=fingerprint,
+            results=dict(results),
+            log=self.log.bind(
+                step_id=step_id,
+                attempt_no=attempt_no,
+                request_key=key,
+                fingerprint=fingerprint,
+                state=str(attempt.state) if attempt else None,
+            ),
+        )
 
     def attempt_log(self, attempt: AttemptRecord) -> Any:
-        return self.log.bind(step_id=attempt.step_id, attempt_no=attempt.attempt_no, request_key=attempt.request_key,
-                             fingerprint=attempt.request_fingerprint, state=str(attempt.state))
+        return self.log.bind(
+            step_id=attempt.step_id,
+            attempt_no=attempt.attempt_no,
+            request_key=attempt.request_key,
+            fingerprint=attempt.request_fingerprint,
+            state=str(attempt.state),
+        )
 
     async def screenshot(self, page: Page, name: str) -> str | None:
         """Keep what the page showed when a step was parked for review (best effort)."""
@@ -140,8 +172,14 @@ async def in_own_task(step: Awaitable[T]) -> T:
 
 def response_evidence(row: OutboxRecord) -> dict[str, Any]:
     """An outbox row as review evidence."""
-    evidence = {"method": row.method, "url": row.url, "status": row.status,
-                "location": (row.headers or {}).get("location"), "answered": row.answered, "failure": row.failure}
+    evidence = {
+        "method": row.method,
+        "url": row.url,
+        "status": row.status,
+        "location": (row.headers or {}).get("location"),
+        "answered": row.answered,
+        "failure": row.failure,
+    }
     if row.channel != "held":
         evidence["channel"] = row.channel
     if row.final_status is not None:

@@ -28,6 +28,7 @@ __all__ = ["judge_of", "recover", "restore_gap", "restore_gap_open", "verify"]
 
 def judge_of(step: Effect) -> Any:
     """How a response of ``step`` is judged: its own ``confirm`` rule, else the default."""
+
     def judge(response: RecordedResponse) -> Verdict | None:
         return step.judge(response) if step.confirm is not None else default_judge(response)
 
@@ -38,40 +39,60 @@ async def recover(scope: RunScope, step: Effect, attempt: AttemptRecord, page: P
     """Recover ``attempt`` of ``step``: its result, :data:`REPLAY_NOW`, or :class:`Again` / :class:`Stop`."""
     journal, ext = scope.journal, scope.extensions
     outbox = await journal.outbox(attempt)
-    plan = plan_recovery(attempt, outbox, judge=judge_of(step), has_verifier=step.verifier is not None,
-                         idempotent=step.idempotent)
+    plan = plan_recovery(
+        attempt, outbox, judge=judge_of(step), has_verifier=step.verifier is not None, idempotent=step.idempotent
+    )
     scope.attempt_log(attempt).info("recovering effect", plan=plan.action)
-    await ext.emit("notice", scope.run, step.id, f"recovering attempt {attempt.attempt_no} ({attempt.state}): "
-                   f"{plan.action} ({plan.decided_by})")
+    await ext.notice(
+        scope.run,
+        step.id,
+        f"recovering attempt {attempt.attempt_no} ({attempt.state}): {plan.action} ({plan.decided_by})",
+    )
     if plan.action == "replay":  # INTENT with no dispatch: nothing left, replay with the same key
-        done = await journal.finish(attempt, AttemptState.FAILED_BEFORE_SEND, decided_by="recovery:no_dispatch",
-                                    evidence={"reason": plan.reason})
-        await ext.emit("outcome", done)
+        done = await journal.finish(
+            attempt,
+            AttemptState.FAILED_BEFORE_SEND,
+            decided_by="recovery:no_dispatch",
+            evidence={"reason": plan.reason},
+        )
+        await ext.outcome(done)
         return REPLAY_NOW
     if attempt.state == AttemptState.INTENT:
-        attempt = await journal.finish(attempt, AttemptState.UNKNOWN, decided_by="recovery:dispatched",
-                                       evidence={"reason": "the owner stopped after dispatch, before an outcome",
-                                                 "responses": [response_evidence(o) for o in outbox]})
-        await ext.emit("outcome", attempt)
+        attempt = await journal.finish(
+            attempt,
+            AttemptState.UNKNOWN,
+            decided_by="recovery:dispatched",
+            evidence={
+                "reason": "the owner stopped after dispatch, before an outcome",
+                "responses": [response_evidence(o) for o in outbox],
+            },
+        )
+        await ext.outcome(attempt)
     faults.hit("reclaimer_startup", step.id)
     if plan.action == "succeeded":
-        done = await journal.finish(attempt, AttemptState.SUCCEEDED, decided_by="outbox", result=plan.result,
-                                    evidence={"reason": plan.reason,
-                                              "responses": [response_evidence(o) for o in outbox]})
-        await ext.emit("outcome", done)
+        done = await journal.finish(
+            attempt,
+            AttemptState.SUCCEEDED,
+            decided_by="outbox",
+            result=plan.result,
+            evidence={"reason": plan.reason, "responses": [response_evidence(o) for o in outbox]},
+        )
+        await ext.outcome(done)
         return done.result
     if plan.action == "failed":
-        done = await journal.finish(attempt, AttemptState.FAILED, decided_by="outbox",
-                                    evidence={"reason": plan.reason}, error=plan.reason)
-        await ext.emit("outcome", done)
+        done = await journal.finish(
+            attempt, AttemptState.FAILED, decided_by="outbox", evidence={"reason": plan.reason}, error=plan.reason
+        )
+        await ext.outcome(done)
         raise Stop("failed", f"effect {step.id} was refused downstream: {plan.reason}")
     if plan.action == "replay_idempotent":
         await journal.decide(attempt, "idempotent_replay", {"reason": plan.reason})
         return REPLAY_NOW
     if plan.action == "park":
         shot = await scope.screenshot(page, f"{step.id}-{attempt.attempt_no}")
-        await journal.decide(attempt, "needs_review",
-                             {"reason": plan.reason, "page_url": safe_url(page), "screenshot": shot})
+        await journal.decide(
+            attempt, "needs_review", {"reason": plan.reason, "page_url": safe_url(page), "screenshot": shot}
+        )
         raise Stop("review", f"effect {step.id}: {plan.reason}")
     return await verify(scope, step, attempt, outbox, page, results)
 
@@ -82,13 +103,17 @@ async def restore_gap_open(scope: RunScope, step: Effect) -> bool:
     restored_at = scope.restored_at
     if restored_at is None or step.idempotent:  # an idempotent replay is safe anyway
         return False
-    return not any(a.step_id == step.id and (a.finished_at or 0) >= restored_at
-                   and (a.decided_by == "verifier" or (a.decided_by or "").startswith("human:"))
-                   for a in await scope.journal.attempts())
+    return not any(
+        a.step_id == step.id
+        and (a.finished_at or 0) >= restored_at
+        and (a.decided_by == "verifier" or (a.decided_by or "").startswith("human:"))
+        for a in await scope.journal.attempts()
+    )
 
 
-async def restore_gap(scope: RunScope, step: Effect, latest: AttemptRecord | None, page: Page,
-                      results: dict[str, Any], fp: str) -> Any:
+async def restore_gap(
+    scope: RunScope, step: Effect, latest: AttemptRecord | None, page: Page, results: dict[str, Any], fp: str
+) -> Any:
     """Treat the step as dispatched with an unknown outcome: verify (after the settle
     time, counted from the restore) or park for review; never replay blindly."""
     journal, restored_at = scope.journal, scope.restored_at
@@ -97,10 +122,16 @@ async def restore_gap(scope: RunScope, step: Effect, latest: AttemptRecord | Non
     if attempt is None or attempt.state not in (AttemptState.INTENT, AttemptState.UNKNOWN):
         attempt = await journal.begin(step.id, "effect", fp)
     if attempt.state == AttemptState.INTENT:
-        attempt = await journal.finish(attempt, AttemptState.UNKNOWN, decided_by="restore:unproven",
-                                       evidence={"reason": "restored from a backup: it may have been dispatched "
-                                                           "after the backup was taken", "restored_at": restored_at})
-        await scope.extensions.emit("outcome", attempt)
+        attempt = await journal.finish(
+            attempt,
+            AttemptState.UNKNOWN,
+            decided_by="restore:unproven",
+            evidence={
+                "reason": "restored from a backup: it may have been dispatched after the backup was taken",
+                "restored_at": restored_at,
+            },
+        )
+        await scope.extensions.outcome(attempt)
     scope.attempt_log(attempt).info("restored run: reconciling the effect before any dispatch")
     if step.verifier is None:
         reason = "restored from a backup; it may have been dispatched after the backup and has no verifier"
@@ -112,8 +143,11 @@ async def restore_gap(scope: RunScope, step: Effect, latest: AttemptRecord | Non
 
 def _stopped_at(scope: RunScope, attempt: AttemptRecord) -> float:
     """When the attempt's sender was known to have stopped dispatching."""
-    if attempt.lease_epoch == scope.journal.epoch and isinstance(attempt.evidence, dict) and attempt.evidence.get(
-            "stopped_at"):
+    if (
+        attempt.lease_epoch == scope.journal.epoch
+        and isinstance(attempt.evidence, dict)
+        and attempt.evidence.get("stopped_at")
+    ):
         return float(attempt.evidence["stopped_at"])
     return scope.run.owner_stopped_at or time.time()
 
@@ -136,8 +170,16 @@ async def _ask(step: Effect, ctx: Any) -> Verdict:
     return verdict
 
 
-async def verify(scope: RunScope, step: Effect, attempt: AttemptRecord, outbox: list[OutboxRecord], page: Page,
-                 results: dict[str, Any], *, not_before: float | None = None) -> Any:
+async def verify(
+    scope: RunScope,
+    step: Effect,
+    attempt: AttemptRecord,
+    outbox: list[OutboxRecord],
+    page: Page,
+    results: dict[str, Any],
+    *,
+    not_before: float | None = None,
+) -> Any:
     """Ask the verifier (again after the settle time while it says "not done" too early) and act on it."""
     journal, ext, rlog = scope.journal, scope.extensions, scope.attempt_log(attempt)
     deadline = settle_deadline(outbox, _stopped_at(scope, attempt), step.settle)
@@ -153,16 +195,27 @@ async def verify(scope: RunScope, step: Effect, attempt: AttemptRecord, outbox: 
         with Looked(page) as looked:
             verdict = await _ask(step, ctx)
         journal.check()
-        evidence = {"verdict": verdict.kind, "reason": verdict.reason, "page_url": safe_url(page), "asked": asked,
-                    "verifier": _name(step.verifier), "checked": looked.checked}
+        evidence = {
+            "verdict": verdict.kind,
+            "reason": verdict.reason,
+            "page_url": safe_url(page),
+            "asked": asked,
+            "verifier": _name(step.verifier),
+            "checked": looked.checked,
+        }
         if disarmed:
             evidence["unload_listeners_removed"] = disarmed
         if verdict.kind == "done":
-            done = await journal.finish(attempt, AttemptState.SUCCEEDED, decided_by="verifier",
-                                        result=jsonable(verdict.result), evidence=evidence)
+            done = await journal.finish(
+                attempt,
+                AttemptState.SUCCEEDED,
+                decided_by="verifier",
+                result=jsonable(verdict.result),
+                evidence=evidence,
+            )
             await journal.decide(attempt, "duplicate_prevented", {"by": "verifier"})
             rlog.info("verifier: done, not replayed", state=str(done.state))
-            await ext.emit("outcome", done)
+            await ext.outcome(done)
             return done.result
         if verdict.kind == "unknown":
             evidence["screenshot"] = await scope.screenshot(page, f"{step.id}-{attempt.attempt_no}")
@@ -172,12 +225,17 @@ async def verify(scope: RunScope, step: Effect, attempt: AttemptRecord, outbox: 
         if deadline is not None and now < deadline:
             wait = deadline - now
             rlog.info("verifier: not done yet; waiting for the settle time", wait=round(wait, 1))
-            await ext.emit("notice", scope.run, step.id, f"verifier says not done, but the request may still be in "
-                           f"flight; asking again in {wait:.1f}s (settle {step.settle:g}s)")
+            await ext.notice(
+                scope.run,
+                step.id,
+                f"verifier says not done, but the request may still be in "
+                f"flight; asking again in {wait:.1f}s (settle {step.settle:g}s)",
+            )
             await asyncio.sleep(wait)
             continue
-        done = await journal.finish(attempt, AttemptState.NOT_DONE, decided_by="verifier", evidence=evidence,
-                                    error=attempt.error)
+        done = await journal.finish(
+            attempt, AttemptState.NOT_DONE, decided_by="verifier", evidence=evidence, error=attempt.error
+        )
         rlog.info("verifier: not done; replaying with the same key", state=str(done.state))
-        await ext.emit("outcome", done)
+        await ext.outcome(done)
         raise Again(f"{step.id} verified not done: replay with the same key")

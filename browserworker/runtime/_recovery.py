@@ -45,8 +45,9 @@ def default_judge(response: RecordedResponse) -> Verdict | None:
 
 
 def _recorded(row: OutboxRecord) -> RecordedResponse:
-    return RecordedResponse(status=int(row.status or 0), url=row.response_url or row.url, method=row.method,
-                            headers=row.headers or {})
+    return RecordedResponse(
+        status=int(row.status or 0), url=row.response_url or row.url, method=row.method, headers=row.headers or {}
+    )
 
 
 def judge_outbox(rows: Sequence[OutboxRecord], judge: Judge) -> Verdict | None:
@@ -77,8 +78,15 @@ class Classification:
     reason: str | None = None
 
 
-def classify_attempt(*, raised: BaseException | None, returned: Any, dispatched: bool,
-                     outbox: Sequence[OutboxRecord], judge: Judge, confirm: Judge | None = None) -> Classification:
+def classify_attempt(
+    *,
+    raised: BaseException | None,
+    returned: Any,
+    dispatched: bool,
+    outbox: Sequence[OutboxRecord],
+    judge: Judge,
+    confirm: Judge | None = None,
+) -> Classification:
     """Classify a finished effect attempt from the gate's journal and the outbox.
 
     Never from the client exception alone: an error after a dispatch is UNKNOWN unless a
@@ -135,8 +143,9 @@ class RecoveryPlan:
     reason: str | None = None
 
 
-def plan_recovery(attempt: AttemptRecord, outbox: Sequence[OutboxRecord], *, judge: Judge,
-                  has_verifier: bool, idempotent: bool) -> RecoveryPlan:
+def plan_recovery(
+    attempt: AttemptRecord, outbox: Sequence[OutboxRecord], *, judge: Judge, has_verifier: bool, idempotent: bool
+) -> RecoveryPlan:
     """docs/guarantees.md, "Recovery": no dispatch → replay; else outbox/confirm → verifier → idempotent → park."""
     if attempt.state not in (AttemptState.INTENT, AttemptState.UNKNOWN):
         raise ValueError(f"nothing to recover in a {attempt.state} attempt")
@@ -150,8 +159,7 @@ def plan_recovery(attempt: AttemptRecord, outbox: Sequence[OutboxRecord], *, jud
     if has_verifier:
         return RecoveryPlan("verify", "verifier")
     if idempotent:
-        return RecoveryPlan("replay_idempotent", "idempotent",
-                            reason="the downstream dedupes on the request key")
+        return RecoveryPlan("replay_idempotent", "idempotent", reason="the downstream dedupes on the request key")
     return RecoveryPlan("park", "no_proof", reason="dispatched, outcome unproven, no verifier and not idempotent")
 
 
@@ -171,11 +179,14 @@ def own_failures(attempts: Sequence[AttemptRecord], step_id: str, since: float |
     not (:func:`throttled_attempts` has its own cap).
     """
     return sum(
-        1 for a in attempts
-        if a.step_id == step_id and a.error is not None and a.decided_by != THROTTLED
+        1
+        for a in attempts
+        if a.step_id == step_id
+        and a.error is not None
+        and a.decided_by != THROTTLED
         and (since is None or a.intent_at > since)
-        and a.state in (AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED, AttemptState.NOT_DONE,
-                        AttemptState.UNKNOWN)
+        and a.state
+        in (AttemptState.FAILED_BEFORE_SEND, AttemptState.FAILED, AttemptState.NOT_DONE, AttemptState.UNKNOWN)
     )
 
 

@@ -28,8 +28,10 @@ def validate_run_id(run_id: str) -> str:
     """Run ids are 1-128 of ``A-Z a-z 0-9 . _ : @ -``, starting with a letter or digit."""
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         shown = run_id if len(run_id) <= 60 else run_id[:57] + "..."
-        raise UsageError(f"invalid run id {shown!r}: use 1-128 letters, digits, '.', '_', ':', '@' or '-', "
-                         "starting with a letter or digit")
+        raise UsageError(
+            f"invalid run id {shown!r}: use 1-128 letters, digits, '.', '_', ':', '@' or '-', "
+            "starting with a letter or digit"
+        )
     return run_id
 
 
@@ -68,14 +70,23 @@ def prepare_run(store: Store, request: RunRequest) -> tuple[RunRecord, bool]:
             given = flow.validate_inputs(request.inputs).model_dump(mode="json")
             stored = flow.validate_inputs(existing.inputs).model_dump(mode="json")
             if given != stored:
-                raise UsageError(f"run {run_id} exists with other inputs; resume it without --input, "
-                                 "or choose a new --run-id")
+                raise UsageError(
+                    f"run {run_id} exists with other inputs; resume it without --input, or choose a new --run-id"
+                )
         return existing, False
     validated = flow.validate_inputs(request.inputs)  # raises InputError before anything is written
     flow.context_options(validated)  # as does a context option computed from them
     flow.session_key(validated)  # and a session key
     limit_key = flow.limit_key(validated)  # and its limit key
-    run = store.create_run(NewRun(id=run_id or new_run_id(), flow_name=flow.name, inputs=flow.dump_inputs(validated),
-                                  flow_path=str(request.loaded.path), flow_hash=request.loaded.file_hash,
-                                  secret_fields=tuple(flow.secret_fields()), limit_key=limit_key))
+    run = store.create_run(
+        NewRun(
+            id=run_id or new_run_id(),
+            flow_name=flow.name,
+            inputs=flow.dump_inputs(validated),
+            flow_path=str(request.loaded.path),
+            flow_hash=request.loaded.file_hash,
+            secret_fields=tuple(flow.secret_fields()),
+            limit_key=limit_key,
+        )
+    )
     return run, True

@@ -99,8 +99,9 @@ class FlowResolver:
                     continue
                 loaded = load_flow(path)
                 if loaded.flow.name in self.by_name:
-                    raise UsageError(f"flow {loaded.flow.name!r} is defined twice: {self.by_name[loaded.flow.name].path} "
-                                     f"and {path}")
+                    raise UsageError(
+                        f"flow {loaded.flow.name!r} is defined twice: {self.by_name[loaded.flow.name].path} and {path}"
+                    )
                 self.by_name[loaded.flow.name] = loaded
 
     def resolve(self, run: RunRecord) -> LoadedFlow:
@@ -216,9 +217,11 @@ class Worker:
                 waiters.add(reclaiming)
             # a run became claimable (PostgreSQL's notifications), a slot freed, a stop asked;
             # else the poll: a wake-up that was missed costs at most poll_interval
-            wakers: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._stop.wait()),
-                                                 asyncio.ensure_future(self._settled.wait()),
-                      wakeups.next()]
+            wakers: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(self._stop.wait()),
+                asyncio.ensure_future(self._settled.wait()),
+                wakeups.next(),
+            ]
             waiters.update(wakers)
             timeout = min(s.poll_interval, max(0.0, next_reclaim - time.monotonic()))
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -281,14 +284,23 @@ class Worker:
         have expired past the skew (infinity if none is held or that is unknown)."""
         s = self.settings
         try:
-            runs = await astore.call(self.store.reclaim_expired, skew=self.engine.lease.skew,
-                                     max_lease_losses=s.max_lease_losses, worker=self.id)
+            runs = await astore.call(
+                self.store.reclaim_expired,
+                skew=self.engine.lease.skew,
+                max_lease_losses=s.max_lease_losses,
+                worker=self.id,
+            )
         except StoreError as exc:
             self.log.warning("reclaim failed", error=str(exc))
             return math.inf
         try:  # same host: an owner whose process is gone is proven dead now, not at expiry
-            runs += await astore.call(self.store.reclaim_dead_owners, self.owner.host, owner_is_gone,
-                                      max_lease_losses=s.max_lease_losses, worker=self.id)
+            runs += await astore.call(
+                self.store.reclaim_dead_owners,
+                self.owner.host,
+                owner_is_gone,
+                max_lease_losses=s.max_lease_losses,
+                worker=self.id,
+            )
         except StoreError as exc:
             self.log.warning("reclaim failed", error=str(exc))
         for run in runs:
@@ -318,17 +330,37 @@ class Worker:
             loaded = self.resolver.resolve(run)
         except BrowserworkerError as exc:
             rlog.error("cannot load the run's flow", error=str(exc))
-            await astore.call(self.store.set_run_state, run.id, run.lease_epoch, RunState.NEEDS_REVIEW,
-                              worker=self.id, error=str(exc), decision="flow_unavailable")
+            await astore.call(
+                self.store.set_run_state,
+                run.id,
+                run.lease_epoch,
+                RunState.NEEDS_REVIEW,
+                worker=self.id,
+                error=str(exc),
+                decision="flow_unavailable",
+            )
             self.stats.finished["NEEDS_REVIEW"] = self.stats.finished.get("NEEDS_REVIEW", 0) + 1
             return
         if run.flow_hash and loaded.file_hash != run.flow_hash:
             rlog.warning("the flow file changed since this run was enqueued", flow=str(loaded.path))
-            await astore.call(self.store.record_event, run.id, "flow_changed", worker=self.id,
-                              epoch=run.lease_epoch, decision="warning",
-                              detail={"enqueued_hash": run.flow_hash, "current_hash": loaded.file_hash})
-        leased = LeasedRun(astore, run, loaded, self.owner, self.engine.extensions_for([_SlotFreed(self._settled)]),
-                           lease=self.engine.lease, evidence_dir=self.engine.evidence_dir)
+            await astore.call(
+                self.store.record_event,
+                run.id,
+                "flow_changed",
+                worker=self.id,
+                epoch=run.lease_epoch,
+                decision="warning",
+                detail={"enqueued_hash": run.flow_hash, "current_hash": loaded.file_hash},
+            )
+        leased = LeasedRun(
+            astore,
+            run,
+            loaded,
+            self.owner,
+            self.engine.extensions_for([_SlotFreed(self._settled)]),
+            lease=self.engine.lease,
+            evidence_dir=self.engine.evidence_dir,
+        )
         if self._stop.is_set():
             leased.request_stop()
         current = asyncio.current_task()
@@ -351,8 +383,9 @@ class Worker:
             raise
         except StoreError as exc:  # locked, full, read-only: nothing uncommitted was dispatched
             self.stats.errors += 1
-            rlog.error("store unavailable: stopped this run; its lease will expire and it will be reconciled",
-                       error=str(exc))
+            rlog.error(
+                "store unavailable: stopped this run; its lease will expire and it will be reconciled", error=str(exc)
+            )
         except Exception as exc:  # a bug or a dead browser: stop heartbeating, let the lease expire
             self.stats.errors += 1
             rlog.exception("run crashed; its lease will expire and it will be reconciled", error=str(exc))
@@ -366,5 +399,5 @@ class _SlotFreed(Extension):
     def __init__(self, event: asyncio.Event) -> None:
         self.event = event
 
-    def run_settled(self, run_id: str) -> None:  # type: ignore[override]
+    def run_settled(self, run_id: str) -> None:
         self.event.set()

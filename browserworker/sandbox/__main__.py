@@ -20,8 +20,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8800, help="port to bind; 0 picks a free one")
     parser.add_argument("--db", default="sandbox.db", help="SQLite file (created if missing)")
-    parser.add_argument("--dedupe", action="store_true",
-                        help="dedupe form POSTs on reference regardless of the dedupe knob")
+    parser.add_argument(
+        "--dedupe", action="store_true", help="dedupe form POSTs on reference regardless of the dedupe knob"
+    )
     args = parser.parse_args(argv)
 
     def ready(url: str) -> None:

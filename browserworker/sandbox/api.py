@@ -58,7 +58,8 @@ async def api_create_order(request: Request) -> Response:
             return JSONResponse({"error": "too many requests"}, status_code=outcome.status, headers=outcome.headers)
         assert outcome.order is not None
         return JSONResponse(
-            outcome.order.to_dict(), status_code=201 if outcome.created else 200,
+            outcome.order.to_dict(),
+            status_code=201 if outcome.created else 200,
             headers={"Location": f"/orders/{outcome.order.id}"},
         )
     finally:

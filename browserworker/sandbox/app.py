@@ -52,8 +52,7 @@ async def home(request: Request) -> Response:
 async def login_form(request: Request) -> Response:
     """``GET /login``."""
     next_path = safe_next(request.query_params.get("next"), default="")
-    return html_response(pages.login_page(
-        csrf=csrf_token(request), next_path=next_path, user=current_user(request)))
+    return html_response(pages.login_page(csrf=csrf_token(request), next_path=next_path, user=current_user(request)))
 
 
 async def login_submit(request: Request) -> Response:
@@ -73,10 +72,15 @@ async def login_submit(request: Request) -> Response:
         request.session["gen"] = generation
         request.session["csrf"] = secrets.token_urlsafe(24)
         return RedirectResponse(safe_next(next_raw), status_code=303)
-    return html_response(pages.login_page(
-        csrf=csrf_token(request), next_path=safe_next(next_raw, default=""), username=username,
-        error=error, user=current_user(request),
-    ))
+    return html_response(
+        pages.login_page(
+            csrf=csrf_token(request),
+            next_path=safe_next(next_raw, default=""),
+            username=username,
+            error=error,
+            user=current_user(request),
+        )
+    )
 
 
 async def logout(request: Request) -> Response:
@@ -103,24 +107,23 @@ async def order_submit(request: Request) -> Response:
         if user is None:
             return RedirectResponse("/login", status_code=303)
         if not csrf_ok(request, form.get("csrf_token")):
-            return html_response(
-                pages.forbidden_page("CSRF token missing or invalid.", user=user), 403)
+            return html_response(pages.forbidden_page("CSRF token missing or invalid.", user=user), 403)
         raw = {k: str(form.get(k) or "") for k in ("item", "quantity", "reference")}
         clean, errors = validate_order(raw["item"], raw["quantity"], raw["reference"])
         if errors:
-            return html_response(pages.order_form_page(
-                user=user, csrf=csrf_token(request), values=raw, errors=errors))
+            return html_response(pages.order_form_page(user=user, csrf=csrf_token(request), values=raw, errors=errors))
         dedupe = state.dedupe or (await run_in_threadpool(state.db.get_faults)).dedupe
         outcome = await run_order(request, finish, clean, dedupe=dedupe)
         if outcome.kind == "failed_before":
-            return html_response(
-                pages.error_page(500, "Server error", "Internal server error.", user=user), 500)
+            return html_response(pages.error_page(500, "Server error", "Internal server error.", user=user), 500)
         if outcome.kind == "failed_after":
-            return html_response(pages.error_page(
-                503, "Service unavailable", "The service is temporarily unavailable.", user=user), 503)
+            return html_response(
+                pages.error_page(503, "Service unavailable", "The service is temporarily unavailable.", user=user), 503
+            )
         if outcome.kind == "throttled":
-            page = html_response(pages.error_page(outcome.status, "Slow down", "Too many requests.", user=user),
-                                 outcome.status)
+            page = html_response(
+                pages.error_page(outcome.status, "Slow down", "Too many requests.", user=user), outcome.status
+            )
             page.headers.update(outcome.headers)
             return page
         assert outcome.order is not None
@@ -147,8 +150,7 @@ async def orders_list(request: Request) -> Response:
         return login_redirect(request)
     ref = request.query_params.get("ref") or None
     orders = await run_in_threadpool(get_state(request).db.list_orders, ref)
-    return html_response(
-        pages.orders_list_page(orders, user=user, csrf=csrf_token(request), ref=ref))
+    return html_response(pages.orders_list_page(orders, user=user, csrf=csrf_token(request), ref=ref))
 
 
 #: the staff area's HTTP Basic account (a site that asks the browser, not a form, for a login)
@@ -162,8 +164,7 @@ async def staff(request: Request) -> Response:
     given = request.headers.get("authorization", "")
     expected = "Basic " + base64.b64encode(f"{BASIC_USER}:{BASIC_PASSWORD}".encode()).decode()
     if not secrets.compare_digest(given, expected):
-        return Response("authentication required", status_code=401,
-                        headers={"WWW-Authenticate": 'Basic realm="staff"'})
+        return Response("authentication required", status_code=401, headers={"WWW-Authenticate": 'Basic realm="staff"'})
     language = request.headers.get("accept-language", "")
     return HTMLResponse(f"<h1 id='staff'>staff area</h1><p id='language'>{escape(language)}</p>")
 
@@ -183,8 +184,11 @@ async def http_error(request: Request, exc: Exception) -> Response:
     headers = dict(exc.headers or {})
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=headers)
-    return HTMLResponse(pages.error_page(exc.status_code, str(exc.detail), str(exc.detail)),
-                        status_code=exc.status_code, headers=headers)
+    return HTMLResponse(
+        pages.error_page(exc.status_code, str(exc.detail), str(exc.detail)),
+        status_code=exc.status_code,
+        headers=headers,
+    )
 
 
 def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
@@ -218,8 +222,13 @@ def create_app(db_path: str | Path, *, dedupe: bool = False) -> Starlette:
     visits = Visits()
     middleware = [
         Middleware(VisitsMiddleware, visits=visits),
-        Middleware(SessionMiddleware, secret_key=db.secret_key(), session_cookie=SESSION_COOKIE,
-                   same_site="lax", https_only=False),
+        Middleware(
+            SessionMiddleware,
+            secret_key=db.secret_key(),
+            session_cookie=SESSION_COOKIE,
+            same_site="lax",
+            https_only=False,
+        ),
     ]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: http_error})
     app.state.sandbox = SandboxState(db=db, dedupe=dedupe)

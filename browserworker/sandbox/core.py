@@ -25,9 +25,20 @@ from .db import Order, SandboxDB
 from .visits import TAG_HEADER
 
 __all__ = [
-    "DROP_EXTENSION", "ConnectionDropUnsupported", "InflightCounter", "Outcome", "SandboxState",
-    "csrf_ok", "csrf_token", "current_user", "get_state", "html_response", "login_redirect",
-    "run_order", "safe_next", "validate_order",
+    "DROP_EXTENSION",
+    "ConnectionDropUnsupported",
+    "InflightCounter",
+    "Outcome",
+    "SandboxState",
+    "csrf_ok",
+    "csrf_token",
+    "current_user",
+    "get_state",
+    "html_response",
+    "login_redirect",
+    "run_order",
+    "safe_next",
+    "validate_order",
 ]
 
 #: ASGI ``scope["extensions"]`` key under which the sandbox's uvicorn protocol
@@ -125,8 +136,12 @@ def csrf_token(request: Request) -> str:
 def csrf_ok(request: Request, submitted: object) -> bool:
     """True when ``submitted`` equals the session's CSRF token (constant-time)."""
     expected = request.session.get("csrf")
-    return (isinstance(expected, str) and isinstance(submitted, str) and bool(submitted)
-            and hmac.compare_digest(expected.encode(), submitted.encode()))
+    return (
+        isinstance(expected, str)
+        and isinstance(submitted, str)
+        and bool(submitted)
+        and hmac.compare_digest(expected.encode(), submitted.encode())
+    )
 
 
 def safe_next(value: object, default: str = "/orders/new") -> str:
@@ -150,9 +165,7 @@ def html_response(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
-def validate_order(
-    item: object, quantity: object, reference: object
-) -> tuple[dict[str, Any], dict[str, str]]:
+def validate_order(item: object, quantity: object, reference: object) -> tuple[dict[str, Any], dict[str, str]]:
     """Validate order fields; return ``(clean_values, errors_by_field)``."""
     errors: dict[str, str] = {}
     clean: dict[str, Any] = {}
@@ -194,8 +207,12 @@ async def drop_connection(request: Request) -> None:
 
 
 async def run_order(
-    request: Request, finish: Callable[[], None], clean: Mapping[str, Any], *,
-    dedupe: bool, idempotency_key: str | None = None,
+    request: Request,
+    finish: Callable[[], None],
+    clean: Mapping[str, Any],
+    *,
+    dedupe: bool,
+    idempotency_key: str | None = None,
 ) -> Outcome:
     """Apply the fault knobs around committing one order.
 
@@ -219,8 +236,11 @@ async def run_order(
             return Outcome("failed_before")
         order, created = await run_in_threadpool(
             lambda: state.db.create_order(
-                clean["item"], clean["quantity"], clean["reference"],
-                idempotency_key=idempotency_key, dedupe=dedupe,
+                clean["item"],
+                clean["quantity"],
+                clean["reference"],
+                idempotency_key=idempotency_key,
+                dedupe=dedupe,
             )
         )
     if faults.delay_after_commit > 0:
@@ -232,5 +252,3 @@ async def run_order(
     if faults.fail_after_commit:
         return Outcome("failed_after", order, created)
     return Outcome("ok", order, created)
-
-

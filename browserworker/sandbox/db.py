@@ -118,8 +118,13 @@ class Faults:
 
 FAULT_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(Faults))
 #: Knobs that ``times`` counts down and auto-resets (everything but dedupe/times).
-_COUNTED_KNOBS = ("delay_before_commit", "delay_after_commit", "drop_after_commit",
-                  "fail_before_commit", "fail_after_commit")
+_COUNTED_KNOBS = (
+    "delay_before_commit",
+    "delay_after_commit",
+    "drop_after_commit",
+    "fail_before_commit",
+    "fail_after_commit",
+)
 _FLOAT_KNOBS = {"delay_before_commit", "delay_after_commit"}
 _BOOL_KNOBS = {"drop_after_commit", "fail_before_commit", "fail_after_commit", "dedupe"}
 
@@ -257,9 +262,7 @@ class SandboxDB:
     def check_user(self, username: str, password: str) -> bool:
         """True when ``username`` exists and ``password`` matches."""
         with self._connect() as conn:
-            row = conn.execute(
-                "SELECT password_hash FROM users WHERE username = ?", (username,)
-            ).fetchone()
+            row = conn.execute("SELECT password_hash FROM users WHERE username = ?", (username,)).fetchone()
         return row is not None and _verify_password(password, row["password_hash"])
 
     # -- orders ------------------------------------------------------------
@@ -282,19 +285,20 @@ class SandboxDB:
         with self._transaction() as conn:
             existing: Order | None = None
             if idempotency_key is not None:
-                existing = _row_to_order(conn.execute(
-                    "SELECT * FROM orders WHERE idempotency_key = ?", (idempotency_key,)
-                ).fetchone())
+                existing = _row_to_order(
+                    conn.execute("SELECT * FROM orders WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+                )
             if existing is None and dedupe:
-                existing = _row_to_order(conn.execute(
-                    "SELECT * FROM orders WHERE reference = ? ORDER BY id LIMIT 1", (reference,)
-                ).fetchone())
+                existing = _row_to_order(
+                    conn.execute(
+                        "SELECT * FROM orders WHERE reference = ? ORDER BY id LIMIT 1", (reference,)
+                    ).fetchone()
+                )
             if existing is not None:
                 return existing, False
             created_at = time.time()
             cur = conn.execute(
-                "INSERT INTO orders(reference, item, quantity, created_at, idempotency_key)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO orders(reference, item, quantity, created_at, idempotency_key) VALUES (?, ?, ?, ?, ?)",
                 (reference, item, quantity, created_at, idempotency_key),
             )
             order_id = cur.lastrowid
@@ -313,9 +317,7 @@ class SandboxDB:
             if reference is None:
                 rows = conn.execute("SELECT * FROM orders ORDER BY id").fetchall()
             else:
-                rows = conn.execute(
-                    "SELECT * FROM orders WHERE reference = ? ORDER BY id", (reference,)
-                ).fetchall()
+                rows = conn.execute("SELECT * FROM orders WHERE reference = ? ORDER BY id", (reference,)).fetchall()
         return [o for o in map(_row_to_order, rows) if o is not None]
 
     def count_orders(self, reference: str | None = None) -> int:
@@ -372,9 +374,7 @@ class SandboxDB:
             if faults.times is not None:
                 if faults.times <= 1:
                     defaults = Faults()
-                    remaining = replace(
-                        faults, times=None, **{k: getattr(defaults, k) for k in _COUNTED_KNOBS}
-                    )
+                    remaining = replace(faults, times=None, **{k: getattr(defaults, k) for k in _COUNTED_KNOBS})
                 else:
                     remaining = replace(faults, times=faults.times - 1)
                 self._write_faults(conn, remaining)
@@ -389,8 +389,9 @@ class SandboxDB:
                 return None
             if faults.throttle_times is not None:
                 left = faults.throttle_times - 1
-                self._write_faults(conn, replace(faults, throttle_times=left or None, throttle=faults.throttle if left
-                                                 else 0))
+                self._write_faults(
+                    conn, replace(faults, throttle_times=left or None, throttle=faults.throttle if left else 0)
+                )
         return faults
 
     def reset(self) -> None:

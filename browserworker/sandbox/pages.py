@@ -53,11 +53,11 @@ def layout(title: str, body: str, *, user: str | None, csrf: str | None = None) 
         account = '<a href="/login" id="nav-login">Log in</a>'
     meta = f'<meta name="csrf-token" content="{_e(csrf)}">' if csrf else ""
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)} - Sandbox Shop</title>{meta}<style>{_STYLE}</style></head>\n"
-        "<body><nav><a href=\"/\" id=\"nav-home\">Sandbox Shop</a>"
-        "<a href=\"/orders/new\" id=\"nav-new-order\">New order</a>"
-        f"<a href=\"/orders\" id=\"nav-orders\">Orders</a>{account}</nav>\n"
+        '<body><nav><a href="/" id="nav-home">Sandbox Shop</a>'
+        '<a href="/orders/new" id="nav-new-order">New order</a>'
+        f'<a href="/orders" id="nav-orders">Orders</a>{account}</nav>\n'
         f"<main>\n<h1>{_e(title)}</h1>\n{body}\n</main></body></html>\n"
     )
 
@@ -76,15 +76,16 @@ def home_page(*, user: str | None, csrf: str | None) -> str:
 
 
 def login_page(
-    *, csrf: str, next_path: str = "", username: str = "", error: str | None = None,
+    *,
+    csrf: str,
+    next_path: str = "",
+    username: str = "",
+    error: str | None = None,
     user: str | None = None,
 ) -> str:
     """The login form, optionally re-rendered with a single ``.error``."""
     err = f'<p class="error" id="login-error" role="alert">{_e(error)}</p>' if error else ""
-    already = (
-        f'<p class="notice" id="already-logged-in">You are logged in as {_e(user)}.</p>'
-        if user else ""
-    )
+    already = f'<p class="notice" id="already-logged-in">You are logged in as {_e(user)}.</p>' if user else ""
     body = (
         f"{already}{err}"
         '<form method="post" action="/login" id="login-form">'
@@ -101,7 +102,10 @@ def login_page(
 
 
 def order_form_page(
-    *, user: str, csrf: str, values: Mapping[str, str] | None = None,
+    *,
+    user: str,
+    csrf: str,
+    values: Mapping[str, str] | None = None,
     errors: Mapping[str, str] | None = None,
 ) -> str:
     """The new-order form; on re-render keeps ``values`` and shows one ``.error`` per problem.
@@ -116,15 +120,13 @@ def order_form_page(
     def field_error(name: str) -> str:
         if name not in errors:
             return ""
-        return (f'<p class="error" id="error-{name}" data-field="{name}" role="alert">'
-                f"{_e(errors[name])}</p>")
+        return f'<p class="error" id="error-{name}" data-field="{name}" role="alert">{_e(errors[name])}</p>'
 
     def invalid(name: str) -> str:
         return ' aria-invalid="true"' if name in errors else ""
 
     summary = (
-        f'<p class="form-status" id="form-status">Please fix {len(errors)} problem(s) below.</p>'
-        if errors else ""
+        f'<p class="form-status" id="form-status">Please fix {len(errors)} problem(s) below.</p>' if errors else ""
     )
     body = (
         f"{summary}"
@@ -163,9 +165,7 @@ def order_detail_page(order: Order, *, user: str, csrf: str) -> str:
     return layout(f"Order {order.id}", body, user=user, csrf=csrf)
 
 
-def orders_list_page(
-    orders: Sequence[Order], *, user: str, csrf: str, ref: str | None = None
-) -> str:
+def orders_list_page(orders: Sequence[Order], *, user: str, csrf: str, ref: str | None = None) -> str:
     """The order list (``tr.order-row`` per order, ``.no-orders`` when empty)."""
     search = (
         '<form method="get" action="/orders" id="filter-form">'

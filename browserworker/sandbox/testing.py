@@ -56,8 +56,7 @@ def _check_loopback(host: str) -> None:
 class SandboxProcess:
     """A running ``python -m browserworker.sandbox`` subprocess."""
 
-    def __init__(self, process: subprocess.Popen[str], url: str, db_path: Path,
-                 output: deque[str]) -> None:
+    def __init__(self, process: subprocess.Popen[str], url: str, db_path: Path, output: deque[str]) -> None:
         """Wrap an already-ready process; use :func:`start_sandbox` instead."""
         self.process = process
         self.url = url.rstrip("/")
@@ -101,8 +100,9 @@ class SandboxProcess:
         """Use as a context manager that stops the process on exit."""
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         """Stop the process."""
         self.stop()
 
@@ -170,16 +170,16 @@ class SandboxProcess:
         report: dict[str, Any] = self.request("GET", "/api/visits")["tags"]
         if tag is None:
             return report
-        found: dict[str, Any] = report.get(tag, {"visits": {}, "most_visits_at_once": 0, "most_requests_at_once": 0,
-                                                 "requests": []})
+        found: dict[str, Any] = report.get(
+            tag, {"visits": {}, "most_visits_at_once": 0, "most_requests_at_once": 0, "requests": []}
+        )
         return found
 
     def clear_visits(self) -> None:
         """Forget the tagged requests seen so far."""
         self.request("DELETE", "/api/visits")
 
-    def wait_for_inflight(self, n: int, timeout: float = 5.0,
-                          interval: float = 0.02) -> dict[str, int]:
+    def wait_for_inflight(self, n: int, timeout: float = 5.0, interval: float = 0.02) -> dict[str, int]:
         """Poll until at least ``n`` order POSTs are in flight; raise TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while True:
@@ -201,8 +201,9 @@ class SandboxProcess:
                 raise TimeoutError(f"expected >= {n} received order POSTs, last saw {counts}")
             time.sleep(interval)
 
-    def wait_for_orders(self, reference: str | None, n: int = 1, timeout: float = 5.0,
-                        interval: float = 0.05) -> list[dict[str, Any]]:
+    def wait_for_orders(
+        self, reference: str | None, n: int = 1, timeout: float = 5.0, interval: float = 0.05
+    ) -> list[dict[str, Any]]:
         """Poll until at least ``n`` orders with ``reference`` exist; raise TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while True:
@@ -210,13 +211,11 @@ class SandboxProcess:
             if len(orders) >= n:
                 return orders
             if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"expected >= {n} orders with reference {reference!r}, found {len(orders)}")
+                raise TimeoutError(f"expected >= {n} orders with reference {reference!r}, found {len(orders)}")
             time.sleep(interval)
 
 
-def _pump(stream: Any, output: deque[str], lines: queue.Queue[str | None],
-          forward: threading.Event) -> None:
+def _pump(stream: Any, output: deque[str], lines: queue.Queue[str | None], forward: threading.Event) -> None:
     """Copy the child's output into ``output`` (bounded), and into ``lines`` while
     ``forward`` is set, until EOF."""
     try:
@@ -259,25 +258,36 @@ def start_sandbox(
     """
     _check_loopback(host)
     db_path = Path(db_path)
-    cmd = [sys.executable, "-m", "browserworker.sandbox", "--host", host, "--port", str(port),
-           "--db", str(db_path)]
+    cmd = [sys.executable, "-m", "browserworker.sandbox", "--host", host, "--port", str(port), "--db", str(db_path)]
     if dedupe:
         cmd.append("--dedupe")
     process = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env=_child_env(env),
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_child_env(env),
     )
     output: deque[str] = deque(maxlen=500)
     lines: queue.Queue[str | None] = queue.Queue()
     forward = threading.Event()
     forward.set()
-    threading.Thread(target=_pump, args=(process.stdout, output, lines, forward), daemon=True,
-                     name=f"sandbox-output-{process.pid}").start()
+    threading.Thread(
+        target=_pump, args=(process.stdout, output, lines, forward), daemon=True, name=f"sandbox-output-{process.pid}"
+    ).start()
     return _wait_ready(process, cmd, db_path, output, lines, forward, timeout)
 
 
-def _wait_ready(process: subprocess.Popen[str], cmd: list[str], db_path: Path, output: deque[str],
-                lines: queue.Queue[str | None], forward: threading.Event, timeout: float) -> SandboxProcess:
+def _wait_ready(
+    process: subprocess.Popen[str],
+    cmd: list[str],
+    db_path: Path,
+    output: deque[str],
+    lines: queue.Queue[str | None],
+    forward: threading.Event,
+    timeout: float,
+) -> SandboxProcess:
     """Wait for the sandbox's ready line; :class:`SandboxError` with its output if it exits or times out first."""
     deadline = time.monotonic() + timeout
     while True:

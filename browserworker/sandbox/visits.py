@@ -19,8 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["TAG_HEADER", "VISIT_HEADER", "TaggedRequest", "Visits", "VisitsMiddleware", "api_visits",
-           "most_at_once"]
+__all__ = ["TAG_HEADER", "VISIT_HEADER", "TaggedRequest", "Visits", "VisitsMiddleware", "api_visits", "most_at_once"]
 
 TAG_HEADER = "x-sandbox-tag"
 VISIT_HEADER = "x-sandbox-visit"
@@ -78,10 +77,12 @@ class Visits:
                 v = visits.setdefault(r.visit, {"first": r.start, "last": r.end or now, "requests": 0})
                 v["first"], v["last"] = min(v["first"], r.start), max(v["last"], r.end or now)
                 v["requests"] += 1
-            tags[tag] = {"visits": visits,
-                         "most_visits_at_once": most_at_once([(v["first"], v["last"]) for v in visits.values()]),
-                         "most_requests_at_once": most_at_once([(r.start, r.end or now) for r in mine]),
-                         "requests": [asdict(r) for r in mine]}
+            tags[tag] = {
+                "visits": visits,
+                "most_visits_at_once": most_at_once([(v["first"], v["last"]) for v in visits.values()]),
+                "most_requests_at_once": most_at_once([(r.start, r.end or now) for r in mine]),
+                "requests": [asdict(r) for r in mine],
+            }
         return {"tags": tags}
 
 

@@ -48,19 +48,44 @@ class ApprovalRecord:
 
     @classmethod
     def from_row(cls, row: Row) -> ApprovalRecord:
-        return cls(id=int(row["id"]), run_id=row["run_id"], step_id=row["step_id"], attempt_no=int(row["attempt_no"]),
-                   request_key=row["request_key"], fingerprint=row["fingerprint"],
-                   summary=json.loads(row["summary_json"]), screenshot=row["screenshot"], state=row["state"],
-                   worker=row["worker"], created_at=float(row["created_at"]), expires_at=float(row["expires_at"]),
-                   decided_at=row["decided_at"], decided_by=row["decided_by"], reason=row["reason"],
-                   flow_name=row["flow_name"] if "flow_name" in row.keys() else None)
+        return cls(
+            id=int(row["id"]),
+            run_id=row["run_id"],
+            step_id=row["step_id"],
+            attempt_no=int(row["attempt_no"]),
+            request_key=row["request_key"],
+            fingerprint=row["fingerprint"],
+            summary=json.loads(row["summary_json"]),
+            screenshot=row["screenshot"],
+            state=row["state"],
+            worker=row["worker"],
+            created_at=float(row["created_at"]),
+            expires_at=float(row["expires_at"]),
+            decided_at=row["decided_at"],
+            decided_by=row["decided_by"],
+            reason=row["reason"],
+            flow_name=row["flow_name"] if "flow_name" in row.keys() else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "run_id": self.run_id, "flow": self.flow_name, "step_id": self.step_id,
-                "attempt_no": self.attempt_no, "request_key": self.request_key, "fingerprint": self.fingerprint,
-                "request": self.summary, "screenshot": self.screenshot, "state": self.state, "worker": self.worker,
-                "waiting_since": self.created_at, "expires_at": self.expires_at, "decided_at": self.decided_at,
-                "decided_by": self.decided_by, "reason": self.reason}
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "flow": self.flow_name,
+            "step_id": self.step_id,
+            "attempt_no": self.attempt_no,
+            "request_key": self.request_key,
+            "fingerprint": self.fingerprint,
+            "request": self.summary,
+            "screenshot": self.screenshot,
+            "state": self.state,
+            "worker": self.worker,
+            "waiting_since": self.created_at,
+            "expires_at": self.expires_at,
+            "decided_at": self.decided_at,
+            "decided_by": self.decided_by,
+            "reason": self.reason,
+        }
 
 
 class ApprovalManager(Manager):
@@ -87,9 +112,20 @@ class ApprovalManager(Manager):
     def of_run(self, run_id: str) -> list[ApprovalRecord]:
         return [ApprovalRecord.from_row(r) for r in self.c.read("approvals_of_run", {"run_id": run_id})]
 
-    def request(self, run_id: str, epoch: int, step_id: str, attempt_no: int, request_key: str, fingerprint: str,
-                summary: dict[str, Any], *, screenshot: str | None, ttl: float,
-                worker: str | None = None) -> ApprovalRecord:
+    def request(
+        self,
+        run_id: str,
+        epoch: int,
+        step_id: str,
+        attempt_no: int,
+        request_key: str,
+        fingerprint: str,
+        summary: dict[str, Any],
+        *,
+        screenshot: str | None,
+        ttl: float,
+        worker: str | None = None,
+    ) -> ApprovalRecord:
         """Ask for a decision on the request with ``fingerprint`` (fenced by ``epoch``).
 
         The step's live approval for the same fingerprint is returned as it is (a worker that
@@ -102,19 +138,58 @@ class ApprovalManager(Manager):
                 return ApprovalRecord.from_row(live)
             if live is not None and live["state"] in ("PENDING", "APPROVED"):
                 tx.execute("supersede_approval", {"id": live["id"], "reason": "the request changed"})
-                self._event(tx, run_id, "approval", now=now, step_id=step_id, attempt_no=attempt_no, worker=worker,
-                            epoch=epoch, decision="approval_superseded",
-                            detail={"approval": live["id"], "was": live["state"], "fingerprint": live["fingerprint"],
-                                    "now": fingerprint})
-            new_id = tx.insert("insert_approval", {
-                "run_id": run_id, "step_id": step_id, "attempt_no": attempt_no, "request_key": request_key,
-                "fingerprint": fingerprint, "summary_json": canonical_json(summary), "screenshot": screenshot,
-                "worker": worker, "now": now, "expires_at": now + ttl})
+                self._event(
+                    tx,
+                    run_id,
+                    "approval",
+                    now=now,
+                    step_id=step_id,
+                    attempt_no=attempt_no,
+                    worker=worker,
+                    epoch=epoch,
+                    decision="approval_superseded",
+                    detail={
+                        "approval": live["id"],
+                        "was": live["state"],
+                        "fingerprint": live["fingerprint"],
+                        "now": fingerprint,
+                    },
+                )
+            new_id = tx.insert(
+                "insert_approval",
+                {
+                    "run_id": run_id,
+                    "step_id": step_id,
+                    "attempt_no": attempt_no,
+                    "request_key": request_key,
+                    "fingerprint": fingerprint,
+                    "summary_json": canonical_json(summary),
+                    "screenshot": screenshot,
+                    "worker": worker,
+                    "now": now,
+                    "expires_at": now + ttl,
+                },
+            )
             assert new_id is not None
-            self._event(tx, run_id, "approval", now=now, step_id=step_id, attempt_no=attempt_no, worker=worker,
-                        epoch=epoch, decision="approval_requested",
-                        detail={"approval": new_id, "fingerprint": fingerprint, "method": summary.get("method"),
-                                "url": summary.get("url"), "screenshot": screenshot, "expires_at": now + ttl})
+            self._event(
+                tx,
+                run_id,
+                "approval",
+                now=now,
+                step_id=step_id,
+                attempt_no=attempt_no,
+                worker=worker,
+                epoch=epoch,
+                decision="approval_requested",
+                detail={
+                    "approval": new_id,
+                    "fingerprint": fingerprint,
+                    "method": summary.get("method"),
+                    "url": summary.get("url"),
+                    "screenshot": screenshot,
+                    "expires_at": now + ttl,
+                },
+            )
             row = tx.one("get_approval", {"id": new_id})
         assert row is not None
         return ApprovalRecord.from_row(row)
@@ -133,13 +208,25 @@ class ApprovalManager(Manager):
             if state == "PENDING" and approval["expires_at"] < now:
                 state = self._expire(tx, approval, now)
             to, error = _run_after(state, approval)
-            if tx.execute("park_run", {"id": run_id, "epoch": epoch, "state": str(to), "error": error,
-                                       "now": now}) != 1:
+            if (
+                tx.execute("park_run", {"id": run_id, "epoch": epoch, "state": str(to), "error": error, "now": now})
+                != 1
+            ):
                 raise self._lease_lost(run_id, epoch, 0.0, "park for approval")
-            self._event(tx, run_id, "run_state", now=now, step_id=approval["step_id"],
-                        attempt_no=approval["attempt_no"], worker=worker, epoch=epoch, from_state=before["state"],
-                        to_state=to, decision="awaiting_approval" if to == RunState.AWAITING_APPROVAL else
-                        f"approval_{state.lower()}", detail={"approval": approval_id})
+            self._event(
+                tx,
+                run_id,
+                "run_state",
+                now=now,
+                step_id=approval["step_id"],
+                attempt_no=approval["attempt_no"],
+                worker=worker,
+                epoch=epoch,
+                from_state=before["state"],
+                to_state=to,
+                decision="awaiting_approval" if to == RunState.AWAITING_APPROVAL else f"approval_{state.lower()}",
+                detail={"approval": approval_id},
+            )
         parked = self.runs.get_run(run_id)
         assert parked is not None
         return parked
@@ -152,7 +239,9 @@ class ApprovalManager(Manager):
 
     # -- people -------------------------------------------------------------------------
 
-    def decide(self, run_id: str, step_id: str, decision: str, *, who: str, reason: str | None = None) -> ApprovalRecord:
+    def decide(
+        self, run_id: str, step_id: str, decision: str, *, who: str, reason: str | None = None
+    ) -> ApprovalRecord:
         """A person's ``approve`` or ``reject`` of the step's PENDING approval, once only.
 
         Approved: a parked run is QUEUED (a worker holding the page sees it and dispatches).
@@ -174,12 +263,25 @@ class ApprovalManager(Manager):
                 by = f" by {live['decided_by']}" if live["decided_by"] else ""
                 raise UsageError(f"the approval of step {step_id!r} of run {run_id} is already {live['state']}{by}")
             state = "APPROVED" if decision == "approve" else "REJECTED"
-            tx.execute("decide_approval", {"id": live["id"], "state": state, "now": now, "who": who,
-                                           "reason": reason})
-            detail = {"approval": live["id"], "who": who, "at": now, "fingerprint": live["fingerprint"],
-                      "reason": reason}
-            self._event(tx, run_id, "approval", now=now, step_id=step_id, attempt_no=live["attempt_no"], worker=who,
-                        decision=f"human:{'approved' if state == 'APPROVED' else 'rejected'}", detail=detail)
+            tx.execute("decide_approval", {"id": live["id"], "state": state, "now": now, "who": who, "reason": reason})
+            detail = {
+                "approval": live["id"],
+                "who": who,
+                "at": now,
+                "fingerprint": live["fingerprint"],
+                "reason": reason,
+            }
+            self._event(
+                tx,
+                run_id,
+                "approval",
+                now=now,
+                step_id=step_id,
+                attempt_no=live["attempt_no"],
+                worker=who,
+                decision=f"human:{'approved' if state == 'APPROVED' else 'rejected'}",
+                detail=detail,
+            )
             self._decide_run(tx, run, {**dict(live), "state": state, "decided_by": who, "reason": reason}, now, who)
             row = tx.one("get_approval", {"id": live["id"]})
         assert row is not None
@@ -191,10 +293,19 @@ class ApprovalManager(Manager):
             return  # its worker holds the page and polls; or it was cancelled
         to, error = _run_after(approval["state"], approval)
         if tx.execute("approved_run", {"id": run["id"], "state": str(to), "error": error, "now": now}) == 1:
-            self._event(tx, run["id"], "run_state", now=now, step_id=approval["step_id"],
-                        attempt_no=approval["attempt_no"], worker=who, from_state=RunState.AWAITING_APPROVAL,
-                        to_state=to, decision=f"approval_{approval['state'].lower()}",
-                        detail={"approval": approval["id"]})
+            self._event(
+                tx,
+                run["id"],
+                "run_state",
+                now=now,
+                step_id=approval["step_id"],
+                attempt_no=approval["attempt_no"],
+                worker=who,
+                from_state=RunState.AWAITING_APPROVAL,
+                to_state=to,
+                decision=f"approval_{approval['state'].lower()}",
+                detail={"approval": approval["id"]},
+            )
 
     def expire_due(self, limit: int = 100) -> int:
         """End every PENDING approval past its ``expires_at`` like a rejection (reason
@@ -214,11 +325,20 @@ class ApprovalManager(Manager):
         return expired
 
     def _expire(self, tx: Tx, approval: Row, now: float) -> str:
-        tx.execute("decide_approval", {"id": approval["id"], "state": "EXPIRED", "now": now, "who": "expiry",
-                                       "reason": "expired"})
-        self._event(tx, approval["run_id"], "approval", now=now, step_id=approval["step_id"],
-                    attempt_no=approval["attempt_no"], decision="approval_expired",
-                    detail={"approval": approval["id"], "expires_at": approval["expires_at"]})
+        tx.execute(
+            "decide_approval",
+            {"id": approval["id"], "state": "EXPIRED", "now": now, "who": "expiry", "reason": "expired"},
+        )
+        self._event(
+            tx,
+            approval["run_id"],
+            "approval",
+            now=now,
+            step_id=approval["step_id"],
+            attempt_no=approval["attempt_no"],
+            decision="approval_expired",
+            detail={"approval": approval["id"], "expires_at": approval["expires_at"]},
+        )
         return "EXPIRED"
 
     @read_only
@@ -241,5 +361,8 @@ def _run_after(state: str, approval: Row | dict[str, Any]) -> tuple[RunState, st
     if state == "EXPIRED":
         return RunState.FAILED, f"the approval of {approval['step_id']} expired: nothing was sent"
     who, reason = approval["decided_by"], approval["reason"]
-    return RunState.FAILED, (f"the approval of {approval['step_id']} was rejected by {who}"
-                             + (f": {reason}" if reason else "") + "; nothing was sent")
+    return RunState.FAILED, (
+        f"the approval of {approval['step_id']} was rejected by {who}"
+        + (f": {reason}" if reason else "")
+        + "; nothing was sent"
+    )

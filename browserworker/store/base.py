@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["GroupSpoiled", "Store"]
 
 
-
 class GroupSpoiled(StoreError):
     """A call failed in a group run without savepoints (``group(isolate=False)``): the whole
     group was rolled back and nothing of it is durable; run the batch again isolated."""
@@ -94,33 +93,79 @@ class Store(Protocol):
     def create_run(self, run: NewRun) -> RunRecord: ...
     def get_run(self, run_id: str) -> RunRecord | None: ...
     def list_runs(self, state: RunState | None = None, limit: int = 100) -> list[RunRecord]: ...
-    def search_runs(self, *, state: RunState | None = None, flow: str | None = None, queue: str | None = None,
-                    text: str | None = None, limit: int = 50, offset: int = 0) -> tuple[list[RunRecord], int]:
+    def search_runs(
+        self,
+        *,
+        state: RunState | None = None,
+        flow: str | None = None,
+        queue: str | None = None,
+        text: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[RunRecord], int]:
         """A page of runs, newest first, that pass the filters (None: any), and how many pass in all."""
         ...
 
     def run_flows(self) -> dict[str, int]: ...
-    def claim_run(self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0,
-                  takeover_epoch: int | None = None) -> RunRecord | None: ...
+    def claim_run(
+        self, run_id: str, owner: Owner, ttl: float, *, skew: float = 0.0, takeover_epoch: int | None = None
+    ) -> RunRecord | None: ...
     def heartbeat(self, run_id: str, epoch: int, ttl: float) -> None: ...
     def cancel_requested(self, run_id: str) -> bool: ...
-    def set_run_state(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
-                      error: str | None = None, decision: str | None = None) -> RunRecord: ...
-    def advance_run(self, run_id: str, epoch: int, state: RunState, *, worker: str | None = None,
-                    error: str | None = None, decision: str | None = None) -> None: ...
+    def set_run_state(
+        self,
+        run_id: str,
+        epoch: int,
+        state: RunState,
+        *,
+        worker: str | None = None,
+        error: str | None = None,
+        decision: str | None = None,
+    ) -> RunRecord: ...
+    def advance_run(
+        self,
+        run_id: str,
+        epoch: int,
+        state: RunState,
+        *,
+        worker: str | None = None,
+        error: str | None = None,
+        decision: str | None = None,
+    ) -> None: ...
     def clear_reconcile(self, run_id: str, epoch: int) -> None: ...
 
     # journal
-    def begin_attempt(self, run_id: str, epoch: int, step_id: str, kind: str, request_key: str,
-                      fingerprint: str, *, worker: str | None = None, margin: float = 0.0) -> AttemptRecord: ...
-    def mark_dispatched(self, attempt: AttemptRecord, epoch: int, method: str, url: str, *,
-                        margin: float = 0.0, channel: str = "held") -> int: ...
+    def begin_attempt(
+        self,
+        run_id: str,
+        epoch: int,
+        step_id: str,
+        kind: str,
+        request_key: str,
+        fingerprint: str,
+        *,
+        worker: str | None = None,
+        margin: float = 0.0,
+    ) -> AttemptRecord: ...
+    def mark_dispatched(
+        self, attempt: AttemptRecord, epoch: int, method: str, url: str, *, margin: float = 0.0, channel: str = "held"
+    ) -> int: ...
     def record_response(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None: ...
     def record_final(self, outbox_id: int, status: int, url: str) -> None: ...
     def record_request_failed(self, outbox_id: int, failure: str) -> None: ...
-    def finish_attempt(self, attempt: AttemptRecord, epoch: int, state: AttemptState, *,
-                       decided_by: str, result: Any = None, evidence: Any = None, error: str | None = None,
-                       worker: str | None = None, dispatched: bool = False) -> AttemptRecord: ...
+    def finish_attempt(
+        self,
+        attempt: AttemptRecord,
+        epoch: int,
+        state: AttemptState,
+        *,
+        decided_by: str,
+        result: Any = None,
+        evidence: Any = None,
+        error: str | None = None,
+        worker: str | None = None,
+        dispatched: bool = False,
+    ) -> AttemptRecord: ...
     def get_attempt(self, attempt_id: int) -> AttemptRecord: ...
     def attempts(self, run_id: str) -> list[AttemptRecord]: ...
     def latest_attempt(self, run_id: str, step_id: str) -> AttemptRecord | None: ...
@@ -129,9 +174,18 @@ class Store(Protocol):
     def restored_at(self, run_id: str) -> float | None: ...
     def history(self, run_id: str) -> tuple[list[AttemptRecord], float | None, float | None]: ...
     def effect_boundary(self, run_id: str, step_id: str) -> tuple[bool, AttemptRecord | None]: ...
-    def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
-                     worker: str | None = None, epoch: int | None = None, decision: str | None = None,
-                     detail: Any = None) -> None: ...
+    def record_event(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        step_id: str | None = None,
+        attempt_no: int | None = None,
+        worker: str | None = None,
+        epoch: int | None = None,
+        decision: str | None = None,
+        detail: Any = None,
+    ) -> None: ...
 
     # the fleet
     def enqueue(self, run: NewRun) -> RunRecord: ...
@@ -141,13 +195,16 @@ class Store(Protocol):
         """Atomically lease the next run of ``queues``: highest priority, then oldest."""
         ...
 
-    def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
-                        limit: int = 100) -> list[RunRecord]: ...
-    def reclaim_dead_owners(self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int,
-                            worker: str | None = None) -> list[RunRecord]: ...
+    def reclaim_expired(
+        self, *, skew: float, max_lease_losses: int, worker: str | None = None, limit: int = 100
+    ) -> list[RunRecord]: ...
+    def reclaim_dead_owners(
+        self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int, worker: str | None = None
+    ) -> list[RunRecord]: ...
     def next_expiry_in(self) -> float | None: ...
-    def release_run(self, run_id: str, epoch: int, *, worker: str | None = None,
-                    decision: str = "released") -> None: ...
+    def release_run(
+        self, run_id: str, epoch: int, *, worker: str | None = None, decision: str = "released"
+    ) -> None: ...
     def cancel(self, run_id: str, *, who: str | None = None) -> str: ...
     def requeue(self, run_id: str, *, who: str) -> RunRecord: ...
     def resolve(self, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str) -> RunRecord: ...
@@ -160,8 +217,16 @@ class Store(Protocol):
     # budgets of limit keys: see browserworker.budgets
     def set_limit(self, key: str, *, concurrency: int | None = None, rate: float | None = None) -> Budget: ...
     def clear_limit(self, key: str | None) -> int: ...
-    def pause_limit(self, key: str, seconds: float, reason: str, *, run_id: str | None = None,
-                    detail: dict[str, object] | None = None, worker: str | None = None) -> float: ...
+    def pause_limit(
+        self,
+        key: str,
+        seconds: float,
+        reason: str,
+        *,
+        run_id: str | None = None,
+        detail: dict[str, object] | None = None,
+        worker: str | None = None,
+    ) -> float: ...
     def limits(self) -> list[Budget]: ...
     def limit_pauses(self) -> dict[str, int]: ...
 

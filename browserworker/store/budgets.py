@@ -22,8 +22,19 @@ from typing import Any
 
 from ..errors import FlowDefinitionError, InputError, UsageError
 
-__all__ = ["MAX_PAUSE", "THROTTLE_STATUSES", "Budget", "LimitKey", "burst_of", "check_key", "check_limit", "parse_rate",
-           "refill", "resolve_key", "retry_after"]
+__all__ = [
+    "MAX_PAUSE",
+    "THROTTLE_STATUSES",
+    "Budget",
+    "LimitKey",
+    "burst_of",
+    "check_key",
+    "check_limit",
+    "parse_rate",
+    "refill",
+    "resolve_key",
+    "retry_after",
+]
 
 #: what ``Flow(limit=...)`` takes: a key, or a function of the validated inputs giving one
 LimitKey = str | Callable[[Any], str] | None
@@ -36,15 +47,16 @@ THROTTLE_STATUSES = frozenset({429, 503})
 
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*/\s*([A-Za-z]+)\s*")
-_PER_MINUTE = {"s": 60.0, "sec": 60.0, "second": 60.0, "m": 1.0, "min": 1.0, "minute": 1.0,
-               "h": 1 / 60, "hour": 1 / 60}
+_PER_MINUTE = {"s": 60.0, "sec": 60.0, "second": 60.0, "m": 1.0, "min": 1.0, "minute": 1.0, "h": 1 / 60, "hour": 1 / 60}
 
 
 def check_key(key: object, where: str, error: type[Exception] = UsageError) -> str:
     """``key`` if it is a valid limit key (1-200 letters, digits, ``. _ : / @ + -``), else ``error``."""
     if not isinstance(key, str) or not _KEY.fullmatch(key):
-        raise error(f"{where}: invalid limit key {key!r}: use 1-200 letters, digits, '.', '_', ':', '/', '@', "
-                    "'+' or '-', starting with a letter or digit")
+        raise error(
+            f"{where}: invalid limit key {key!r}: use 1-200 letters, digits, '.', '_', ':', '/', '@', "
+            "'+' or '-', starting with a letter or digit"
+        )
     return key
 
 

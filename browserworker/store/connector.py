@@ -43,7 +43,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from .wakeups import Wakeups
 
-__all__ = ["FRAGMENTS", "Connector", "Row", "Tx", "compile_queries", "load_queries", "numbered_migrations", "shared_queries"]
+__all__ = [
+    "FRAGMENTS",
+    "Connector",
+    "Row",
+    "Tx",
+    "compile_queries",
+    "load_queries",
+    "numbered_migrations",
+    "shared_queries",
+]
 
 #: A row as the connector returns it: read by column name (``row["state"]``).
 Row = Mapping[str, Any]
@@ -165,8 +174,9 @@ def shared_queries() -> dict[str, str]:
     return {**load_queries(SQL_PACKAGE, "queries.sql"), **load_queries(SQL_PACKAGE, "testing.sql")}
 
 
-def compile_queries(shared: Mapping[str, str], overrides: Mapping[str, str],
-                    fragments: Mapping[str, str]) -> dict[str, str]:
+def compile_queries(
+    shared: Mapping[str, str], overrides: Mapping[str, str], fragments: Mapping[str, str]
+) -> dict[str, str]:
     """The queries of one dialect: ``shared``, replaced by name by ``overrides``, with each
     ``{fragment}`` replaced by the dialect's text. Raises ValueError for an override of no
     shared query, or a fragment the dialect does not define."""

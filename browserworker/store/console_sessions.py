@@ -34,8 +34,13 @@ class ConsoleSession:
 
     @classmethod
     def from_row(cls, row: Row) -> ConsoleSession:
-        return cls(name=row["name"], role=row["role"], token_key=row["token_key"],
-                   created_at=row["created_at"], expires_at=row["expires_at"])
+        return cls(
+            name=row["name"],
+            role=row["role"],
+            token_key=row["token_key"],
+            created_at=row["created_at"],
+            expires_at=row["expires_at"],
+        )
 
 
 class ConsoleSessionManager(Manager):
@@ -45,8 +50,17 @@ class ConsoleSessionManager(Manager):
         """Record a new session of ``name`` in ``role``, live for ``seconds``."""
         with self.c.transaction() as tx:
             now = self.c.now()
-            tx.execute("console_session_create", {"id_hash": _digest(session_id), "name": name, "role": role,
-                                                  "token_key": token_key, "now": now, "expires_at": now + seconds})
+            tx.execute(
+                "console_session_create",
+                {
+                    "id_hash": _digest(session_id),
+                    "name": name,
+                    "role": role,
+                    "token_key": token_key,
+                    "now": now,
+                    "expires_at": now + seconds,
+                },
+            )
 
     @read_only
     def get(self, session_id: str) -> ConsoleSession | None:
@@ -68,9 +82,14 @@ class ConsoleSessionManager(Manager):
         """End the sessions that expired or whose role's token is no longer the one they were
         made with (``token_keys``: role -> the current token's key); how many."""
         with self.c.transaction() as tx:
-            return tx.execute("console_session_end_stale", {"now": self.c.now(),
-                                                            "operator": token_keys.get("operator", ""),
-                                                            "viewer": token_keys.get("viewer", "")})
+            return tx.execute(
+                "console_session_end_stale",
+                {
+                    "now": self.c.now(),
+                    "operator": token_keys.get("operator", ""),
+                    "viewer": token_keys.get("viewer", ""),
+                },
+            )
 
     @read_only
     def count(self) -> int:

@@ -34,12 +34,18 @@ class FleetManager(Manager):
             if limit is not None and limit["max_depth"] is not None:
                 depth = tx.one("queued_depth", {"queue": run.queue})["depth"]  # type: ignore[index]
                 if depth >= limit["max_depth"]:
-                    raise QueueFull(f"queue {run.queue!r} is full ({depth} queued, max depth {limit['max_depth']}); "
-                                    "nothing was enqueued")
+                    raise QueueFull(
+                        f"queue {run.queue!r} is full ({depth} queued, max depth {limit['max_depth']}); "
+                        "nothing was enqueued"
+                    )
             if tx.one("get_run", {"id": run.id}) is not None:
                 raise UsageError(f"a run with id {run.id!r} already exists")
-            self.runs.insert_run(tx, run, now, {"flow": run.flow_name, "queue": run.queue, "priority": run.priority,
-                                                "not_before": run.not_before})
+            self.runs.insert_run(
+                tx,
+                run,
+                now,
+                {"flow": run.flow_name, "queue": run.queue, "priority": run.priority, "not_before": run.not_before},
+            )
         created = self.runs.get_run(run.id)
         assert created is not None
         return created
@@ -59,8 +65,14 @@ class FleetManager(Manager):
             # the clock read inside the transaction: a claim that waited for a connection (the
             # database unreachable for a while) must not store a lease that is already over
             now = self.c.now()
-            who = {"owner": owner.worker, "host": owner.host, "pid": owner.pid, "pid_start": owner.pid_start,
-                   "now": now, "ttl": ttl}
+            who = {
+                "owner": owner.worker,
+                "host": owner.host,
+                "pid": owner.pid,
+                "pid_start": owner.pid_start,
+                "now": now,
+                "ttl": ttl,
+            }
             for _ in range(_ADMISSION_TRIES):
                 run_id = self._candidate(tx, queues, now)
                 if run_id is None:
@@ -74,9 +86,18 @@ class FleetManager(Manager):
                 return None
             row = tx.one("get_run", {"id": run_id})
             assert row is not None
-            self._event(tx, row["id"], "lease_claimed", now=now, worker=owner.worker, epoch=row["lease_epoch"],
-                        from_state=RunState.QUEUED, to_state=RunState.LEASED, decision="claimed",
-                        detail={"ttl": ttl, "waited": now - row["created_at"]})
+            self._event(
+                tx,
+                row["id"],
+                "lease_claimed",
+                now=now,
+                worker=owner.worker,
+                epoch=row["lease_epoch"],
+                from_state=RunState.QUEUED,
+                to_state=RunState.LEASED,
+                decision="claimed",
+                detail={"ttl": ttl, "waited": now - row["created_at"]},
+            )
             return RunRecord.from_row(row)
 
     def _candidate(self, tx: Tx, queues: Sequence[str], now: float) -> str | None | object:
@@ -89,8 +110,11 @@ class FleetManager(Manager):
             best = None
             for queue in queues:
                 cand = tx.one("next_queued_full", {"queue": queue, "now": now})
-                if cand is not None and (best is None or (-cand["priority"], cand["created_at"], cand["id"]) <
-                                         (-best["priority"], best["created_at"], best["id"])):
+                if cand is not None and (
+                    best is None
+                    or (-cand["priority"], cand["created_at"], cand["id"])
+                    < (-best["priority"], best["created_at"], best["id"])
+                ):
                     best = cand
         if best is None:
             return None
@@ -102,8 +126,9 @@ class FleetManager(Manager):
         chosen: str = best["id"]
         return chosen
 
-    def reclaim_expired(self, *, skew: float, max_lease_losses: int, worker: str | None = None,
-                        limit: int = 100) -> list[RunRecord]:
+    def reclaim_expired(
+        self, *, skew: float, max_lease_losses: int, worker: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
         """Send runs whose lease expired (plus ``skew``) back to QUEUED, flagged for reconciliation.
 
         A run that has lost its lease more than ``max_lease_losses`` times goes to NEEDS_REVIEW
@@ -113,8 +138,17 @@ class FleetManager(Manager):
         reclaimed = []
         for row in self.c.read("expired_leases", {"now": now, "skew": skew, "limit": limit}):
             poison = f"lost its lease {row['lease_losses'] + 1} times (last owner {row['owner']})"
-            if self._requeue(row, "requeue_expired", {"skew": skew}, now=now, worker=worker,
-                             max_lease_losses=max_lease_losses, poison=poison, decision="requeued", detail={}):
+            if self._requeue(
+                row,
+                "requeue_expired",
+                {"skew": skew},
+                now=now,
+                worker=worker,
+                max_lease_losses=max_lease_losses,
+                poison=poison,
+                decision="requeued",
+                detail={},
+            ):
                 reclaimed.append(self.runs.get_run(row["id"]))
         return [r for r in reclaimed if r is not None]
 
@@ -125,8 +159,9 @@ class FleetManager(Manager):
         row = self.c.read_one("next_lease_expiry", {})
         return None if row is None or row["at"] is None else float(row["at"]) - self.c.now()
 
-    def reclaim_dead_owners(self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int,
-                            worker: str | None = None) -> list[RunRecord]:
+    def reclaim_dead_owners(
+        self, host: str, is_gone: Callable[[RunRecord], bool], *, max_lease_losses: int, worker: str | None = None
+    ) -> list[RunRecord]:
         """Requeue runs held on ``host`` by owners ``is_gone`` proves dead, without waiting for
         expiry; ``owner_stopped_at`` is now, for the settle rule. The runs of ``worker`` (the
         caller, alive) are not looked at."""
@@ -134,16 +169,35 @@ class FleetManager(Manager):
         for row in self.c.read("owned_on_host", {"host": host, "worker": worker}):
             if not is_gone(RunRecord.from_row(row)):
                 continue
-            if self._requeue(row, "requeue_dead_owner", {}, now=self.c.now(), worker=worker,
-                             max_lease_losses=max_lease_losses, poison=f"lost its owner {row['lease_losses'] + 1} times",
-                             decision="owner_dead", detail={"owner_pid": row["owner_pid"]}):
+            if self._requeue(
+                row,
+                "requeue_dead_owner",
+                {},
+                now=self.c.now(),
+                worker=worker,
+                max_lease_losses=max_lease_losses,
+                poison=f"lost its owner {row['lease_losses'] + 1} times",
+                decision="owner_dead",
+                detail={"owner_pid": row["owner_pid"]},
+            ):
                 again = self.runs.get_run(row["id"])
                 if again is not None:
                     reclaimed.append(again)
         return reclaimed
 
-    def _requeue(self, row: Row, query: str, extra: dict[str, object], *, now: float, worker: str | None,
-                 max_lease_losses: int, poison: str, decision: str, detail: dict[str, object]) -> bool:
+    def _requeue(
+        self,
+        row: Row,
+        query: str,
+        extra: dict[str, object],
+        *,
+        now: float,
+        worker: str | None,
+        max_lease_losses: int,
+        poison: str,
+        decision: str,
+        detail: dict[str, object],
+    ) -> bool:
         """Hand a run whose owner lost it back to the queue (or to review once it was lost more
         than ``max_lease_losses`` times, with the error ``poison``), fenced by the epoch it was
         read at; False if it was renewed or taken meanwhile. The owner is marked unhealthy."""
@@ -156,13 +210,39 @@ class FleetManager(Manager):
                 return False
             if not to_review and tx.one("pending_approval_of_run", {"run_id": row["id"]}) is not None:
                 state = RunState.AWAITING_APPROVAL  # it died waiting for a person: the run waits on
-            if tx.execute(query, {"id": row["id"], "epoch": row["lease_epoch"], "state": str(state), "error": error,
-                                  "now": now, **extra}) != 1:
+            if (
+                tx.execute(
+                    query,
+                    {
+                        "id": row["id"],
+                        "epoch": row["lease_epoch"],
+                        "state": str(state),
+                        "error": error,
+                        "now": now,
+                        **extra,
+                    },
+                )
+                != 1
+            ):
                 return False
-            self._event(tx, row["id"], "lease_expired", now=now, worker=worker, epoch=row["lease_epoch"] + 1,
-                        from_state=row["state"], to_state=state, decision="poison" if to_review else decision,
-                        detail={"previous_owner": row["owner"], "expired_at": row["lease_expires_at"],
-                                "detected_at": now, **detail, "lease_losses": losses})
+            self._event(
+                tx,
+                row["id"],
+                "lease_expired",
+                now=now,
+                worker=worker,
+                epoch=row["lease_epoch"] + 1,
+                from_state=row["state"],
+                to_state=state,
+                decision="poison" if to_review else decision,
+                detail={
+                    "previous_owner": row["owner"],
+                    "expired_at": row["lease_expires_at"],
+                    "detected_at": now,
+                    **detail,
+                    "lease_losses": losses,
+                },
+            )
             if row["owner"]:
                 tx.execute("mark_worker", {"id": row["owner"], "health": "unhealthy", "now": now})
         return True
@@ -175,15 +255,32 @@ class FleetManager(Manager):
             if tx.execute("release_run", {"id": run_id, "epoch": epoch, "now": now}) != 1:
                 raise self._lease_lost(run_id, epoch, 0.0, "release")
             assert before is not None
-            self._event(tx, run_id, "lease_released", now=now, worker=worker, epoch=epoch,
-                        from_state=before["state"], to_state=RunState.QUEUED, decision=decision)
+            self._event(
+                tx,
+                run_id,
+                "lease_released",
+                now=now,
+                worker=worker,
+                epoch=epoch,
+                from_state=before["state"],
+                to_state=RunState.QUEUED,
+                decision=decision,
+            )
 
     def register_worker(self, owner: Owner, queues: Sequence[str], concurrency: int) -> None:
         with self.c.transaction() as tx:
-            tx.execute("register_worker", {"id": owner.worker, "host": owner.host, "pid": owner.pid,
-                                           "pid_start": owner.pid_start,
-                                           "queues": canonical_json(list(queues)), "concurrency": concurrency,
-                                           "now": self.c.now()})
+            tx.execute(
+                "register_worker",
+                {
+                    "id": owner.worker,
+                    "host": owner.host,
+                    "pid": owner.pid,
+                    "pid_start": owner.pid_start,
+                    "queues": canonical_json(list(queues)),
+                    "concurrency": concurrency,
+                    "now": self.c.now(),
+                },
+            )
 
     def worker_heartbeat(self, worker_id: str) -> None:
         with self.c.transaction() as tx:

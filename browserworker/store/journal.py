@@ -26,32 +26,73 @@ def _attempt_beside(row: Row, column: str) -> tuple[Any, AttemptRecord | None]:
 class JournalManager(Manager):
     """Journal writes (fenced by the run's epoch, see :mod:`.manager`) and reads."""
 
-    def begin_attempt(self, run_id: str, epoch: int, step_id: str, kind: str, request_key: str,
-                      fingerprint: str, *, worker: str | None = None, margin: float = 0.0) -> AttemptRecord:
+    def begin_attempt(
+        self,
+        run_id: str,
+        epoch: int,
+        step_id: str,
+        kind: str,
+        request_key: str,
+        fingerprint: str,
+        *,
+        worker: str | None = None,
+        margin: float = 0.0,
+    ) -> AttemptRecord:
         """Journal a new attempt (INTENT for effects, RUNNING for actions), fenced."""
         now = self.c.now()
         state = AttemptState.INTENT if kind == "effect" else AttemptState.RUNNING
         with self.c.transaction() as tx:
             next_no = tx.one("next_attempt_no", {"run_id": run_id, "step_id": step_id})
             attempt_no = next_no["n"]  # type: ignore[index]
-            attempt_id = tx.insert("insert_attempt", {
-                "run_id": run_id, "step_id": step_id, "kind": kind, "attempt_no": attempt_no,
-                "request_key": request_key, "fingerprint": fingerprint, "state": str(state), "epoch": epoch,
-                "worker": worker, "now": now, "margin": margin})
+            attempt_id = tx.insert(
+                "insert_attempt",
+                {
+                    "run_id": run_id,
+                    "step_id": step_id,
+                    "kind": kind,
+                    "attempt_no": attempt_no,
+                    "request_key": request_key,
+                    "fingerprint": fingerprint,
+                    "state": str(state),
+                    "epoch": epoch,
+                    "worker": worker,
+                    "now": now,
+                    "margin": margin,
+                },
+            )
             if attempt_id is None:  # the fence let nothing through
                 raise self._lease_lost(run_id, epoch, margin, f"intent for {step_id}")
-            attempt = AttemptRecord.new(id=attempt_id, run_id=run_id, step_id=step_id, kind=kind,
-                                        attempt_no=attempt_no, request_key=request_key,
-                                        request_fingerprint=fingerprint, state=state, lease_epoch=epoch, worker=worker,
-                                        intent_at=now)
+            attempt = AttemptRecord.new(
+                id=attempt_id,
+                run_id=run_id,
+                step_id=step_id,
+                kind=kind,
+                attempt_no=attempt_no,
+                request_key=request_key,
+                request_fingerprint=fingerprint,
+                state=state,
+                lease_epoch=epoch,
+                worker=worker,
+                intent_at=now,
+            )
             if kind == "effect":
-                self._event(tx, run_id, "intent", now=now, step_id=step_id, attempt_no=attempt.attempt_no,
-                            worker=worker, epoch=epoch, to_state=state,
-                            detail={"request_key": request_key, "fingerprint": fingerprint})
+                self._event(
+                    tx,
+                    run_id,
+                    "intent",
+                    now=now,
+                    step_id=step_id,
+                    attempt_no=attempt.attempt_no,
+                    worker=worker,
+                    epoch=epoch,
+                    to_state=state,
+                    detail={"request_key": request_key, "fingerprint": fingerprint},
+                )
         return attempt
 
-    def mark_dispatched(self, attempt: AttemptRecord, epoch: int, method: str, url: str, *,
-                        margin: float = 0.0, channel: str = "held") -> int:
+    def mark_dispatched(
+        self, attempt: AttemptRecord, epoch: int, method: str, url: str, *, margin: float = 0.0, channel: str = "held"
+    ) -> int:
         """The dispatch gate's commit: ``dispatched_at`` plus an outbox row, fenced. Returns the outbox id.
 
         ``channel="detected"`` journals what the browser let out (or may have) without asking the
@@ -59,18 +100,38 @@ class JournalManager(Manager):
         """
         now = self.c.now()
         with self.c.transaction() as tx:
-            if tx.execute("mark_dispatched", {"attempt_id": attempt.id, "epoch": epoch, "now": now,
-                                              "margin": margin}) != 1:
+            if (
+                tx.execute("mark_dispatched", {"attempt_id": attempt.id, "epoch": epoch, "now": now, "margin": margin})
+                != 1
+            ):
                 raise self._lease_lost(attempt.run_id, epoch, margin, f"dispatch of {attempt.step_id}")
-            outbox_id = tx.insert("insert_outbox", {"attempt_id": attempt.id, "run_id": attempt.run_id,
-                                                    "step_id": attempt.step_id, "method": method, "url": url,
-                                                    "now": now, "channel": channel})
+            outbox_id = tx.insert(
+                "insert_outbox",
+                {
+                    "attempt_id": attempt.id,
+                    "run_id": attempt.run_id,
+                    "step_id": attempt.step_id,
+                    "method": method,
+                    "url": url,
+                    "now": now,
+                    "channel": channel,
+                },
+            )
             assert outbox_id is not None
             detail: dict[str, Any] = {"method": method, "url": url, "outbox_id": outbox_id}
             if channel != "held":
                 detail["channel"] = channel
-            self._event(tx, attempt.run_id, "dispatched", now=now, step_id=attempt.step_id,
-                        attempt_no=attempt.attempt_no, worker=attempt.worker, epoch=epoch, detail=detail)
+            self._event(
+                tx,
+                attempt.run_id,
+                "dispatched",
+                now=now,
+                step_id=attempt.step_id,
+                attempt_no=attempt.attempt_no,
+                worker=attempt.worker,
+                epoch=epoch,
+                detail=detail,
+            )
         return outbox_id
 
     def record_final(self, outbox_id: int, status: int, url: str) -> None:
@@ -81,16 +142,34 @@ class JournalManager(Manager):
     def record_response(self, outbox_id: int, status: int, url: str, headers: Mapping[str, str]) -> None:
         """Evidence, not a decision: written unfenced, in its own commit."""
         with self.c.transaction() as tx:
-            tx.execute("record_response", {"id": outbox_id, "status": status, "response_url": url,
-                                           "headers_json": canonical_json(dict(headers)), "now": self.c.now()})
+            tx.execute(
+                "record_response",
+                {
+                    "id": outbox_id,
+                    "status": status,
+                    "response_url": url,
+                    "headers_json": canonical_json(dict(headers)),
+                    "now": self.c.now(),
+                },
+            )
 
     def record_request_failed(self, outbox_id: int, failure: str) -> None:
         with self.c.transaction() as tx:
             tx.execute("record_request_failed", {"id": outbox_id, "failure": failure, "now": self.c.now()})
 
-    def finish_attempt(self, attempt: AttemptRecord, epoch: int, state: AttemptState, *,
-                       decided_by: str, result: Any = None, evidence: Any = None, error: str | None = None,
-                       worker: str | None = None, dispatched: bool = False) -> AttemptRecord:
+    def finish_attempt(
+        self,
+        attempt: AttemptRecord,
+        epoch: int,
+        state: AttemptState,
+        *,
+        decided_by: str,
+        result: Any = None,
+        evidence: Any = None,
+        error: str | None = None,
+        worker: str | None = None,
+        dispatched: bool = False,
+    ) -> AttemptRecord:
         """Move an attempt out of INTENT/RUNNING/UNKNOWN, fenced by the run's current epoch.
 
         ``dispatched=True`` also sets ``dispatched_at`` if nothing set it yet: something of the
@@ -104,26 +183,55 @@ class JournalManager(Manager):
         result_json = None if result is None else canonical_json(result)
         evidence_json = None if evidence is None else canonical_json(evidence)
         with self.c.transaction() as tx:
-            changed = tx.execute("finish_attempt", {
-                "attempt_id": attempt.id, "from_state": str(attempt.state), "state": str(state), "now": now,
-                "epoch": epoch, "result_json": result_json, "decided_by": decided_by, "evidence": evidence_json,
-                "error": error, "dispatched": dispatched})
+            changed = tx.execute(
+                "finish_attempt",
+                {
+                    "attempt_id": attempt.id,
+                    "from_state": str(attempt.state),
+                    "state": str(state),
+                    "now": now,
+                    "epoch": epoch,
+                    "result_json": result_json,
+                    "decided_by": decided_by,
+                    "evidence": evidence_json,
+                    "error": error,
+                    "dispatched": dispatched,
+                },
+            )
             if changed != 1:
                 current = tx.one("get_attempt", {"id": attempt.id})
                 if current is not None and current["state"] != attempt.state:
-                    raise LeaseLost(f"attempt {attempt.request_key}#{attempt.attempt_no} is already "
-                                    f"{current['state']}, not {attempt.state}")
+                    raise LeaseLost(
+                        f"attempt {attempt.request_key}#{attempt.attempt_no} is already "
+                        f"{current['state']}, not {attempt.state}"
+                    )
                 raise self._lease_lost(attempt.run_id, epoch, 0.0, f"outcome of {attempt.step_id}")
-            self._event(tx, attempt.run_id, "attempt_state", now=now, step_id=attempt.step_id,
-                        attempt_no=attempt.attempt_no, worker=worker, epoch=epoch, from_state=attempt.state,
-                        to_state=state, decision=decided_by,
-                        detail={"evidence": evidence, "error": error} if (evidence or error) else None)
+            self._event(
+                tx,
+                attempt.run_id,
+                "attempt_state",
+                now=now,
+                step_id=attempt.step_id,
+                attempt_no=attempt.attempt_no,
+                worker=worker,
+                epoch=epoch,
+                from_state=attempt.state,
+                to_state=state,
+                decision=decided_by,
+                detail={"evidence": evidence, "error": error} if (evidence or error) else None,
+            )
             # of the columns this update did not set, only dispatched_at may have changed since
             # the caller read ``attempt`` (the gate sets it); the others never change
             dispatched_at = tx.one("dispatched_at", {"id": attempt.id})["dispatched_at"]  # type: ignore[index]
-        return attempt.finished(state=AttemptState(state), finished_at=now, result_json=result_json,
-                                decided_by=decided_by, evidence_json=evidence_json, error=error,
-                                dispatched_at=dispatched_at)
+        return attempt.finished(
+            state=AttemptState(state),
+            finished_at=now,
+            result_json=result_json,
+            decided_by=decided_by,
+            evidence_json=evidence_json,
+            error=error,
+            dispatched_at=dispatched_at,
+        )
 
     @read_only
     def get_attempt(self, attempt_id: int) -> AttemptRecord:
@@ -181,9 +289,28 @@ class JournalManager(Manager):
         cancelled, latest = _attempt_beside(row, "run_cancel_requested")
         return bool(cancelled), latest
 
-    def record_event(self, run_id: str, kind: str, *, step_id: str | None = None, attempt_no: int | None = None,
-                     worker: str | None = None, epoch: int | None = None, decision: str | None = None,
-                     detail: Any = None) -> None:
+    def record_event(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        step_id: str | None = None,
+        attempt_no: int | None = None,
+        worker: str | None = None,
+        epoch: int | None = None,
+        decision: str | None = None,
+        detail: Any = None,
+    ) -> None:
         with self.c.transaction() as tx:
-            self._event(tx, run_id, kind, now=self.c.now(), step_id=step_id, attempt_no=attempt_no, worker=worker,
-                        epoch=epoch, decision=decision, detail=detail)
+            self._event(
+                tx,
+                run_id,
+                kind,
+                now=self.c.now(),
+                step_id=step_id,
+                attempt_no=attempt_no,
+                worker=worker,
+                epoch=epoch,
+                decision=decision,
+                detail=detail,
+            )

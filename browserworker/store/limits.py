@@ -46,8 +46,16 @@ class LimitManager(Manager):
         now = self.c.now()
         with self.c.transaction() as tx:
             self._row(tx, key, now)
-            tx.execute("set_limit", {"key": key, "concurrency": concurrency, "rate": rate, "now": now,
-                                     "tokens": None if rate is None else budgets.burst_of(rate)})
+            tx.execute(
+                "set_limit",
+                {
+                    "key": key,
+                    "concurrency": concurrency,
+                    "rate": rate,
+                    "now": now,
+                    "tokens": None if rate is None else budgets.burst_of(rate),
+                },
+            )
         return self._budget(key)
 
     def clear_limit(self, key: str | None) -> int:
@@ -55,8 +63,16 @@ class LimitManager(Manager):
         with self.c.transaction() as tx:
             return tx.execute("delete_limits", {}) if key is None else tx.execute("delete_limit", {"key": key})
 
-    def pause_limit(self, key: str, seconds: float, reason: str, *, run_id: str | None = None,
-                    detail: dict[str, object] | None = None, worker: str | None = None) -> float:
+    def pause_limit(
+        self,
+        key: str,
+        seconds: float,
+        reason: str,
+        *,
+        run_id: str | None = None,
+        detail: dict[str, object] | None = None,
+        worker: str | None = None,
+    ) -> float:
         """Pause ``key`` fleet-wide for ``seconds`` (at most :data:`~browserworker.budgets.MAX_PAUSE`;
         an existing longer pause stands), journaling ``limit_paused`` on ``run_id``. Returns
         when the pause ends."""
@@ -68,9 +84,21 @@ class LimitManager(Manager):
             current = tx.one("lock_limit", {"key": key})
             assert current is not None
             if run_id is not None:
-                self._event(tx, run_id, "limit_paused", now=now, worker=worker, decision="paused",
-                            detail={"key": key, "until": current["paused_until"], "seconds": until - now,
-                                    "reason": reason, **(detail or {})})
+                self._event(
+                    tx,
+                    run_id,
+                    "limit_paused",
+                    now=now,
+                    worker=worker,
+                    decision="paused",
+                    detail={
+                        "key": key,
+                        "until": current["paused_until"],
+                        "seconds": until - now,
+                        "reason": reason,
+                        **(detail or {}),
+                    },
+                )
         return float(current["paused_until"])
 
     @read_only
@@ -96,7 +124,14 @@ class LimitManager(Manager):
 
 def _budget(row: Row, now: float) -> Budget:
     rate, paused_until = row["rate"], row["paused_until"]
-    return Budget(key=row["key"], concurrency=row["concurrency"], rate=rate,
-                  tokens=None if rate is None else budgets.refill(rate, row["tokens"], row["refilled_at"], now),
-                  paused_until=paused_until, pause_reason=row["pause_reason"], live=int(row["live"]),
-                  claims_last_minute=int(row["claims"]), paused=paused_until is not None and paused_until > now)
+    return Budget(
+        key=row["key"],
+        concurrency=row["concurrency"],
+        rate=rate,
+        tokens=None if rate is None else budgets.refill(rate, row["tokens"], row["refilled_at"], now),
+        paused_until=paused_until,
+        pause_reason=row["pause_reason"],
+        live=int(row["live"]),
+        claims_last_minute=int(row["claims"]),
+        paused=paused_until is not None and paused_until > now,
+    )

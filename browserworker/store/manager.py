@@ -57,17 +57,41 @@ class Manager:
     def __init__(self, connector: Connector) -> None:
         self.c = connector
 
-    def _event(self, tx: Tx, run_id: str, kind: str, *, now: float, step_id: str | None = None,
-               attempt_no: int | None = None, worker: str | None = None, epoch: int | None = None,
-               from_state: str | None = None, to_state: str | None = None, decision: str | None = None,
-               detail: Any = None) -> None:
+    def _event(
+        self,
+        tx: Tx,
+        run_id: str,
+        kind: str,
+        *,
+        now: float,
+        step_id: str | None = None,
+        attempt_no: int | None = None,
+        worker: str | None = None,
+        epoch: int | None = None,
+        from_state: str | None = None,
+        to_state: str | None = None,
+        decision: str | None = None,
+        detail: Any = None,
+    ) -> None:
         """Journal one event row in ``tx`` (by position: every transition writes one, several
         per run, and binding eleven names costs more than the insert's index writes)."""
-        tx.insert_values("insert_event", (
-            now, run_id, step_id, attempt_no, worker, epoch, kind,
-            # plain str: the driver adapts a str subclass (a state) the slow way
-            None if from_state is None else str(from_state), None if to_state is None else str(to_state),
-            decision, None if detail is None else canonical_json(detail)))
+        tx.insert_values(
+            "insert_event",
+            (
+                now,
+                run_id,
+                step_id,
+                attempt_no,
+                worker,
+                epoch,
+                kind,
+                # plain str: the driver adapts a str subclass (a state) the slow way
+                None if from_state is None else str(from_state),
+                None if to_state is None else str(to_state),
+                decision,
+                None if detail is None else canonical_json(detail),
+            ),
+        )
 
     def _lease_lost(self, run_id: str, epoch: int, margin: float, what: str) -> LeaseLost:
         """Why a fenced write of ``run_id`` under ``epoch`` changed nothing."""
@@ -75,7 +99,8 @@ class Manager:
         if run is None:
             return LeaseLost(f"{what}: run {run_id} does not exist")
         if run["lease_epoch"] != epoch:
-            return LeaseLost(f"{what}: run {run_id} is now at lease epoch {run['lease_epoch']} "
-                             f"(owner {run['owner']}), not {epoch}")
+            return LeaseLost(
+                f"{what}: run {run_id} is now at lease epoch {run['lease_epoch']} (owner {run['owner']}), not {epoch}"
+            )
         left = (run["lease_expires_at"] or 0) - self.c.now()
         return LeaseLost(f"{what}: lease of run {run_id} has {left:.1f}s left, less than the {margin:.1f}s margin")

@@ -10,8 +10,19 @@ from typing import Any, Literal, TypeVar
 from .manager import Manager, read_only
 from .records import WorkerRecord, _fields
 
-__all__ = ["DuplicatePrevented", "LiveLease", "OpsManager", "QueueBacklog", "QueueWait", "Reconciliation",
-           "RestoreFence", "StateCount", "StepUnknowns", "UnknownOpen", "WorkerLoad"]
+__all__ = [
+    "DuplicatePrevented",
+    "LiveLease",
+    "OpsManager",
+    "QueueBacklog",
+    "QueueWait",
+    "Reconciliation",
+    "RestoreFence",
+    "StateCount",
+    "StepUnknowns",
+    "UnknownOpen",
+    "WorkerLoad",
+]
 
 
 @dataclass(frozen=True)
@@ -102,9 +113,9 @@ class LiveLease:
 
 @dataclass(frozen=True)
 class RestoreFence:
-    requeued: list[str]            # leased runs handed back to the queue
-    flagged: int                   # unfinished runs flagged for reconciliation
-    last_event_at: float | None    # the restored journal's last event
+    requeued: list[str]  # leased runs handed back to the queue
+    flagged: int  # unfinished runs flagged for reconciliation
+    last_event_at: float | None  # the restored journal's last event
 
 
 R = TypeVar("R")
@@ -196,11 +207,17 @@ class OpsManager(Manager):
                     requeued.append(run["id"])
                 else:
                     tx.execute("ops_restore_flag", {"id": run["id"], "now": now})
-                self._event(tx, run["id"], "restored", now=now,
-                            epoch=run["lease_epoch"] + 1 if moved else run["lease_epoch"], from_state=run["state"],
-                            to_state="QUEUED" if moved else run["state"], decision="restored_from_backup",
-                            detail={"previous_owner": run["owner"], "backup_last_event_at": last_event,
-                                    "restored_at": now})
+                self._event(
+                    tx,
+                    run["id"],
+                    "restored",
+                    now=now,
+                    epoch=run["lease_epoch"] + 1 if moved else run["lease_epoch"],
+                    from_state=run["state"],
+                    to_state="QUEUED" if moved else run["state"],
+                    decision="restored_from_backup",
+                    detail={"previous_owner": run["owner"], "backup_last_event_at": last_event, "restored_at": now},
+                )
             if stop_workers:
                 tx.execute("ops_restore_stop_workers", {"now": now})
         return RestoreFence(requeued, len(unfinished), last_event)

@@ -46,8 +46,11 @@ def _record(cls: type[R], data: dict[str, Any]) -> R:
     """
     names = _NAMES.get(cls)
     if names is None:
-        names = _NAMES[cls] = (frozenset() if hasattr(cls, "__post_init__")  # never equal: always cls(**data)
-                               else frozenset(f.name for f in fields(cls)))  # type: ignore[arg-type]
+        names = _NAMES[cls] = (
+            frozenset()
+            if hasattr(cls, "__post_init__")  # never equal: always cls(**data)
+            else frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+        )
     if data.keys() != names:
         return cls(**data)
     record = object.__new__(cls)
@@ -183,22 +186,67 @@ class AttemptRecord:
     error: str | None
 
     @classmethod
-    def new(cls, *, id: int, run_id: str, step_id: str, kind: str, attempt_no: int, request_key: str,
-            request_fingerprint: str, state: AttemptState, lease_epoch: int, worker: str | None,
-            intent_at: float) -> AttemptRecord:
+    def new(
+        cls,
+        *,
+        id: int,
+        run_id: str,
+        step_id: str,
+        kind: str,
+        attempt_no: int,
+        request_key: str,
+        request_fingerprint: str,
+        state: AttemptState,
+        lease_epoch: int,
+        worker: str | None,
+        intent_at: float,
+    ) -> AttemptRecord:
         """A just-journaled attempt, as its row reads: not yet dispatched, finished or decided."""
-        return _record(cls, {"id": id, "run_id": run_id, "step_id": step_id, "kind": kind, "attempt_no": attempt_no,
-                             "request_key": request_key, "request_fingerprint": request_fingerprint,
-                             "state": state, "lease_epoch": lease_epoch, "worker": worker, "intent_at": intent_at,
-                             "dispatched_at": None, "finished_at": None, "result": None, "decided_by": None,
-                             "evidence": None, "error": None})
+        return _record(
+            cls,
+            {
+                "id": id,
+                "run_id": run_id,
+                "step_id": step_id,
+                "kind": kind,
+                "attempt_no": attempt_no,
+                "request_key": request_key,
+                "request_fingerprint": request_fingerprint,
+                "state": state,
+                "lease_epoch": lease_epoch,
+                "worker": worker,
+                "intent_at": intent_at,
+                "dispatched_at": None,
+                "finished_at": None,
+                "result": None,
+                "decided_by": None,
+                "evidence": None,
+                "error": None,
+            },
+        )
 
-    def finished(self, *, state: AttemptState, finished_at: float, result_json: str | None, decided_by: str,
-                 evidence_json: str | None, error: str | None, dispatched_at: float | None) -> AttemptRecord:
+    def finished(
+        self,
+        *,
+        state: AttemptState,
+        finished_at: float,
+        result_json: str | None,
+        decided_by: str,
+        evidence_json: str | None,
+        error: str | None,
+        dispatched_at: float | None,
+    ) -> AttemptRecord:
         """This attempt as it reads after its outcome was written (the store's finish_attempt)."""
         data = dict(self.__dict__)
-        data.update(state=state, finished_at=finished_at, result=_json(result_json), decided_by=decided_by,
-                    evidence=_json(evidence_json), error=error, dispatched_at=dispatched_at)
+        data.update(
+            state=state,
+            finished_at=finished_at,
+            result=_json(result_json),
+            decided_by=decided_by,
+            evidence=_json(evidence_json),
+            error=error,
+            dispatched_at=dispatched_at,
+        )
         return _record(type(self), data)
 
     @classmethod

@@ -38,12 +38,22 @@ class ReviewManager(Manager):
             if before is None:
                 raise UsageError(f"no run {run_id!r}")
             if tx.execute("cancel_queued", {"id": run_id, "now": now}) == 1:
-                self._event(tx, run_id, "run_state", now=now, worker=who, from_state=before["state"],
-                            to_state=RunState.CANCELLED, decision="cancelled", detail=_by(who))
+                self._event(
+                    tx,
+                    run_id,
+                    "run_state",
+                    now=now,
+                    worker=who,
+                    from_state=before["state"],
+                    to_state=RunState.CANCELLED,
+                    decision="cancelled",
+                    detail=_by(who),
+                )
                 return "cancelled"
             if tx.execute("request_cancel", {"id": run_id, "now": now}) == 1:
-                self._event(tx, run_id, "cancel_requested", now=now, worker=who, decision="cancel_requested",
-                            detail=_by(who))
+                self._event(
+                    tx, run_id, "cancel_requested", now=now, worker=who, decision="cancel_requested", detail=_by(who)
+                )
                 return "requested"
         return str(before["state"])
 
@@ -57,8 +67,17 @@ class ReviewManager(Manager):
                 raise UsageError(f"no run {run_id!r}")
             if tx.execute("requeue_ended", {"id": run_id, "now": now}) != 1:
                 raise UsageError(f"run {run_id} is {before['state']}: only FAILED or CANCELLED runs are requeued")
-            self._event(tx, run_id, "run_state", now=now, worker=who, from_state=before["state"],
-                        to_state=RunState.QUEUED, decision="requeued", detail=_by(who))
+            self._event(
+                tx,
+                run_id,
+                "run_state",
+                now=now,
+                worker=who,
+                from_state=before["state"],
+                to_state=RunState.QUEUED,
+                decision="requeued",
+                detail=_by(who),
+            )
         requeued = self.runs.get_run(run_id)
         assert requeued is not None
         return requeued
@@ -80,16 +99,39 @@ class ReviewManager(Manager):
                 raise UsageError(f"run {run_id} is {run['state']}, not NEEDS_REVIEW")
             latest = tx.one("latest_attempt", {"run_id": run_id, "step_id": step_id})
             state = _DECIDED[decision]
-            evidence = {"who": who, "decision": decision, "at": now,
-                        "before": None if latest is None else {"state": latest["state"], "error": latest["error"],
-                                                               "evidence": latest["evidence"]}}
+            evidence = {
+                "who": who,
+                "decision": decision,
+                "at": now,
+                "before": None
+                if latest is None
+                else {"state": latest["state"], "error": latest["error"], "evidence": latest["evidence"]},
+            }
             if latest is not None and latest["state"] in (AttemptState.UNKNOWN, AttemptState.INTENT):
-                tx.execute("resolve_attempt", {"attempt_id": latest["id"], "state": str(state), "now": now,
-                                               "result_json": None if result is None else canonical_json(result),
-                                               "decided_by": f"human:{who}", "evidence": canonical_json(evidence)})
-                self._event(tx, run_id, "attempt_state", now=now, step_id=step_id, attempt_no=latest["attempt_no"],
-                            worker=who, from_state=latest["state"], to_state=state, decision=f"human:{decision}",
-                            detail=evidence)
+                tx.execute(
+                    "resolve_attempt",
+                    {
+                        "attempt_id": latest["id"],
+                        "state": str(state),
+                        "now": now,
+                        "result_json": None if result is None else canonical_json(result),
+                        "decided_by": f"human:{who}",
+                        "evidence": canonical_json(evidence),
+                    },
+                )
+                self._event(
+                    tx,
+                    run_id,
+                    "attempt_state",
+                    now=now,
+                    step_id=step_id,
+                    attempt_no=latest["attempt_no"],
+                    worker=who,
+                    from_state=latest["state"],
+                    to_state=state,
+                    decision=f"human:{decision}",
+                    detail=evidence,
+                )
             elif decision != "failed":
                 raise UsageError(f"step {step_id!r} of run {run_id} has no UNKNOWN attempt to resolve")
             if decision == "failed":
@@ -98,8 +140,17 @@ class ReviewManager(Manager):
             else:
                 tx.execute("requeue_reviewed", {"id": run_id, "now": now})
                 to = RunState.QUEUED
-            self._event(tx, run_id, "run_state", now=now, worker=who, from_state=RunState.NEEDS_REVIEW, to_state=to,
-                        decision=f"resolved:{decision}", detail=evidence)
+            self._event(
+                tx,
+                run_id,
+                "run_state",
+                now=now,
+                worker=who,
+                from_state=RunState.NEEDS_REVIEW,
+                to_state=to,
+                decision=f"resolved:{decision}",
+                detail=evidence,
+            )
         resolved = self.runs.get_run(run_id)
         assert resolved is not None
         return resolved

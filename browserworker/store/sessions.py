@@ -39,11 +39,21 @@ class LoginSession:
     @classmethod
     def from_row(cls, row: Row) -> LoginSession:
         state = row["state"]
-        return cls(key=row["key"], state=None if state is None else bytes(state), key_id=row["key_id"],
-                   flow_name=row["flow_name"], saved_by=row["saved_by"], created_at=row["created_at"],
-                   saved_at=row["saved_at"], used_at=row["used_at"], max_age=row["max_age"],
-                   uses=row["uses"], version=row["version"],
-                   login_owner=row["login_owner"], login_until=row["login_until"])
+        return cls(
+            key=row["key"],
+            state=None if state is None else bytes(state),
+            key_id=row["key_id"],
+            flow_name=row["flow_name"],
+            saved_by=row["saved_by"],
+            created_at=row["created_at"],
+            saved_at=row["saved_at"],
+            used_at=row["used_at"],
+            max_age=row["max_age"],
+            uses=row["uses"],
+            version=row["version"],
+            login_owner=row["login_owner"],
+            login_until=row["login_until"],
+        )
 
     def claimed(self, now: float) -> bool:
         """Whether a run holds the login claim at ``now``."""
@@ -69,19 +79,35 @@ class SessionManager(Manager):
         with self.c.transaction() as tx:
             now = self.c.now()
             tx.execute("session_create", {"key": key, "flow_name": flow_name, "now": now})
-            return tx.execute("session_claim", {"key": key, "flow_name": flow_name, "owner": owner,
-                                                "now": now, "ttl": ttl, "seen": seen}) == 1
+            return (
+                tx.execute(
+                    "session_claim",
+                    {"key": key, "flow_name": flow_name, "owner": owner, "now": now, "ttl": ttl, "seen": seen},
+                )
+                == 1
+            )
 
-    def save(self, key: str, flow_name: str, owner: str, state: bytes, key_id: str, logged_in_at: float,
-             max_age: float) -> int | None:
+    def save(
+        self, key: str, flow_name: str, owner: str, state: bytes, key_id: str, logged_in_at: float, max_age: float
+    ) -> int | None:
         """Save a login's sealed state (reusable for ``max_age`` seconds) and free ``owner``'s claim;
         the new version, or None when a newer login was saved meanwhile (nothing written)."""
         with self.c.transaction() as tx:
             now = self.c.now()
             tx.execute("session_create", {"key": key, "flow_name": flow_name, "now": now})
-            changed = tx.execute("session_save", {"key": key, "flow_name": flow_name, "owner": owner, "state": state,
-                                                  "key_id": key_id, "now": now, "logged_in_at": logged_in_at,
-                                                  "max_age": max_age})
+            changed = tx.execute(
+                "session_save",
+                {
+                    "key": key,
+                    "flow_name": flow_name,
+                    "owner": owner,
+                    "state": state,
+                    "key_id": key_id,
+                    "now": now,
+                    "logged_in_at": logged_in_at,
+                    "max_age": max_age,
+                },
+            )
             if changed != 1:
                 return None
             row = tx.one("session_get", {"key": key})

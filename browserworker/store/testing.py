@@ -11,7 +11,16 @@ from typing import Any
 from .base import Store
 from .shared import SQLStore
 
-__all__ = ["RUN_TIMES", "backdate", "backdate_attempts", "backdate_console_sessions", "backdate_events", "backdate_limit", "backdate_worker", "forget_lease"]
+__all__ = [
+    "RUN_TIMES",
+    "backdate",
+    "backdate_attempts",
+    "backdate_console_sessions",
+    "backdate_events",
+    "backdate_limit",
+    "backdate_worker",
+    "forget_lease",
+]
 
 #: the time columns of a run that :func:`backdate` moves
 RUN_TIMES = ("lease_expires_at", "not_before", "created_at", "started_at", "finished_at")

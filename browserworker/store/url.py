@@ -11,8 +11,17 @@ from ..errors import StoreUnavailable, UsageError
 from .base import Store
 from .postgres import DEFAULT_SCHEMA, ENV_SCHEMA
 
-__all__ = ["DEFAULT_DB", "DEFAULT_SCHEMA", "ENV_DB", "ENV_SCHEMA", "is_postgres", "open_store", "postgres_url",
-           "sqlite_path", "store_exists"]
+__all__ = [
+    "DEFAULT_DB",
+    "DEFAULT_SCHEMA",
+    "ENV_DB",
+    "ENV_SCHEMA",
+    "is_postgres",
+    "open_store",
+    "postgres_url",
+    "sqlite_path",
+    "store_exists",
+]
 
 ENV_DB = "BROWSERWORKER_DB"
 DEFAULT_DB = "browserworker.db"
@@ -29,8 +38,10 @@ def sqlite_path(target: str) -> Path:
     scheme, rest = target.split("://", 1)
     scheme = scheme.lower()
     if scheme not in _SQLITE:
-        raise UsageError(f"--db {target!r}: no store for {scheme}:// URLs (give a SQLite file path, a "
-                         "sqlite:/// URL or a postgresql:// URL)")
+        raise UsageError(
+            f"--db {target!r}: no store for {scheme}:// URLs (give a SQLite file path, a "
+            "sqlite:/// URL or a postgresql:// URL)"
+        )
     if scheme == "file":  # file:///abs/path (an RFC 8089 URL: the path is absolute)
         rest = rest.partition("?")[0]
         return Path(rest if rest.startswith("/") else "/" + rest.partition("/")[2])
@@ -55,8 +66,9 @@ def postgres_url(target: str) -> str:
     return target.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = True,
-               schema: str | None = None) -> Store:
+def open_store(
+    target: str | os.PathLike[str] | None = None, *, create: bool = True, schema: str | None = None
+) -> Store:
     """Open the store at ``target``: a file path or ``sqlite:///path`` (SQLite), or a
     ``postgresql://user@host:port/dbname`` URL (PostgreSQL, in ``schema``: else
     ``$BROWSERWORKER_DB_SCHEMA``, else ``browserworker``); None means ``$BROWSERWORKER_DB``,
@@ -79,10 +91,15 @@ def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = T
     return SQLiteStore(path, create=create)
 
 
-def open_store_waiting(target: str | os.PathLike[str] | None = None, *, wait: float, create: bool = True,
-                       schema: str | None = None,
-                       on_wait: Callable[[StoreUnavailable, float], None] | None = None,
-                       sleep: Callable[[float], None] = time.sleep) -> Store:
+def open_store_waiting(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    wait: float,
+    create: bool = True,
+    schema: str | None = None,
+    on_wait: Callable[[StoreUnavailable, float], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Store:
     """:func:`open_store`, tried again while its server is unavailable (down, restarting, out of
     connections), for up to ``wait`` seconds, with a backoff from 0.5 s to 5 s between tries.
     ``on_wait(error, seconds_left)`` hears each failed try. Any other failure is raised at

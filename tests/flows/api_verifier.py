@@ -21,8 +21,10 @@ async def login(ctx: StepContext[Order]) -> None:
 
 @flow.effect(settle=8)
 async def submit(ctx: StepContext[Order]) -> dict:
-    reply = await ctx.page.request.post(f"{ctx.inputs.base_url}/api/orders", data={
-        "item": ctx.inputs.item, "quantity": ctx.inputs.quantity, "reference": ctx.request_key})
+    reply = await ctx.page.request.post(
+        f"{ctx.inputs.base_url}/api/orders",
+        data={"item": ctx.inputs.item, "quantity": ctx.inputs.quantity, "reference": ctx.request_key},
+    )
     if reply.status != 201:
         raise RuntimeError(f"order API answered {reply.status}")
     return {"order_id": str((await reply.json())["id"])}

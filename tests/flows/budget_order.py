@@ -21,9 +21,12 @@ class SiteOrder(Order):
     site: str
 
 
-flow = Flow("budget-order", inputs=SiteOrder, limit=lambda inputs: inputs.site,
-            context=lambda inputs: {"extra_http_headers": {"x-sandbox-tag": inputs.site,
-                                                           "x-sandbox-visit": inputs.item}})
+flow = Flow(
+    "budget-order",
+    inputs=SiteOrder,
+    limit=lambda inputs: inputs.site,
+    context=lambda inputs: {"extra_http_headers": {"x-sandbox-tag": inputs.site, "x-sandbox-visit": inputs.item}},
+)
 flow.step(sends=True)(login.fn)
 
 

@@ -21,6 +21,7 @@ REUSE = os.environ.get("SESSION_ORDER_REUSE", "1") != "0"
 flow = Flow("session-order", inputs=Order, session=(lambda inputs: inputs.username) if REUSE else None)
 
 if REUSE:
+
     @flow.login
     async def login(ctx: StepContext[Order]) -> None:
         await log_in(ctx)
@@ -30,9 +31,11 @@ if REUSE:
         await ctx.page.goto(f"{ctx.inputs.base_url}/orders/new")
         return await ctx.page.locator("#order-form").count() == 1
 else:
+
     @flow.step(sends=True)
     async def login(ctx: StepContext[Order]) -> None:
         await log_in(ctx)
+
 
 POST_ORDER = """async ([item, quantity, reference]) => {
     const r = await fetch('/api/orders', {method: 'POST', headers: {'Content-Type': 'application/json'},

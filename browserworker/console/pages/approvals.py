@@ -53,8 +53,13 @@ async def decide(request: Request) -> Response:
     return redirect(request, "/approvals", f"run {run_id}: {step} {decision}d by {login.name}")
 
 
-PAGE = Page("approvals", "Approvals", "/approvals", [
-    Route("/approvals", approvals_page, methods=["GET"]),
-    Route("/approvals/{approval_id:int}/screenshot", screenshot, methods=["GET"]),
-    Route("/approvals/decide", decide, methods=["POST"]),
-])
+PAGE = Page(
+    "approvals",
+    "Approvals",
+    "/approvals",
+    [
+        Route("/approvals", approvals_page, methods=["GET"]),
+        Route("/approvals/{approval_id:int}/screenshot", screenshot, methods=["GET"]),
+        Route("/approvals/decide", decide, methods=["POST"]),
+    ],
+)

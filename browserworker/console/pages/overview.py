@@ -30,13 +30,19 @@ class RuleStatus:
 
 def rule_statuses(snap: OpsSnapshot, rules: HealthRules) -> list[RuleStatus]:
     breaches = check(snap, rules)
-    limits = {"max-queue-age": None if rules.max_queue_age is None else format_age(rules.max_queue_age),
-              "max-unknown": None if rules.max_unknown is None else str(rules.max_unknown),
-              "max-unknown-growth": None if rules.max_unknown_growth is None
-              else f"{rules.max_unknown_growth} per {format_age(rules.growth_window)}",
-              "max-stale-workers": None if rules.max_stale_workers is None else str(rules.max_stale_workers)}
-    return [RuleStatus(rule, threshold, [b for b in breaches if b.rule == rule])
-            for rule, threshold in limits.items() if threshold is not None]
+    limits = {
+        "max-queue-age": None if rules.max_queue_age is None else format_age(rules.max_queue_age),
+        "max-unknown": None if rules.max_unknown is None else str(rules.max_unknown),
+        "max-unknown-growth": None
+        if rules.max_unknown_growth is None
+        else f"{rules.max_unknown_growth} per {format_age(rules.growth_window)}",
+        "max-stale-workers": None if rules.max_stale_workers is None else str(rules.max_stale_workers),
+    }
+    return [
+        RuleStatus(rule, threshold, [b for b in breaches if b.rule == rule])
+        for rule, threshold in limits.items()
+        if threshold is not None
+    ]
 
 
 def chart(slots: list[ActivitySlot], width: int = 720, height: int = 120) -> dict[str, Any]:
@@ -48,10 +54,26 @@ def chart(slots: list[ActivitySlot], width: int = 720, height: int = 120) -> dic
     for i, s in enumerate(slots):
         for j, (kind, n) in enumerate((("expiry", s.lease_expiries), ("duplicate", s.duplicates_prevented))):
             h = round(n / top * (height - 14), 1)
-            bars.append({"kind": kind, "n": n, "x": round(i * step + j * (bar + 1), 1), "y": round(height - h, 1),
-                         "w": round(bar, 1), "h": h, "start": s.start, "end": s.end})
-    return {"bars": bars, "width": width, "height": height, "top": top,
-            "expiries": sum(s.lease_expiries for s in slots), "duplicates": sum(s.duplicates_prevented for s in slots)}
+            bars.append(
+                {
+                    "kind": kind,
+                    "n": n,
+                    "x": round(i * step + j * (bar + 1), 1),
+                    "y": round(height - h, 1),
+                    "w": round(bar, 1),
+                    "h": h,
+                    "start": s.start,
+                    "end": s.end,
+                }
+            )
+    return {
+        "bars": bars,
+        "width": width,
+        "height": height,
+        "top": top,
+        "expiries": sum(s.lease_expiries for s in slots),
+        "duplicates": sum(s.duplicates_prevented for s in slots),
+    }
 
 
 def _read(store: Any) -> dict[str, Any]:
@@ -59,8 +81,12 @@ def _read(store: Any) -> dict[str, Any]:
     hosts: dict[str, list[Any]] = {}
     for w in snap.workers:
         hosts.setdefault(w.host, []).append(w)
-    return {"snap": snap, "rules": rule_statuses(snap, RULES), "hosts": sorted(hosts.items()),
-            "chart": chart(activity(store, now=snap.at))}
+    return {
+        "snap": snap,
+        "rules": rule_statuses(snap, RULES),
+        "hosts": sorted(hosts.items()),
+        "chart": chart(activity(store, now=snap.at)),
+    }
 
 
 async def overview(request: Request) -> Response:

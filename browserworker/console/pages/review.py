@@ -28,8 +28,14 @@ def _items(store: Any) -> list[dict[str, Any]]:
             continue
         shots = screenshots(journal_view(store, run))
         shot = item.evidence.get("screenshot")
-        found.append({"item": item, "evidence": mask(item.evidence, run), "run": run,
-                      "shot": shots.index(shot) if shot in shots else None})
+        found.append(
+            {
+                "item": item,
+                "evidence": mask(item.evidence, run),
+                "run": run,
+                "shot": shots.index(shot) if shot in shots else None,
+            }
+        )
     return found
 
 
@@ -47,10 +53,17 @@ async def resolve(request: Request) -> Response:
         run = await read(control.resolve, console(request).store, run_id, step, decision, result=value, who=login.name)
     except UsageError as exc:
         return redirect(request, "/review", f"not resolved: {exc}")
-    return redirect(request, "/review", f"run {run.id}: {step} {decision.replace('_', ' ')} by {login.name}; now {run.state}")
+    return redirect(
+        request, "/review", f"run {run.id}: {step} {decision.replace('_', ' ')} by {login.name}; now {run.state}"
+    )
 
 
-PAGE = Page("review", "Review", "/review", [
-    Route("/review", review_page, methods=["GET"]),
-    Route("/review/resolve", resolve, methods=["POST"]),
-])
+PAGE = Page(
+    "review",
+    "Review",
+    "/review",
+    [
+        Route("/review", review_page, methods=["GET"]),
+        Route("/review/resolve", resolve, methods=["POST"]),
+    ],
+)

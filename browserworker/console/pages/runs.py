@@ -21,8 +21,9 @@ from . import Page
 __all__ = ["PAGE"]
 
 PER_PAGE = 50
-CANCELLABLE = frozenset({RunState.QUEUED, RunState.LEASED, RunState.RUNNING, RunState.NEEDS_REVIEW,
-                         RunState.AWAITING_APPROVAL})
+CANCELLABLE = frozenset(
+    {RunState.QUEUED, RunState.LEASED, RunState.RUNNING, RunState.NEEDS_REVIEW, RunState.AWAITING_APPROVAL}
+)
 REQUEUEABLE = frozenset({RunState.FAILED, RunState.CANCELLED})
 
 
@@ -32,24 +33,42 @@ def _filters(request: Request) -> dict[str, Any]:
     if state is not None and state not in RunState.__members__:
         raise HTTPException(400, f"no run state {state!r}")
     page = q.get("page", "1")
-    return {"state": state, "flow": q.get("flow") or None, "queue": q.get("queue") or None,
-            "q": (q.get("q") or "").strip()[:200] or None, "page": max(1, int(page)) if page.isdigit() else 1}
+    return {
+        "state": state,
+        "flow": q.get("flow") or None,
+        "queue": q.get("queue") or None,
+        "q": (q.get("q") or "").strip()[:200] or None,
+        "page": max(1, int(page)) if page.isdigit() else 1,
+    }
 
 
 def _list(store: Any, f: dict[str, Any]) -> dict[str, Any]:
-    runs, total = store.search_runs(state=RunState(f["state"]) if f["state"] else None, flow=f["flow"],
-                                    queue=f["queue"], text=f["q"], limit=PER_PAGE, offset=(f["page"] - 1) * PER_PAGE)
+    runs, total = store.search_runs(
+        state=RunState(f["state"]) if f["state"] else None,
+        flow=f["flow"],
+        queue=f["queue"],
+        text=f["q"],
+        limit=PER_PAGE,
+        offset=(f["page"] - 1) * PER_PAGE,
+    )
     queues = sorted({c.queue for c in store.runs_by_state()})
-    return {"runs": runs, "total": total, "pages": max(1, -(-total // PER_PAGE)), "flows": store.run_flows(),
-            "queues": queues, "states": [s.value for s in RunState]}
+    return {
+        "runs": runs,
+        "total": total,
+        "pages": max(1, -(-total // PER_PAGE)),
+        "flows": store.run_flows(),
+        "queues": queues,
+        "states": [s.value for s in RunState],
+    }
 
 
 async def runs_page(request: Request) -> Response:
     f = _filters(request)
     data = await read(_list, console(request).store, f)
     params = {k: v for k, v in f.items() if k != "page"}
-    return render(request, "runs", "runs.html", filters=f, params=params, cancellable=CANCELLABLE,
-                  requeueable=REQUEUEABLE, **data)
+    return render(
+        request, "runs", "runs.html", filters=f, params=params, cancellable=CANCELLABLE, requeueable=REQUEUEABLE, **data
+    )
 
 
 def _detail(c: Any, run_id: str) -> dict[str, Any] | None:
@@ -58,9 +77,14 @@ def _detail(c: Any, run_id: str) -> dict[str, Any] | None:
         return None
     raw = journal_view(c.store, run)
     shots, view = screenshots(raw), mask(raw, run)  # the files as the journal names them; the page masked
-    return {"run": run, "view": view, "shots": list(enumerate(shots)),
-            "recordings": recordings_of(run.id, c.recordings_dir), "terminal": run.state in TERMINAL_RUN_STATES,
-            "timeline": _timeline(view)}
+    return {
+        "run": run,
+        "view": view,
+        "shots": list(enumerate(shots)),
+        "recordings": recordings_of(run.id, c.recordings_dir),
+        "terminal": run.state in TERMINAL_RUN_STATES,
+        "timeline": _timeline(view),
+    }
 
 
 def _timeline(view: dict[str, Any]) -> list[dict[str, Any]]:
@@ -137,10 +161,15 @@ def _back(form: Any) -> str:
     return back if back.startswith("/") and not back.startswith("//") and "\\" not in back else "/runs"
 
 
-PAGE = Page("runs", "Runs", "/runs", [
-    Route("/runs", runs_page, methods=["GET"]),
-    Route("/runs/action", runs_action, methods=["POST"]),
-    Route("/runs/{run_id}", run_page, methods=["GET"]),
-    Route("/runs/{run_id}/screenshot/{n:int}", screenshot, methods=["GET"]),
-    Route("/runs/{run_id}/trace/{name}/{n:int}", trace, methods=["GET"]),
-])
+PAGE = Page(
+    "runs",
+    "Runs",
+    "/runs",
+    [
+        Route("/runs", runs_page, methods=["GET"]),
+        Route("/runs/action", runs_action, methods=["POST"]),
+        Route("/runs/{run_id}", run_page, methods=["GET"]),
+        Route("/runs/{run_id}/screenshot/{n:int}", screenshot, methods=["GET"]),
+        Route("/runs/{run_id}/trace/{name}/{n:int}", trace, methods=["GET"]),
+    ],
+)

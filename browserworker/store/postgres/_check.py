@@ -18,26 +18,35 @@ from ...errors import StoreError
 from ._conninfo import connect_failed, conninfo, redact_url, schema_name
 from ._schema import exists
 
-__all__ = ["SchemaFacts", "amcheck_schema", "connect", "dump", "facts", "index_problems", "integrity_problems",
-           "rule_problems", "schema_exists", "snapshot", "tool"]
+__all__ = [
+    "SchemaFacts",
+    "amcheck_schema",
+    "connect",
+    "dump",
+    "facts",
+    "index_problems",
+    "integrity_problems",
+    "rule_problems",
+    "schema_exists",
+    "snapshot",
+    "tool",
+]
 
 MAINTENANCE = "browserworker-maintenance"  # the application_name of these sessions (not the store's)
 
 # what must hold in any consistent store (each query returns the rows that break it)
 _RULES = {
-    "runs LEASED or RUNNING without an owner or a lease expiry":
-        "SELECT id FROM runs WHERE state IN ('LEASED', 'RUNNING') AND (owner IS NULL OR lease_expires_at IS NULL)",
-    "runs in an unknown state":
-        "SELECT id FROM runs WHERE state NOT IN ('QUEUED', 'LEASED', 'RUNNING', 'SUCCEEDED', 'FAILED', "
-        "'CANCELLED', 'NEEDS_REVIEW')",
-    "attempts dispatched before their intent":
-        "SELECT id FROM attempts WHERE dispatched_at < intent_at - 1",
-    "outbox rows of another run than their attempt's":
-        "SELECT o.id FROM outbox o JOIN attempts a ON a.id = o.attempt_id WHERE a.run_id <> o.run_id",
+    "runs LEASED or RUNNING without an owner or a lease expiry": "SELECT id FROM runs WHERE state IN ('LEASED', 'RUNNING') AND (owner IS NULL OR lease_expires_at IS NULL)",
+    "runs in an unknown state": "SELECT id FROM runs WHERE state NOT IN ('QUEUED', 'LEASED', 'RUNNING', 'SUCCEEDED', 'FAILED', "
+    "'CANCELLED', 'NEEDS_REVIEW')",
+    "attempts dispatched before their intent": "SELECT id FROM attempts WHERE dispatched_at < intent_at - 1",
+    "outbox rows of another run than their attempt's": "SELECT o.id FROM outbox o JOIN attempts a ON a.id = o.attempt_id WHERE a.run_id <> o.run_id",
 }
-_BTREES = ("SELECT c.oid::regclass::text AS name FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-           "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_am am ON am.oid = c.relam "
-           "WHERE n.nspname = %s AND am.amname = 'btree'")
+_BTREES = (
+    "SELECT c.oid::regclass::text AS name FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_am am ON am.oid = c.relam "
+    "WHERE n.nspname = %s AND am.amname = 'btree'"
+)
 
 
 @dataclass(frozen=True)
@@ -75,14 +84,21 @@ def facts(conn: Any, schema: str) -> SchemaFacts:
     """:class:`SchemaFacts` of ``schema`` (the connection's search path) as it is now."""
     if not exists(conn, schema):
         return SchemaFacts(False)
-    tables = {r["tablename"] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
-                                                      (schema,)).fetchall()}
+    tables = {
+        r["tablename"]
+        for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()
+    }
     version = 0
     if "schema_migrations" in tables:
         version = int(conn.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations").fetchone()["v"])
-    runs = {} if "runs" not in tables else {
-        r["state"]: int(r["n"]) for r in conn.execute("SELECT state, COUNT(*) AS n FROM runs GROUP BY state "
-                                                     "ORDER BY state").fetchall()}
+    runs = (
+        {}
+        if "runs" not in tables
+        else {
+            r["state"]: int(r["n"])
+            for r in conn.execute("SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state").fetchall()
+        }
+    )
     return SchemaFacts(True, version, frozenset(tables), runs)
 
 
@@ -104,7 +120,7 @@ def index_problems(conn: Any, schema: str) -> tuple[list[str], str | None]:
     where = amcheck_schema(conn)
     if where is None:
         return [], "the amcheck extension is not installed in this database (CREATE EXTENSION amcheck)"
-    problems = []
+    problems: list[str] = []
     for row in conn.execute(_BTREES, (schema,)).fetchall():
         try:
             conn.execute(f"SELECT {where}.bt_index_check(%s::regclass)", (row["name"],))
@@ -119,8 +135,10 @@ def index_problems(conn: Any, schema: str) -> tuple[list[str], str | None]:
 def amcheck_schema(conn: Any) -> str | None:
     """The schema the ``amcheck`` extension is installed in (its functions are called by that
     name: the search path is the store's), or None."""
-    row = conn.execute("SELECT quote_ident(n.nspname) AS nsp FROM pg_extension e JOIN pg_namespace n ON n.oid = "
-                       "e.extnamespace WHERE e.extname = 'amcheck'").fetchone()
+    row = conn.execute(
+        "SELECT quote_ident(n.nspname) AS nsp FROM pg_extension e JOIN pg_namespace n ON n.oid = "
+        "e.extnamespace WHERE e.extname = 'amcheck'"
+    ).fetchone()
     return None if row is None else str(row["nsp"])
 
 
@@ -155,8 +173,13 @@ def dump(dsn: str, schema: str, dest: str, *, snapshot_id: str | None = None) ->
     """``pg_dump`` of the store's schema into ``dest`` (custom format: ``pg_restore`` reads it).
     One snapshot of the whole schema (``snapshot_id``: that exported snapshot), taken while
     workers go on writing."""
-    args = [tool("pg_dump", "backup of a PostgreSQL store"), "--format=custom", f"--schema={schema}",
-            f"--file={dest}", f"--dbname={dsn}"]
+    args = [
+        tool("pg_dump", "backup of a PostgreSQL store"),
+        "--format=custom",
+        f"--schema={schema}",
+        f"--file={dest}",
+        f"--dbname={dsn}",
+    ]
     if snapshot_id:
         args.append(f"--snapshot={snapshot_id}")
     done = subprocess.run(args, capture_output=True, text=True)

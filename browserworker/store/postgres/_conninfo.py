@@ -29,8 +29,14 @@ DEFAULT_POOL = 4
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # libpq settings a URL may override: a partition or a dead server ends a call in seconds
-_NETWORK = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
-            "keepalives_count": "3", "tcp_user_timeout": "10000"}
+_NETWORK = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
 
 
 def schema_name(schema: str | None) -> str:
@@ -38,8 +44,10 @@ def schema_name(schema: str | None) -> str:
     :class:`UsageError` unless it is a plain lower-case identifier."""
     name = schema or os.environ.get(ENV_SCHEMA) or DEFAULT_SCHEMA
     if not _SCHEMA_NAME.match(name):
-        raise UsageError(f"--db-schema {name!r}: a schema name is lower-case letters, digits and _ "
-                         "(not starting with a digit, at most 63)")
+        raise UsageError(
+            f"--db-schema {name!r}: a schema name is lower-case letters, digits and _ "
+            "(not starting with a digit, at most 63)"
+        )
     return name
 
 
@@ -83,8 +91,15 @@ def conninfo(url: str, schema: str, *, application: str | None = None) -> str:
 # starting up). libpq gives a failed connection no SQLSTATE: its message tells a server that
 # answered no (``FATAL:``) from one that was not there, and which answers pass.
 _PASSING = ("08", "53", "57")
-_PASSING_FATAL = ("starting up", "shutting down", "recovery mode", "not yet accepting connections",
-                  "too many clients", "connection slots", "terminating connection")
+_PASSING_FATAL = (
+    "starting up",
+    "shutting down",
+    "recovery mode",
+    "not yet accepting connections",
+    "too many clients",
+    "connection slots",
+    "terminating connection",
+)
 
 
 def connect_failed(location: str, exc: Exception) -> StoreError:

@@ -18,8 +18,12 @@ __all__ = ["DB_NOW", "FRAGMENTS", "QUERIES", "Deferred", "Tx", "flush_before", "
 #: the database's clock, in seconds since the epoch (``extract`` gives numeric: cast it)
 DB_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
 
-FRAGMENTS = {"share_run": "FOR SHARE OF runs", "lock_row": "FOR UPDATE", "skip_locked": "FOR UPDATE SKIP LOCKED",
-             "clock": DB_NOW}
+FRAGMENTS = {
+    "share_run": "FOR SHARE OF runs",
+    "lock_row": "FOR UPDATE",
+    "skip_locked": "FOR UPDATE SKIP LOCKED",
+    "clock": DB_NOW,
+}
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|:(\w+)|%")
 
@@ -85,8 +89,11 @@ class Deferred:
 
 
 #: the queries that read the events table (a group's deferred event rows are written first)
-_READS_EVENTS = frozenset(name for name, sql in QUERIES.items()
-                          if re.search(r"\bevents\b", sql) and not sql.lstrip().upper().startswith("INSERT INTO EVENTS"))
+_READS_EVENTS = frozenset(
+    name
+    for name, sql in QUERIES.items()
+    if re.search(r"\bevents\b", sql) and not sql.lstrip().upper().startswith("INSERT INTO EVENTS")
+)
 
 
 def flush_before(deferred: Deferred | None, query: str) -> None:

@@ -45,8 +45,7 @@ class DumpFacts:
 
 
 def _pg_restore(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool("pg_restore", "restore of a PostgreSQL store"), *args], capture_output=True,
-                          text=True)
+    return subprocess.run([tool("pg_restore", "restore of a PostgreSQL store"), *args], capture_output=True, text=True)
 
 
 def read_dump(path: str | Path) -> DumpFacts:
@@ -79,14 +78,19 @@ def store_sessions(conn: Any, schema: str) -> list[str]:
     client just disconnected is given a moment to go."""
     deadline = time.monotonic() + _CLOSING
     while True:
-        rows = conn.execute("SELECT pid, client_addr, backend_start FROM pg_stat_activity WHERE datname = "
-                            "current_database() AND application_name = %s AND pid <> pg_backend_pid() ORDER BY pid",
-                            (application_name(schema),)).fetchall()
+        rows = conn.execute(
+            "SELECT pid, client_addr, backend_start FROM pg_stat_activity WHERE datname = "
+            "current_database() AND application_name = %s AND pid <> pg_backend_pid() ORDER BY pid",
+            (application_name(schema),),
+        ).fetchall()
         if not rows or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    return [f"session {r['pid']} from {r['client_addr'] or 'a local socket'} (connected "
-            f"{r['backend_start']:%Y-%m-%d %H:%M:%S})" for r in rows]
+    return [
+        f"session {r['pid']} from {r['client_addr'] or 'a local socket'} (connected "
+        f"{r['backend_start']:%Y-%m-%d %H:%M:%S})"
+        for r in rows
+    ]
 
 
 @contextmanager

@@ -14,10 +14,20 @@ from ...errors import StoreError
 from ..connector import numbered_migrations
 from ._queries import DB_NOW
 
-__all__ = ["SCHEMA_VERSION", "exists", "lock_name", "migrate", "migrations", "missing", "require_schema",
-           "schema_version"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "exists",
+    "lock_name",
+    "migrate",
+    "migrations",
+    "missing",
+    "require_schema",
+    "schema_version",
+]
 
 _FOLDER = "postgres"
+
+
 def migrations() -> list[tuple[int, str]]:
     """``[(version, sql)]`` from the numbered ``NNNN_*.sql`` files, in order."""
     return numbered_migrations(_FOLDER)
@@ -45,8 +55,10 @@ def exists(conn: Any, schema: str) -> bool:
 
 def missing(location: str) -> StoreError:
     """The error of a store that is not there (read-only commands create nothing)."""
-    return StoreError(f"no browserworker store in {location} (nothing has run here yet; use --db / --db-schema to "
-                      "point at one, or `browserworker migrate` to create it)")
+    return StoreError(
+        f"no browserworker store in {location} (nothing has run here yet; use --db / --db-schema to "
+        "point at one, or `browserworker migrate` to create it)"
+    )
 
 
 def require_schema(conn: Any, schema: str, location: str) -> None:
@@ -63,12 +75,16 @@ def migrate(conn: Any, schema: str, *, create: bool, location: str) -> None:
         if not create:
             require_schema(conn, schema, location)
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
-                     "applied_at DOUBLE PRECISION NOT NULL)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+            "applied_at DOUBLE PRECISION NOT NULL)"
+        )
         current = schema_version(conn)
         if current > SCHEMA_VERSION:
-            raise StoreError(f"{location} has schema version {current}, newer than this browserworker "
-                             f"({SCHEMA_VERSION}); upgrade browserworker")
+            raise StoreError(
+                f"{location} has schema version {current}, newer than this browserworker "
+                f"({SCHEMA_VERSION}); upgrade browserworker"
+            )
         for version, sql in migrations():
             if version > current:
                 conn.execute(sql)

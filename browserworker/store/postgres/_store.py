@@ -128,8 +128,15 @@ class PostgresConnector:
 
     dialect = "postgresql"
 
-    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None,
-                 create: bool = True, migrating: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool: int | None = None,
+        create: bool = True,
+        migrating: bool = True,
+    ) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -142,11 +149,19 @@ class PostgresConnector:
         self._conninfo = conninfo(url, self.schema)
         self.watchdog = Watchdog(_CALL_DEADLINE)
         self._prepare(create, migrating)
-        self.pool = ConnectionPool(self._conninfo, min_size=1, max_size=pool or pool_size(), open=False,
-                                   kwargs={"autocommit": True}, configure=self._configure, timeout=10.0,
-                                   reconnect_timeout=_RECONNECT_FOR, reconnect_failed=_try_again,
-                                   check=self._check,
-                                   name=f"browserworker:{self.schema}")
+        self.pool = ConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=pool or pool_size(),
+            open=False,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            timeout=10.0,
+            reconnect_timeout=_RECONNECT_FOR,
+            reconnect_failed=_try_again,
+            check=self._check,
+            name=f"browserworker:{self.schema}",
+        )
         self.pool.open(wait=False)
 
     # -- connections --------------------------------------------------------------
@@ -375,6 +390,13 @@ class PostgresStore(SQLStore):
 
     connector: PostgresConnector
 
-    def __init__(self, url: str, *, schema: str | None = None, pool: int | None = None, create: bool = True,
-                 migrating: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool: int | None = None,
+        create: bool = True,
+        migrating: bool = True,
+    ) -> None:
         super().__init__(PostgresConnector(url, schema=schema, pool=pool, create=create, migrating=migrating))

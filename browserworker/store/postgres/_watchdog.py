@@ -79,8 +79,9 @@ class Watchdog:
         try:
             sock.shutdown(socket.SHUT_RDWR)
             self.severed += 1
-            log.warning("a database call went unanswered past its deadline: its connection was cut",
-                        deadline=self.seconds)
+            log.warning(
+                "a database call went unanswered past its deadline: its connection was cut", deadline=self.seconds
+            )
         except OSError:
             pass
         finally:

@@ -1,5 +1,4 @@
-"""The SQLite store: one file, WAL, group commit (``_store``); whole-file operations (``_files``).
-"""
+"""The SQLite store: one file, WAL, group commit (``_store``); whole-file operations (``_files``)."""
 
 from . import _files as files
 from ._store import SCHEMA_VERSION, SQLiteConnector, SQLiteStore

@@ -17,7 +17,17 @@ from pathlib import Path
 from ...errors import StoreError
 from ._store import SQLiteConnector
 
-__all__ = ["FileFacts", "Locked", "Unreadable", "checkpoint", "exclusive", "facts_of", "inspect", "open_file", "replace"]
+__all__ = [
+    "FileFacts",
+    "Locked",
+    "Unreadable",
+    "checkpoint",
+    "exclusive",
+    "facts_of",
+    "inspect",
+    "open_file",
+    "replace",
+]
 
 
 class Unreadable(StoreError):
@@ -37,14 +47,19 @@ class FileFacts:
     journal_mode: str
     foreign_key_errors: int
     tables: frozenset[str]
-    runs: dict[str, int] = field(default_factory=dict)   # runs by state
+    runs: dict[str, int] = field(default_factory=dict)  # runs by state
 
 
 def _connect(path: Path, *, timeout: float = 5.0, readonly: bool = False) -> sqlite3.Connection:
     try:
         if readonly:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout,
-                                   isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
         else:
             conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:
@@ -59,13 +74,19 @@ def open_file(path: str | Path, *, readonly: bool = False) -> SQLiteConnector:
 
 def _facts(conn: sqlite3.Connection) -> FileFacts:
     tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
-    runs = {} if "runs" not in tables else {
-        r[0]: r[1] for r in conn.execute("SELECT state, COUNT(*) FROM runs GROUP BY state ORDER BY state")}
-    return FileFacts(integrity="; ".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check")),
-                     schema_version=int(conn.execute("PRAGMA user_version").fetchone()[0]),
-                     journal_mode=str(conn.execute("PRAGMA journal_mode").fetchone()[0]),
-                     foreign_key_errors=len(conn.execute("PRAGMA foreign_key_check").fetchall()),
-                     tables=tables, runs=runs)
+    runs = (
+        {}
+        if "runs" not in tables
+        else {r[0]: r[1] for r in conn.execute("SELECT state, COUNT(*) FROM runs GROUP BY state ORDER BY state")}
+    )
+    return FileFacts(
+        integrity="; ".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check")),
+        schema_version=int(conn.execute("PRAGMA user_version").fetchone()[0]),
+        journal_mode=str(conn.execute("PRAGMA journal_mode").fetchone()[0]),
+        foreign_key_errors=len(conn.execute("PRAGMA foreign_key_check").fetchall()),
+        tables=tables,
+        runs=runs,
+    )
 
 
 def inspect(path: str | Path) -> FileFacts:

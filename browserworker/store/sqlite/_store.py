@@ -89,8 +89,10 @@ def unopenable(path: Path, error: BaseException | None = None) -> str | None:
     if error is None:
         return None
     if not os.access(parent, os.W_OK | os.X_OK):
-        return (f"{error}: its directory {parent} is not writable by this user, or is immutable (SQLite "
-                "creates the file and its -wal and -shm files there)")
+        return (
+            f"{error}: its directory {parent} is not writable by this user, or is immutable (SQLite "
+            "creates the file and its -wal and -shm files there)"
+        )
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
         return f"{error}: the file is not writable by this user, or is immutable (see lsattr)"
     return str(error)
@@ -120,8 +122,7 @@ class SQLiteConnector:
 
     dialect = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float | None = None,
-                 create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float | None = None, create: bool = True) -> None:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StoreError(f"no database at {self.path} (nothing has run here yet; use --db to point at one)")
@@ -130,8 +131,7 @@ class SQLiteConnector:
         if refused:
             raise StoreError(f"cannot open database {self.path}: {refused}")
         try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open database {self.path}: {unopenable(self.path, exc)}") from exc
         self._setup(conn)
@@ -279,8 +279,10 @@ class SQLiteConnector:
     def _migrate(self) -> None:
         current = self.schema_version
         if current > SCHEMA_VERSION:
-            raise StoreError(f"{self.path} has schema version {current}, newer than this browserworker "
-                             f"({SCHEMA_VERSION}); upgrade browserworker")
+            raise StoreError(
+                f"{self.path} has schema version {current}, newer than this browserworker "
+                f"({SCHEMA_VERSION}); upgrade browserworker"
+            )
         if current == SCHEMA_VERSION:
             return
         with self._lock:
