@@ -667,14 +667,14 @@ def session_settings(shared_workers: Literal["block", "allow"] = "block") -> Any
 
 
 async def bench(cycles: int) -> dict[str, Any]:
-    from browserworker.runtime import BrowserSession
+    from browserworker.runtime import BrowserProcess
 
     results: dict[str, dict[str, list[dict[str, float]]]] = {s: {str(n): [] for n in LEVELS} for s in SETUPS}
     lat: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp, Target() as target, GateProxy(Journal(Path(tmp) / "proxy.db")) as proxy:
         journal = Journal(Path(tmp) / "route.db")
         exclude = {target.proc.pid}
-        async with BrowserSession(session_settings()) as session:
+        async with BrowserProcess(session_settings()) as session:
             browser = session.browser
             for setup in SETUPS:  # warm up: the first contexts, the page cache of the binaries
                 await drain(browser, target.url, setup, 4, 8, proxy, journal, exclude)
@@ -854,18 +854,18 @@ async def probe(
 
 
 async def channels(trials: int) -> dict[str, Any]:
-    from browserworker.runtime import BrowserSession
+    from browserworker.runtime import BrowserProcess
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, Target() as target, GateProxy(Journal(Path(tmp) / "proxy.db")) as proxy:
         journal = Journal(Path(tmp) / "route.db")
-        async with BrowserSession(session_settings(shared_workers="allow")) as session:
+        async with BrowserProcess(session_settings(shared_workers="allow")) as session:
             for channel in PROBES:
                 for gate in ("route", "proxy"):
                     for trial in range(trials):
                         rows.append(await probe(session.browser, target, proxy, journal, gate, channel, trial))
         # a probe of the proxy's limit: what an https:// request through it does
-        async with BrowserSession(session_settings()) as session:
+        async with BrowserProcess(session_settings()) as session:
             context = await session.browser.new_context(proxy={"server": proxy.url})
             page = await context.new_page()
             try:

@@ -85,7 +85,7 @@ def bw_store(tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def bw_engine(bw_store: Store, bw_browser_settings: BrowserSettings) -> Engine:
-    """An :class:`~browserworker.engine.Engine` over :func:`bw_store` and the session's browser settings."""
+    """An :class:`~browserworker.runtime._engine.Engine` over :func:`bw_store` and the session's browser settings."""
     from .runtime import Engine
 
     return Engine(bw_store, browser=bw_browser_settings)

@@ -81,7 +81,7 @@ RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.CANCELLED: frozenset({RunState.QUEUED}),
 }
 """Each run state and the states it may move to (FAILED and CANCELLED only by a person's
-requeue: :func:`browserworker.jobs.requeue`)."""
+requeue: :func:`browserworker.control._runs.requeue`)."""
 
 _ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
     AttemptState.RUNNING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),

@@ -108,13 +108,16 @@ def test_a_changed_request_supersedes_even_an_approved_one(any_store: SQLStore) 
 
 
 def test_an_expired_approval_ends_like_a_rejection(any_store: SQLStore) -> None:
-    """Past its time an approval is EXPIRED (when listed, or by a worker's look) and its parked
-    run FAILED with the reason; parking one that is already past its time fails the run too."""
+    """Past its time an approval is no longer offered by a listing, which writes nothing; a
+    worker's sweep makes it EXPIRED and its parked run FAILED with the reason; parking one that
+    is already past its time fails the run too."""
     run, _ = leased(any_store, "r4")
     asked = ask(any_store, run, ttl=0.01)
     any_store.approvals.park(run.id, run.lease_epoch, asked.id)
     time.sleep(0.05)  # the approval's own 10 ms must pass: it is what is being tested
     assert control.list_approvals(any_store) == []
+    assert any_store.approvals.get(asked.id).state == "PENDING"  # type: ignore[union-attr]  # looking wrote nothing
+    assert any_store.approvals.expire_due() == 1  # the worker's sweep
     assert any_store.approvals.get(asked.id).state == "EXPIRED"  # type: ignore[union-attr]
     ended = any_store.get_run("r4")
     assert ended is not None and ended.state == RunState.FAILED and "expired" in (ended.error or "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,17 @@ def test_background_hooks_are_drained_when_the_run_ends() -> None:
         assert finished == ["r1"]
 
     asyncio.run(main())
+
+
+def test_the_layout_page_names_only_what_is_there_and_every_package() -> None:
+    """``docs/layout.md`` cannot go stale: every ``browserworker/...`` or ``tests/...`` path it
+    names exists, and every subpackage of the package has its paragraph there."""
+    root = PACKAGE.parent
+    text = (root / "docs" / "layout.md").read_text()
+    named = set(re.findall(r"`((?:browserworker|tests)/[\w./-]*)`", text))
+    assert len(named) > 30, named  # the table was read
+    missing = sorted(p for p in named if not (root / p).exists())
+    assert not missing, missing
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    undescribed = [name for name in packages if f"**`{name}/`" not in text and f"`{name}/`" not in text]
+    assert not undescribed, undescribed

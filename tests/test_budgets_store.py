@@ -11,7 +11,7 @@ import pytest
 from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 
 from browserworker.errors import OverBudget, UsageError
-from browserworker.runtime._recovery import (
+from browserworker.runtime._recovery_rules import (
     THROTTLED,
     classify_attempt,
     default_judge,
@@ -20,7 +20,7 @@ from browserworker.runtime._recovery import (
     throttled_attempts,
 )
 from browserworker.states import AttemptState, RunState
-from browserworker.store import NewRun, Owner, SQLStore, budgets, open_store
+from browserworker.store import NewRun, Owner, SQLStore, limit_rules, open_store
 from browserworker.store.records import AttemptRecord, OutboxRecord
 from browserworker.store.testing import backdate, backdate_limit
 
@@ -79,7 +79,7 @@ def test_a_pause_holds_the_key_until_it_ends(store: SQLStore) -> None:
 
 def test_rate_tokens_refill_by_the_clock(store: SQLStore) -> None:
     """A rate of 2/min allows a burst of 2, then one claim per 30 s as tokens refill."""
-    store.set_limit("api", rate=budgets.parse_rate("2/min"))
+    store.set_limit("api", rate=limit_rules.parse_rate("2/min"))
     for i in range(4):
         add(store, f"a{i}", "api")
     assert claimed_ids(store, 3) == ["a0", "a1", None]
@@ -119,18 +119,18 @@ def test_set_and_clear_check_their_inputs(store: SQLStore) -> None:
 def test_parse_rate_and_retry_after() -> None:
     """Rates read as N/s, N/min, N/h; anything else is refused; Retry-After reads seconds or an
     HTTP-date and is capped at an hour."""
-    assert budgets.parse_rate("30/min") == 30 and budgets.parse_rate("2/s") == 120
-    assert budgets.parse_rate("6/h") == pytest.approx(0.1)
+    assert limit_rules.parse_rate("30/min") == 30 and limit_rules.parse_rate("2/s") == 120
+    assert limit_rules.parse_rate("6/h") == pytest.approx(0.1)
     for bad in ("5", "5/day", "-1/min", "0/min", "x/min", ""):
         with pytest.raises(UsageError):
-            budgets.parse_rate(bad)
+            limit_rules.parse_rate(bad)
     now = time.time()
-    assert budgets.retry_after({"Retry-After": "3"}, now) == 3
-    assert budgets.retry_after({"retry-after": "999999"}, now) == budgets.MAX_PAUSE
+    assert limit_rules.retry_after({"Retry-After": "3"}, now) == 3
+    assert limit_rules.retry_after({"retry-after": "999999"}, now) == limit_rules.MAX_PAUSE
     date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now + 120))
-    assert budgets.retry_after({"retry-after": date}, now) == pytest.approx(120, abs=2)
-    assert budgets.retry_after({"retry-after": "soon"}, now) is None
-    assert budgets.retry_after({}, now) is None
+    assert limit_rules.retry_after({"retry-after": date}, now) == pytest.approx(120, abs=2)
+    assert limit_rules.retry_after({"retry-after": "soon"}, now) is None
+    assert limit_rules.retry_after({}, now) is None
 
 
 def test_postgres_claimers_race_for_the_last_slot(pg_url: str) -> None:

@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from browserworker import errors
 from browserworker.cli import main
 from browserworker.cli.failures import Stage, explain
-from browserworker.ops import console, print_chaos
+from browserworker.ops import print_chaos, terminal
 from browserworker.prove._chaos import ChaosReport, ChaosResult
 from browserworker.recording import ReplayError
 from browserworker.states import AttemptState, RunState
@@ -150,7 +150,7 @@ def test_the_chaos_table_keeps_after_response_whole_when_piped(capsys: pytest.Ca
                 seconds=1.0,
             )
         )
-    print_chaos(report, console())
+    print_chaos(report, terminal())
     rows = [line for line in capsys.readouterr().out.splitlines() if "submit-the-order" in line]
     assert len(rows) == 3 and all("verifier said done (asked 2x) [SUCCEEDED]" in row for row in rows)
     assert any("after_response" in row for row in rows)
@@ -197,7 +197,7 @@ def test_the_stage_says_what_an_error_left_behind() -> None:
 def test_db_may_be_a_url_and_evidence_goes_to_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from browserworker.cli.session import Session
+    from browserworker.cli.invocation import Invocation
 
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "bw.db"
@@ -205,7 +205,7 @@ def test_db_may_be_a_url_and_evidence_goes_to_the_working_directory(
     assert [r["id"] for r in as_json(bw(tmp_path / "unused.db", "runs", "--db", f"sqlite:///{db}", "--json"))] == [
         "via-url"
     ]
-    session = Session(click.Context(main))
+    session = Invocation(click.Context(main))
     session.db = f"sqlite:///{db}"
     assert session.evidence_dir == Path("browserworker.evidence")
     session.db = str(db)

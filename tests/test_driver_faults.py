@@ -22,7 +22,7 @@ from browserworker.control import enqueue
 from browserworker.flow import load_flow
 from browserworker.gate import ContextRoute
 from browserworker.journal import LeaseSettings
-from browserworker.runtime import BrowserSession, BrowserSettings, Engine, WorkerSettings
+from browserworker.runtime import BrowserProcess, BrowserSettings, Engine, WorkerSettings
 from browserworker.states import RunState
 from browserworker.store import open_store
 
@@ -63,7 +63,7 @@ def test_shutting_a_context_lets_a_page_request_in_flight_finish_first(slow_url:
     driver has finished the call, so the context is not closed under it; the driver lives on."""
 
     async def main() -> tuple[bool, float]:
-        async with BrowserSession(BrowserSettings.discover()) as session:
+        async with BrowserProcess(BrowserSettings.discover()) as session:
             context = await session.browser.new_context()
             route = ContextRoute(context)
             page = await context.new_page()

@@ -15,7 +15,7 @@ from conftest import BW
 from playwright.async_api import Request, Route
 
 from browserworker.gate import ContextRoute
-from browserworker.runtime import BrowserSession, BrowserSettings
+from browserworker.runtime import BrowserProcess, BrowserSettings
 
 pytestmark = pytest.mark.browser
 
@@ -112,7 +112,7 @@ def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str,
                 let_go.add(request.post_data or "")
             await route.fallback()
 
-        async with BrowserSession(BrowserSettings.discover()) as session:
+        async with BrowserProcess(BrowserSettings.discover()) as session:
             for i in range(20):
                 async with session.context() as context:
                     gate_route = ContextRoute(context)

@@ -17,7 +17,7 @@ import pytest
 import browserworker
 from browserworker.errors import BrowserNotFound, UsageError
 from browserworker.journal._leases import _stat
-from browserworker.runtime import BrowserSession, BrowserSettings
+from browserworker.runtime import BrowserProcess, BrowserSettings
 from browserworker.runtime._browser import (
     LEAN_FEATURES,
     _start_tethered_driver,
@@ -221,7 +221,7 @@ def _browser_processes(settings: BrowserSettings) -> tuple[list[str], int]:
     --disable-features switches, how many renderers host Chromium's own WebUI by then)."""
 
     async def go() -> tuple[list[str], int]:
-        async with BrowserSession(settings) as session, session.context() as context:
+        async with BrowserProcess(settings) as session, session.context() as context:
             page = await context.new_page()
             await page.goto("data:text/html,<p>ready</p>")
             browser = [
@@ -262,10 +262,10 @@ def test_chromium_starts_no_webui_renderer_per_context() -> None:
 
 HOLD_A_SESSION = """
 import asyncio
-from browserworker.runtime import BrowserSession, BrowserSettings
+from browserworker.runtime import BrowserProcess, BrowserSettings
 
 async def main():
-    async with BrowserSession(BrowserSettings.discover()) as session, session.context() as context:
+    async with BrowserProcess(BrowserSettings.discover()) as session, session.context() as context:
         page = await context.new_page()
         await page.goto("data:text/html,<p>up</p>")
         print(session.temp_dir, flush=True)
@@ -277,10 +277,10 @@ asyncio.run(main())
 NEXT_SESSION = """
 import asyncio, json, sys
 from pathlib import Path
-from browserworker.runtime import BrowserSession, BrowserSettings
+from browserworker.runtime import BrowserProcess, BrowserSettings
 
 async def main():
-    async with BrowserSession(BrowserSettings.discover()) as session:
+    async with BrowserProcess(BrowserSettings.discover()) as session:
         print(json.dumps({"own": str(session.temp_dir), "own_there": session.temp_dir.is_dir(),
                           "there": {p: Path(p).exists() for p in sys.argv[1:]}}))
 
@@ -337,7 +337,7 @@ def test_a_browser_that_cannot_start_is_one_clear_error_and_leaves_no_files(tmp_
     settings = BrowserSettings(executable_path=str(fake_exe(tmp_path / "not-a-browser")))
 
     async def start() -> None:
-        async with BrowserSession(settings):
+        async with BrowserProcess(settings):
             pass
 
     with pytest.raises(BrowserNotFound, match="could not launch Chromium .*not-a-browser.*apt-get install chromium"):

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from browserworker.flow import RecordedResponse, Verdict
-from browserworker.runtime._recovery import (
+from browserworker.runtime._recovery_rules import (
     classify_attempt,
     default_judge,
     judge_outbox,

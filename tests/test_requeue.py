@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from browserworker.runtime._recovery import own_failures
+from browserworker.runtime._recovery_rules import own_failures
 from browserworker.states import AttemptState
 from browserworker.store.records import AttemptRecord
 

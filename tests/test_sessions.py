@@ -83,7 +83,7 @@ def last_run_id(db: str) -> str:
 def row(db: str, key: str) -> Any:
     store = open_store(db)
     try:
-        return store.sessions.get(key)
+        return store.login_sessions.get(key)
     finally:
         store.close()
 
@@ -96,7 +96,7 @@ def saved_cookie(db: str, key: str, env: dict[str, str] | None = None) -> str:
     try:
         sealer = sealer_for(store)
         assert sealer is not None
-        state = sealer.open(store.sessions.get(key).state, key)
+        state = sealer.open(store.login_sessions.get(key).state, key)
     finally:
         store.close()
         for k, v in old.items():
@@ -120,30 +120,30 @@ def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) ->
 
         def claim(store: Any, owner: str) -> bool:
             gate.wait()
-            return bool(store.sessions.claim("k", "f", owner, 30, 0))
+            return bool(store.login_sessions.claim("k", "f", owner, 30, 0))
 
         with ThreadPoolExecutor(2) as pool:
             won = dict(zip(("run-a", "run-b"), pool.map(claim, (a, b), ("run-a", "run-b")), strict=True))
         assert sorted(won.values()) == [False, True], won
         winner = next(o for o, w in won.items() if w)
-        assert a.sessions.get("k").claimed(a.now()) and b.sessions.get("k").login_owner == winner
-        (a if winner == "run-a" else b).sessions.release("k", winner)  # from here on, run-a holds it
-        assert a.sessions.claim("k", "f", "run-a", 30, 0) and not b.sessions.claim("k", "f", "run-b", 30, 0)
-        assert a.sessions.save("k", "f", "run-a", b"sealed-1", "kid", a.now(), 60) == 1
-        saved = b.sessions.get("k")
+        assert a.login_sessions.get("k").claimed(a.now()) and b.login_sessions.get("k").login_owner == winner
+        (a if winner == "run-a" else b).login_sessions.release("k", winner)  # from here on, run-a holds it
+        assert a.login_sessions.claim("k", "f", "run-a", 30, 0) and not b.login_sessions.claim("k", "f", "run-b", 30, 0)
+        assert a.login_sessions.save("k", "f", "run-a", b"sealed-1", "kid", a.now(), 60) == 1
+        saved = b.login_sessions.get("k")
         assert (saved.version, saved.login_owner, saved.state) == (1, None, b"sealed-1")
         # no claim for a caller that has not seen version 1 (it uses that one instead)
-        assert not b.sessions.claim("k", "f", "run-b", 30, 0)
+        assert not b.login_sessions.claim("k", "f", "run-b", 30, 0)
         # an expired claim is taken over; the old holder's late save of an earlier login is refused
         early = a.now()
-        assert a.sessions.claim("k", "f", "run-a", 0.01, 1)
+        assert a.login_sessions.claim("k", "f", "run-a", 0.01, 1)
         deadline = time.monotonic() + 5
-        while not b.sessions.claim("k", "f", "run-b", 30, 1):
+        while not b.login_sessions.claim("k", "f", "run-b", 30, 1):
             assert time.monotonic() < deadline
-        assert b.sessions.save("k", "f", "run-b", b"sealed-2", "kid", b.now(), 60) == 2
-        assert a.sessions.save("k", "f", "run-a", b"stale", "kid", early, 60) is None
-        assert b.sessions.get("k").state == b"sealed-2"
-        assert a.sessions.drop("k") and not b.sessions.drop("k")
+        assert b.login_sessions.save("k", "f", "run-b", b"sealed-2", "kid", b.now(), 60) == 2
+        assert a.login_sessions.save("k", "f", "run-a", b"stale", "kid", early, 60) is None
+        assert b.login_sessions.get("k").state == b"sealed-2"
+        assert a.login_sessions.drop("k") and not b.login_sessions.drop("k")
     finally:
         a.close()
         b.close()
@@ -258,7 +258,7 @@ def test_twenty_runs_of_one_key_on_two_workers_log_in_once(store_target: str, tm
     store = open_store(store_target)
     try:
         made = [e.decision for i in ids for e in store.events(i) if (e.decision or "").startswith("session_")]
-        saved = store.sessions.get(user)
+        saved = store.login_sessions.get(user)
     finally:
         store.close()
     assert made.count("session_saved") == 1 and made.count("session_reused") == 19, made

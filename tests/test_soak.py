@@ -30,7 +30,7 @@ from browserworker.control import enqueue
 from browserworker.errors import LeaseLost
 from browserworker.flow import load_flow
 from browserworker.journal import Lease, LeaseSettings
-from browserworker.runtime import BrowserSession, BrowserSettings
+from browserworker.runtime import BrowserProcess, BrowserSettings
 from browserworker.runtime._executor import Executor
 from browserworker.store import open_store
 
@@ -326,7 +326,7 @@ def test_lease_lost_while_a_page_opens_stops_the_run_instead_of_hanging() -> Non
     context; the pass then stops with LeaseLost instead of waiting forever on Playwright."""
 
     async def scenario() -> None:
-        async with BrowserSession(BrowserSettings.discover()) as session, session.context() as context:
+        async with BrowserProcess(BrowserSettings.discover()) as session, session.context() as context:
             lease = Lease(None, "r", 1, LeaseSettings(ttl=3))  # type: ignore[arg-type]
             closing = asyncio.ensure_future(context.close())  # what a lost lease does to the run's context
             lease.mark_lost(LeaseLost("taken over at epoch 2"))

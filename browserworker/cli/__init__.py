@@ -6,7 +6,7 @@ modules are one concern each:
 - :mod:`.app`: the command group; a browserworker error ends a command there;
 - :mod:`.failures`: the one place an error becomes a line and an exit code;
 - :mod:`.options`: the options several commands share (flow and inputs, ``--db``, ``--json``...);
-- :mod:`.session`: the store of one invocation, opened once and closed on exit;
+- :mod:`.invocation`: the store of one invocation, opened once and closed on exit;
 - :mod:`.execute`: ``run``, ``enqueue``, ``worker``;
 - :mod:`.runs`: ``show``, ``runs``, ``review``, ``resolve``, ``cancel``, ``queue``;
 - :mod:`.ops`: ``status``, ``metrics``, ``health``, ``backup``, ``restore``, ``check-db``, ``migrate``;

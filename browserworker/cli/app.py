@@ -10,7 +10,7 @@ import click
 from ..errors import BrowserworkerError
 from ..logs import configure_logging
 from .failures import current_stage, explain
-from .session import Session
+from .invocation import Invocation
 
 __all__ = ["Commands", "main"]
 
@@ -60,4 +60,4 @@ def main(ctx: click.Context, log_level: str) -> None:
     a crash a verifier proves what happened before anything is replayed.
     """
     configure_logging(log_level)
-    ctx.obj = Session(ctx)
+    ctx.obj = Invocation(ctx)

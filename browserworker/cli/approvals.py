@@ -9,8 +9,8 @@ import click
 from .. import control
 from ..store.approvals import ApprovalRecord
 from .app import main
+from .invocation import invocation
 from .options import db_option, emit, json_option
-from .session import session
 
 
 def _line(a: ApprovalRecord) -> str:
@@ -30,7 +30,7 @@ def _line(a: ApprovalRecord) -> str:
 def approvals_command(limit: int, as_json: bool) -> None:
     """List the requests waiting for approval: run, flow, step, request key, the request
     (secrets masked), screenshot, waiting since, expires at."""
-    found = control.list_approvals(session().store(create=False), limit=limit)
+    found = control.list_approvals(invocation().store(create=False), limit=limit)
     emit(
         [a.to_dict() for a in found],
         as_json,
@@ -49,7 +49,7 @@ _by = click.option("--by", "who", metavar="NAME", help="Who decides (default: th
 @json_option("the decided approval")
 def approve(run_id: str, step: str, who: str | None, as_json: bool) -> None:
     """Approve the request STEP of RUN_ID waits with: the run dispatches it. Who and when are journaled."""
-    done = control.approve(session().store(create=False), run_id, step, who=who)
+    done = control.approve(invocation().store(create=False), run_id, step, who=who)
     emit(done.to_dict(), as_json, lambda: click.echo(f"approved {run_id} {step} ({done.decided_by})"))
 
 
@@ -62,5 +62,5 @@ def approve(run_id: str, step: str, who: str | None, as_json: bool) -> None:
 @json_option("the decided approval")
 def reject(run_id: str, step: str, reason: str | None, who: str | None, as_json: bool) -> None:
     """Reject the request STEP of RUN_ID waits with: nothing is sent and the run ends FAILED."""
-    done = control.reject(session().store(create=False), run_id, step, who=who, reason=reason)
+    done = control.reject(invocation().store(create=False), run_id, step, who=who, reason=reason)
     emit(done.to_dict(), as_json, lambda: click.echo(f"rejected {run_id} {step} ({done.decided_by})"))

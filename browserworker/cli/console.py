@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from .app import main
+from .invocation import invocation
 from .options import db_option
-from .session import session
 
 
 @main.command("console")
@@ -39,7 +39,7 @@ def console_command(host: str, port: int, recordings_dir: Path) -> None:
     from ..console import check_start, keys_file, load_keys, serve
 
     check_start(host)  # a refused start writes nothing: no keys file, no database
-    s = session()
+    s = invocation()
     store = s.store(create=False)  # and a missing database too
     keys, fresh = load_keys(keys_file(s.db, s.is_url))
     for role, token in (("operator", fresh.operator), ("read-only", fresh.viewer)):

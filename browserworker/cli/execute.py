@@ -1,6 +1,6 @@
 """The commands that execute runs: ``run`` (here, now), ``enqueue`` (for the workers), ``worker``.
 
-``run`` and ``worker`` go through the :class:`~browserworker.engine.Engine` and share one
+``run`` and ``worker`` go through the :class:`~browserworker.runtime._engine.Engine` and share one
 signal set-up (:func:`on_signals`): the first SIGTERM/SIGINT stops at the next step
 boundary, a second exits at once with code 5 (leases then expire).
 """
@@ -29,8 +29,8 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.records import RunRecord
 from .app import main
 from .failures import EXIT_STOPPED, stage
+from .invocation import invocation
 from .options import FlowArgs, db_option, emit, flow_options, headed_option, json_option, lease_option
-from .session import session
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import Engine, RunRequest
@@ -83,8 +83,8 @@ def run(
     """
     _check_record(record_name, trace, force)
     # opening a missing database creates it: a new run's inputs are checked before that
-    request = flow.request(run_id, validate=not run_id or not session().exists())
-    engine = session().engine(
+    request = flow.request(run_id, validate=not run_id or not invocation().exists())
+    engine = invocation().engine(
         browser=BrowserSettings.discover(headless=not headed), lease=lease, extensions=[Progress(sys.stderr)]
     )
     record = _prepare(engine, request, announce=not as_json)
@@ -120,7 +120,7 @@ def _prepare(engine: Engine, request: RunRequest, *, announce: bool) -> RunRecor
         what = f"has already ended {record.state}; nothing run (`browserworker requeue {record.id}` runs it again)"
     else:
         what = "created" if created else "resumed"
-    click.echo(f"run {record.id} {what} ({request.loaded.flow.name}, db {session().location})", err=True)
+    click.echo(f"run {record.id} {what} ({request.loaded.flow.name}, db {invocation().location})", err=True)
     if announce:
         click.echo(record.id)
     return record
@@ -192,7 +192,7 @@ def enqueue(flow: FlowArgs, run_id: str | None, queue: str, priority: int, delay
     """
     request = flow.request(run_id)
     record = control.enqueue(
-        session().store(), request.loaded, request.inputs, run_id=run_id, queue=queue, priority=priority, delay=delay
+        invocation().store(), request.loaded, request.inputs, run_id=run_id, queue=queue, priority=priority, delay=delay
     )
     emit(run_summary(record), as_json, lambda: click.echo(record.id))
 
@@ -279,11 +279,11 @@ def worker(
         once=once,
         flow_dirs=list(flow_dirs),
     )
-    session().store(wait=wait_for_store)
+    invocation().store(wait=wait_for_store)
     counters = _counters(metrics_port)
-    fleet = session().engine(browser=browser, lease=lease, extensions=counters).worker(settings)
+    fleet = invocation().engine(browser=browser, lease=lease, extensions=counters).worker(settings)
     click.echo(
-        f"worker {fleet.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, db {session().location})",
+        f"worker {fleet.id} serving {', '.join(settings.queues)} (concurrency {concurrency}, db {invocation().location})",
         err=True,
     )
     with _metrics(metrics_port, metrics_host, *counters):
@@ -310,7 +310,7 @@ def _metrics(port: int | None, host: str, counters: Any = None) -> Iterator[None
     from ..ops import MetricsServer
 
     try:
-        exporter = MetricsServer(session().db, port, host, schema=session().schema, counters=counters)
+        exporter = MetricsServer(invocation().db, port, host, schema=invocation().schema, counters=counters)
     except OSError as exc:
         raise UsageError(f"--metrics-port {port}: cannot listen on {host}: {exc}") from exc
     click.echo(f"metrics on {exporter.url}", err=True)

@@ -1,4 +1,4 @@
-"""``browserworker limits``: the budgets of limit keys (see :mod:`browserworker.budgets`)."""
+"""``browserworker limits``: the budgets of limit keys (see :mod:`browserworker.store.limit_rules`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import click
 from ..control import manage_limits
 from ..ops import limit_lines
 from .app import main
+from .invocation import invocation
 from .options import db_option, emit, json_option
-from .session import session
 
 
 @main.command("limits")
@@ -34,7 +34,7 @@ def limits_command(
     queue while other keys' runs go. Bad input: exit 2, nothing written.
     """
     found = manage_limits(
-        lambda create: session().store(create=create),
+        lambda create: invocation().store(create=create),
         action,
         key,
         concurrency=concurrency,
@@ -44,5 +44,5 @@ def limits_command(
     emit(
         [b.to_dict() for b in found],
         as_json,
-        lambda: click.echo("\n".join(limit_lines(found, session().store().now()))),
+        lambda: click.echo("\n".join(limit_lines(found, invocation().store().now()))),
     )

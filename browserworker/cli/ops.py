@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..ops import console
+from ..ops import terminal
 from .app import main
 from .failures import stage
+from .invocation import invocation
 from .options import db_option, emit, json_option
-from .session import session
 
 
 @main.command()
@@ -21,8 +21,8 @@ def status(as_json: bool) -> None:
     """Queues (depth, oldest age, UNKNOWN), runs by state, lease expiries and workers."""
     from ..ops import print_status, snapshot
 
-    snap = snapshot(session().store(create=False), histograms=False)
-    emit(snap.to_dict(), as_json, lambda: print_status(snap, console()))
+    snap = snapshot(invocation().store(create=False), histograms=False)
+    emit(snap.to_dict(), as_json, lambda: print_status(snap, terminal()))
 
 
 @main.command()
@@ -31,7 +31,7 @@ def metrics() -> None:
     """Print the metrics in the Prometheus text format (what worker --metrics-port serves)."""
     from ..ops import exposition
 
-    click.echo(exposition(session().store(create=False)).decode(), nl=False)
+    click.echo(exposition(invocation().store(create=False)).decode(), nl=False)
 
 
 @main.command("health")
@@ -88,7 +88,7 @@ def health_command(
         max_stale_workers=max_stale_workers,
         stale_after=stale_after,
     )
-    breaches = check_store(session().store(create=False), rules)
+    breaches = check_store(invocation().store(create=False), rules)
     emit(
         {"healthy": not breaches, "breaches": [vars(b) for b in breaches]},
         as_json,
@@ -110,7 +110,7 @@ def backup_command(dest: Path, as_json: bool) -> None:
     from ..ops import backup, backup_line
 
     with stage(refusing=True):  # a backup that fails is refused (exit 2)
-        report = backup(session().db, dest, schema=session().schema)
+        report = backup(invocation().db, dest, schema=invocation().schema)
     emit(report.to_dict(), as_json, lambda: click.echo(backup_line(report)))
 
 
@@ -128,7 +128,7 @@ def restore_command(src: Path, as_json: bool) -> None:
     from ..ops import restore, restore_lines
 
     with stage(refusing=True):  # a restore that fails is refused (exit 2)
-        report = restore(src, session().db, schema=session().schema)
+        report = restore(src, invocation().db, schema=invocation().schema)
     emit(report.to_dict(), as_json, lambda: click.echo("\n".join(restore_lines(report))))
 
 
@@ -144,7 +144,7 @@ def check_db_command(ctx: click.Context, as_json: bool) -> None:
     """
     from ..ops import check_db, check_lines
 
-    report = check_db(session().db, schema=session().schema)
+    report = check_db(invocation().db, schema=invocation().schema)
     emit(report.to_dict(), as_json, lambda: click.echo("\n".join(check_lines(report))))
     ctx.exit(0 if report.ok else 1)
 
@@ -161,5 +161,5 @@ def migrate_command(as_json: bool) -> None:
     from ..ops import migrate, migrate_line
 
     with stage(refusing=True):  # nothing migrated: refused (exit 2)
-        report = migrate(session().db, schema=session().schema)
+        report = migrate(invocation().db, schema=invocation().schema)
     emit(report.to_dict(), as_json, lambda: click.echo(migrate_line(report)))

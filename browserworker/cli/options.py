@@ -3,10 +3,10 @@
 - :func:`flow_options`: ``FLOW_FILE``, ``--flow``, ``--input``, ``--inputs-json``, passed
   to the command as one ``flow:`` :class:`FlowArgs`.
 - :func:`db_option`: ``--db`` / ``$BROWSERWORKER_DB`` and ``--db-schema`` / ``$BROWSERWORKER_DB_SCHEMA``,
-  kept by the :class:`~.session.Session`.
+  kept by the :class:`~.session.Invocation`.
 - :func:`json_option`: ``--json``, passed as ``as_json``; :func:`emit` prints accordingly.
 - :data:`headed_option`: ``--headed``, passed as ``headed``.
-- :data:`lease_option`: ``--lease-ttl``, passed as ``lease:`` :class:`~browserworker.leases.LeaseSettings`.
+- :data:`lease_option`: ``--lease-ttl``, passed as ``lease:`` :class:`~browserworker.journal._leases.LeaseSettings`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..flow import load_flow, parse_inputs, unproven_effects
 from ..journal import LeaseSettings
 from ..runtime import RunRequest, validate_run_id
 from ..store.url import DEFAULT_DB, DEFAULT_SCHEMA, ENV_DB, ENV_SCHEMA
-from .session import Session
+from .invocation import Invocation
 
 __all__ = ["FlowArgs", "db_option", "emit", "flow_options", "headed_option", "json_option", "lease_option"]
 
@@ -92,13 +92,13 @@ def flow_options(command: F) -> F:
 
 
 def _keep_db(ctx: click.Context, param: click.Parameter, value: str) -> None:
-    found = ctx.find_object(Session)
+    found = ctx.find_object(Invocation)
     if found is not None:  # None only for a command invoked outside the group
         found.db = value
 
 
 def _keep_schema(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    found = ctx.find_object(Session)
+    found = ctx.find_object(Invocation)
     if found is not None:
         found.db_schema = value
         found.schema_given = ctx.get_parameter_source("db_schema") is ParameterSource.COMMANDLINE
@@ -132,7 +132,7 @@ _DB_SCHEMA = click.option(
 
 def db_option(command: F) -> F:
     """``--db`` and ``--db-schema`` (with their environment variables), kept by the
-    :class:`~.session.Session` rather than passed to ``command``."""
+    :class:`~.session.Invocation` rather than passed to ``command``."""
     return _DB(_DB_SCHEMA(command))
 
 

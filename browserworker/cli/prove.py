@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .._faults import CHAOS_POINTS
-from ..ops import Progress, console, print_chaos
+from ..ops import Progress, print_chaos, terminal
 from ..runtime import BrowserSettings
 from .app import main
 from .options import FlowArgs, emit, flow_options, headed_option, json_option
@@ -50,7 +50,7 @@ def chaos(ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...
         steps=steps,
         progress=progress,
     )
-    emit(report.to_dict(), as_json, lambda: print_chaos(report, console()))
+    emit(report.to_dict(), as_json, lambda: print_chaos(report, terminal()))
     for line in report.problems():
         click.echo(f"error: {line}", err=True)
     ctx.exit(0 if report.ok else 1)

@@ -9,7 +9,6 @@ from .. import control
 from ..errors import RunNotFound, UsageError
 from ..ops import (
     cancel_line,
-    console,
     journal_view,
     print_journal,
     print_runs,
@@ -17,11 +16,12 @@ from ..ops import (
     resolve_line,
     review_lines,
     run_summary,
+    terminal,
 )
 from ..states import RunState
 from .app import main
+from .invocation import invocation
 from .options import db_option, emit, json_option
-from .session import session
 
 who_option = click.option(
     "--who", metavar="NAME", help="Who decides, journaled with the decision (default: your user name)."
@@ -34,12 +34,12 @@ who_option = click.option(
 @json_option("the run and its journal")
 def show(run_id: str, as_json: bool) -> None:
     """Show a run and its per-step journal: states, keys, fingerprints, decisions, evidence."""
-    store = session().store(create=False)
+    store = invocation().store(create=False)
     record = store.get_run(run_id)
     if record is None:
-        raise RunNotFound(f"no run {run_id!r} in {session().location}")
+        raise RunNotFound(f"no run {run_id!r} in {invocation().location}")
     view = journal_view(store, record)
-    emit(view, as_json, lambda: print_journal(view, console()))
+    emit(view, as_json, lambda: print_journal(view, terminal()))
 
 
 @main.command("runs")
@@ -51,8 +51,8 @@ def show(run_id: str, as_json: bool) -> None:
 @json_option("the runs")
 def runs_command(state: str | None, limit: int, as_json: bool) -> None:
     """List runs, newest first."""
-    found = session().store(create=False).list_runs(RunState(state.upper()) if state else None, limit=limit)
-    emit([run_summary(r) for r in found], as_json, lambda: print_runs(found, console()))
+    found = invocation().store(create=False).list_runs(RunState(state.upper()) if state else None, limit=limit)
+    emit([run_summary(r) for r in found], as_json, lambda: print_runs(found, terminal()))
 
 
 @main.command()
@@ -60,7 +60,7 @@ def runs_command(state: str | None, limit: int, as_json: bool) -> None:
 @json_option("the runs waiting for review")
 def review(as_json: bool) -> None:
     """List runs waiting for a person (NEEDS_REVIEW), with their UNKNOWN steps and evidence."""
-    items = control.review_items(session().store(create=False))
+    items = control.review_items(invocation().store(create=False))
     emit([i.to_dict() for i in items], as_json, lambda: click.echo("\n".join(review_lines(items))))
 
 
@@ -80,7 +80,7 @@ def resolve(
     """Decide an UNKNOWN step of a NEEDS_REVIEW run; the decision (who, when) is journaled
     and the run is re-queued (or ends FAILED)."""
     decided, result = control.parse_decision(decision, result_json)
-    run = control.resolve(session().store(create=False), run_id, step, decided, result=result, who=who)
+    run = control.resolve(invocation().store(create=False), run_id, step, decided, result=result, who=who)
     emit(run_summary(run), as_json, lambda: click.echo(resolve_line(run)))
 
 
@@ -92,7 +92,7 @@ def resolve(
 def cancel(run_id: str, who: str | None, as_json: bool) -> None:
     """Cancel a run: a queued one at once; a running one at its next step boundary
     (never between an effect's intent and its outcome)."""
-    outcome = control.cancel(session().store(create=False), run_id, who=who)
+    outcome = control.cancel(invocation().store(create=False), run_id, who=who)
     line = cancel_line(run_id, outcome)
     if line is None:
         raise UsageError(f"run {run_id} is already {outcome}")
@@ -108,7 +108,7 @@ def requeue(run_id: str, who: str | None, as_json: bool) -> None:
     """Put a FAILED or CANCELLED run back in its queue, with its id and journal: SUCCEEDED steps
     are skipped, effects keep their request keys, and every step starts a fresh failure budget.
     The requeue (who, when) is journaled; a worker or `run --run-id` then runs it."""
-    run = control.requeue(session().store(create=False), run_id, who=who)
+    run = control.requeue(invocation().store(create=False), run_id, who=who)
     emit(run_summary(run), as_json, lambda: click.echo(f"run {run.id} requeued ({run.queue})"))
 
 
@@ -121,7 +121,7 @@ def requeue(run_id: str, who: str | None, as_json: bool) -> None:
 def queue_command(name: str, max_depth: int | None, unlimited: bool, as_json: bool) -> None:
     """Show or set a queue's maximum depth (backpressure)."""
     control.validate_queue(name)
-    store = session().store()
+    store = invocation().store()
     if unlimited or max_depth is not None:
         store.set_queue_limit(name, None if unlimited else max_depth)
     limit = store.queue_limits().get(name)

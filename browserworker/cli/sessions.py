@@ -1,4 +1,4 @@
-"""The ``sessions`` commands: the saved login sessions (``browserworker.sessions``), never their state."""
+"""The ``sessions`` commands: the saved login sessions (login sessions), never their state."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..ops import console
+from ..ops import terminal
 from .app import main
 from .failures import stage
+from .invocation import invocation
 from .options import db_option, emit, json_option
-from .session import session
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime import SessionInfo
@@ -44,7 +44,7 @@ def sessions_command(ctx: click.Context, as_json: bool) -> None:
         return
     from ..runtime import list_sessions
 
-    found, problem = list_sessions(session().store(create=False))
+    found, problem = list_sessions(invocation().store(create=False))
     emit({"sessions": [s.to_dict() for s in found], "key_problem": problem}, as_json, lambda: _show(found, problem))
 
 
@@ -71,7 +71,7 @@ def _show(found: list[SessionInfo], problem: str | None) -> None:
             "EXPIRED" if s.expired else "no",
             readable + (" (login in progress)" if s.login_in_progress else ""),
         )
-    console().print(table)
+    terminal().print(table)
 
 
 @sessions_command.command("drop")
@@ -82,7 +82,7 @@ def drop_command(key: str) -> None:
     from ..runtime import drop_session
 
     with stage(refusing=True):
-        drop_session(session().store(create=False), key)
+        drop_session(invocation().store(create=False), key)
     click.echo(f"dropped login session {key}")
 
 

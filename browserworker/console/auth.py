@@ -33,8 +33,8 @@ __all__ = [
     "ENV_READONLY_TOKEN",
     "ENV_TOKEN",
     "MIN_TOKEN",
+    "ConsoleUser",
     "Keys",
-    "Login",
     "Tokens",
     "check_tokens",
     "end_session",
@@ -67,7 +67,7 @@ class Tokens:
 
 
 @dataclass(frozen=True)
-class Login:
+class ConsoleUser:
     """A signed-in person: name, role, the session's CSRF token and its id (for signing out)."""
 
     name: str
@@ -140,7 +140,7 @@ def start_session(store: Store, keys: Keys, name: str, role: str) -> str:
     return keys.cookie(session_id, secrets.token_urlsafe(24))
 
 
-def session_of(store: Store, keys: Keys, request: Request) -> Login | None:
+def session_of(store: Store, keys: Keys, request: Request) -> ConsoleUser | None:
     """Who ``request``'s cookie signs in: its session row must be there, unexpired, and made
     with its role's current token. A read: looking a session up writes nothing."""
     found = keys.read_cookie(request)
@@ -150,10 +150,10 @@ def session_of(store: Store, keys: Keys, request: Request) -> Login | None:
     row = store.console_sessions.get(session_id)
     if row is None or row.role not in keys.hashes or not hmac.compare_digest(row.token_key, keys.token_key(row.role)):
         return None
-    return Login(row.name, row.role, csrf, session_id)
+    return ConsoleUser(row.name, row.role, csrf, session_id)
 
 
-def end_session(store: Store, login: Login, *, everywhere: bool = False) -> int:
+def end_session(store: Store, login: ConsoleUser, *, everywhere: bool = False) -> int:
     """Sign ``login`` out: its session, or (``everywhere``) every session of its name and role."""
     if everywhere:
         return store.console_sessions.end_all(login.name, login.role)
@@ -232,5 +232,5 @@ def same_origin(request: Request) -> bool:
     return hmac.compare_digest(origin.lower(), own.lower())
 
 
-def check_csrf(login: Login, submitted: object) -> bool:
+def check_csrf(login: ConsoleUser, submitted: object) -> bool:
     return isinstance(submitted, str) and hmac.compare_digest(submitted, login.csrf)

@@ -21,9 +21,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..ops import format_age
 from ..store.base import Store
-from .auth import Keys, Login, check_csrf, same_origin
+from .auth import ConsoleUser, Keys, check_csrf, same_origin
 
-__all__ = ["Console", "act", "console", "login_of", "read", "redirect", "render"]
+__all__ = ["Console", "act", "console", "login_of", "read", "redirect", "render", "write"]
 
 T = TypeVar("T")
 
@@ -69,13 +69,20 @@ def console(request: Request) -> Console:
     return found
 
 
-def login_of(request: Request) -> Login:
-    found: Login = request.state.login
+def login_of(request: Request) -> ConsoleUser:
+    found: ConsoleUser = request.state.login
     return found
 
 
 async def read(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call a (blocking) library function in a worker thread."""
+    """Call a (blocking) library function that only reads, in a worker thread: what a page view
+    calls (a GET never writes)."""
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
+async def write(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call a (blocking) library function that writes, in a worker thread: an operator's action
+    (a POST that passed the checks of :func:`act`)."""
     return await run_in_threadpool(fn, *args, **kwargs)
 
 
@@ -94,7 +101,7 @@ def render(request: Request, page: str, template: str, status: int = 200, **cont
     return HTMLResponse(c.env.get_template("layout.html").render(context, body=template), status)
 
 
-async def act(request: Request) -> tuple[Login, FormData]:
+async def act(request: Request) -> tuple[ConsoleUser, FormData]:
     """The form of an action, once its sender may act: 403 for a viewer, a cross-site sender
     or a missing or wrong CSRF token."""
     login = login_of(request)

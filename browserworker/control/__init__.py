@@ -1,11 +1,11 @@
 """What people and programs ask of runs: enqueue, cancel, requeue, review, resolve, approve.
 
-``_jobs``: creating runs for the workers and the decisions a person takes on them;
+``_runs``: creating runs for the workers and the decisions a person takes on them;
 ``_approvals``: listing, approving and rejecting the effects that wait for a person.
 """
 
 from ._approvals import approvals_of_run, approve, list_approvals, reject
-from ._jobs import (
+from ._runs import (
     ReviewItem,
     cancel,
     cancel_many,

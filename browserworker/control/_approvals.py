@@ -15,10 +15,11 @@ __all__ = ["ApprovalRecord", "approvals_of_run", "approve", "list_approvals", "r
 
 
 def list_approvals(store: Store, *, limit: int = 100) -> list[ApprovalRecord]:
-    """The approvals waiting for a decision, oldest first (those past their time expire first:
-    their runs end FAILED, like a rejection with the reason ``expired``)."""
-    store.approvals.expire_due()
-    return store.approvals.waiting(limit)
+    """The approvals still waiting for a decision, oldest first. It only reads: one past its
+    time is left out, and is expired (its run ends FAILED, as on a rejection with the reason
+    ``expired``) by the next worker's sweep or the next decision, never by looking."""
+    now = store.now()
+    return [a for a in store.approvals.waiting(limit) if a.expires_at > now]
 
 
 def approvals_of_run(store: Store, run_id: str) -> list[ApprovalRecord]:

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, SecretBytes, SecretStr, ValidationEr
 
 from .._canonical import canonical_json, fingerprint_of
 from ..errors import FlowDefinitionError, InputError, suggest
-from ..store import budgets
-from ..store.budgets import LimitKey
+from ..store import limit_rules
+from ..store.limit_rules import LimitKey
 from . import _context_options as context_options
 from . import _session_options as session_options
 from ._context_options import ContextOptions
@@ -263,13 +263,13 @@ class Flow(Generic[InputsT]):
     ``undeclared_effects`` says what happens when an action sends a non-GET request:
     ``"warn"`` (default) or ``"fail"``. ``context`` gives each run's browser context options
     (``Browser.new_context``'s: ``locale``, ``http_credentials``, ``viewport``, ``proxy``...),
-    as a mapping or a function of the validated inputs (:mod:`browserworker.context_options`).
+    as a mapping or a function of the validated inputs (:mod:`browserworker.flow._context_options`).
     ``session`` is the key of a login session saved and reused across runs (a string, or a
     function of the inputs), signed in by the ``@flow.login`` step; a saved session older than
     ``session_max_age`` (a timedelta or seconds; default 12 hours) is not reused
-    (:mod:`browserworker.sessions`).
+    (:mod:`browserworker.runtime._login_sessions`).
     ``limit`` names the key whose budget its runs count against (default: the flow's name), or
-    derives it from the validated inputs (:mod:`browserworker.budgets`).
+    derives it from the validated inputs (:mod:`browserworker.store.limit_rules`).
     """
 
     def __init__(
@@ -298,7 +298,7 @@ class Flow(Generic[InputsT]):
             context if context is None or callable(context) else context_options.check(context, f"flow {name!r}")
         )
         self.session, self.session_max_age = session_options.check(session, session_max_age, f"flow {name!r}")
-        self.limit = budgets.check_limit(limit, name)
+        self.limit = limit_rules.check_limit(limit, name)
         self._steps: list[Step] = []
         self._login: Login | None = None
 
@@ -492,7 +492,7 @@ class Flow(Generic[InputsT]):
 
     def limit_key(self, inputs: BaseModel) -> str:
         """The limit key of a run with these inputs (``Flow(limit=...)``)."""
-        return budgets.resolve_key(self.limit, inputs, self.name)
+        return limit_rules.resolve_key(self.limit, inputs, self.name)
 
     def dump_inputs(self, model: BaseModel) -> dict[str, Any]:
         """Validated inputs as JSON data to store, with secret values revealed (the store needs them)."""

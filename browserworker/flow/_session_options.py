@@ -3,7 +3,7 @@
 ``session`` is the key a run's saved login is kept under: a string, or a function of the
 run's validated inputs (``session=lambda inputs: inputs.username``); checked when the flow is
 loaded, and computed when a run is created, before anything is written. What is saved and
-how it is reused: :mod:`browserworker.sessions`.
+how it is reused: :mod:`browserworker.runtime._login_sessions`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ route; ``_observed`` records what a verifier looked at. The table of channels is
 from ._approval import ApprovalCheck
 from ._gate import DispatchGate
 from ._guard import ActionGuard, StepGap
-from ._observed import Looked
+from ._observed import Observed
 from ._outbox import watch_navigations
 from ._routes import ApiCall, ContextRoute, observe_api, safe_url
 from ._unload import disarm_unload
@@ -23,7 +23,7 @@ __all__ = [
     "ApprovalCheck",
     "ContextRoute",
     "DispatchGate",
-    "Looked",
+    "Observed",
     "StepGap",
     "disarm_unload",
     "observe_api",

@@ -17,7 +17,7 @@ While an effect runs, every channel of its browser context passes the gate (see
   (its departing document may send on ``pagehide`` without asking any route) is journaled
   before its navigation request is let go, so that one is held too.
 
-Shared and service workers are blocked by the browser session (see :mod:`browserworker.browser`).
+Shared and service workers are blocked by the browser session (see :mod:`browserworker.runtime._browser`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class DispatchGate:
 
     def arm(self, attempt: AttemptRecord) -> None:
         """Start gating for ``attempt`` (its intent is committed). Until then an installed gate
-        hands every request to the gap between steps (:class:`~browserworker.guard.StepGap`)."""
+        hands every request to the gap between steps (:class:`~browserworker.gate._guard.StepGap`)."""
         self.attempt = attempt
         self.detector.arm()
         if self.shared_workers_allowed:
@@ -346,7 +346,7 @@ def _chain_root(request: Request) -> Request:
 # calls and the WebSocket messages a page sends. Each is journaled like a held request (the
 # fenced dispatch commit) before it goes on; if that commit fails it never leaves. Before that
 # commit, every channel asks :func:`approved` (an ``approve=`` effect's person, see
-# :mod:`browserworker.approval_gate`).
+# :mod:`browserworker.gate._approval`).
 
 API, WEBSOCKET = "api", "websocket"
 NOT_APPROVED = RuntimeError("the request waits for approval: not sent")  # why the gate refused it
@@ -436,7 +436,7 @@ _POPUP = "a page opened while the effect ran (what it sends before it is routed,
 
 
 class Detector:
-    """The detecting half of one :class:`~browserworker.gate.DispatchGate`."""
+    """The detecting half of one :class:`~browserworker.gate._gate.DispatchGate`."""
 
     def __init__(self, gate: DispatchGate) -> None:
         self.gate = gate

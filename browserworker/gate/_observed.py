@@ -11,13 +11,13 @@ from ._routes import ApiCall, observe_api
 if TYPE_CHECKING:  # pragma: no cover
     from playwright.async_api import APIResponse, Page, Response
 
-__all__ = ["Looked"]
+__all__ = ["Observed"]
 
 KEEP = 8
 """The most requests one decision's evidence names (the last ones)."""
 
 
-class Looked:
+class Observed:
     """Collects, while entered, what ``page`` loaded in its main frame and what its context's API
     request context fetched; :attr:`checked` lists them as ``"METHOD URL -> status"``."""
 
@@ -41,7 +41,7 @@ class Looked:
     async def _api(self, call: ApiCall, response: APIResponse | None, error: str | None) -> None:
         self._add(f"{call.method} {call.url} -> {response.status if response is not None else error}")
 
-    def __enter__(self) -> Looked:
+    def __enter__(self) -> Observed:
         self.page.on("response", self._document)
         self._stop_api = observe_api(self.page.context, self._api)
         return self

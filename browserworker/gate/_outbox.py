@@ -15,7 +15,7 @@ import structlog
 from playwright.async_api import Page, Response
 
 from ..journal import RunJournal
-from ..store import budgets
+from ..store import limit_rules
 from ..store.records import AttemptRecord, OutboxRecord
 
 __all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "pause_quietly", "watch_navigations"]
@@ -104,10 +104,10 @@ class GateOutbox:
 
 
 async def pause_on_throttle(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:
-    """A 429 or 503 with a ``Retry-After`` pauses the run's limit key fleet-wide (:mod:`browserworker.budgets`)."""
-    if status not in budgets.THROTTLE_STATUSES:
+    """A 429 or 503 with a ``Retry-After`` pauses the run's limit key fleet-wide (:mod:`browserworker.store.limit_rules`)."""
+    if status not in limit_rules.THROTTLE_STATUSES:
         return
-    seconds = budgets.retry_after(headers, time.time())
+    seconds = limit_rules.retry_after(headers, time.time())
     if seconds is not None:  # the URL without its query: that may carry secrets
         await journal.throttled(status, url.split("?", 1)[0].split("#", 1)[0], seconds)
 
@@ -122,7 +122,7 @@ def watch_navigations(page: Page, journal: RunJournal) -> None:
     def on_response(response: Response) -> None:
         request = response.request
         if (
-            response.status in budgets.THROTTLE_STATUSES
+            response.status in limit_rules.THROTTLE_STATUSES
             and request.method == "GET"
             and request.is_navigation_request()
             and request.frame.parent_frame is None

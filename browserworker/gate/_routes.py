@@ -2,8 +2,8 @@
 kit's hooks on the two channels a route never sees: Playwright's API request context
 (``page.request`` / ``context.request``) and the WebSocket messages a page sends.
 
-Whoever holds the context now (an effect's :class:`~browserworker.gate.DispatchGate`, an
-action's :class:`~browserworker.guard.ActionGuard`) sets the handlers; while nobody does,
+Whoever holds the context now (an effect's :class:`~browserworker.gate._gate.DispatchGate`, an
+action's :class:`~browserworker.gate._guard.ActionGuard`) sets the handlers; while nobody does,
 requests, API calls and messages go on untouched.
 """
 

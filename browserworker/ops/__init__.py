@@ -17,7 +17,6 @@ from ._views import (
     Progress,
     broken_line,
     cancel_line,
-    console,
     journal_view,
     limit_lines,
     outcome_line,
@@ -28,6 +27,7 @@ from ._views import (
     resolve_line,
     review_lines,
     run_summary,
+    terminal,
     worker_line,
 )
 
@@ -48,7 +48,6 @@ __all__ = [
     "check_db",
     "check_lines",
     "check_store",
-    "console",
     "exposition",
     "format_age",
     "journal_view",
@@ -72,5 +71,6 @@ __all__ = [
     "screenshot_file",
     "screenshots",
     "snapshot",
+    "terminal",
     "worker_line",
 ]

@@ -1,4 +1,4 @@
-"""PostgreSQL's backup, restore, check and migration (see :mod:`browserworker.backup`).
+"""PostgreSQL's backup, restore, check and migration (see :mod:`browserworker.ops._backup`).
 
 - The backup is ``pg_dump --format=custom --schema=S`` from a snapshot this process exports
   (``pg_export_snapshot``): the runs it reports are the dump's. The dump is read back
@@ -227,7 +227,7 @@ def _set_aside(conn: Any, url: str, schema: str, location: str, stale_after: flo
 
 
 def _fence(url: str, schema: str) -> RestoreFence:
-    """The reconciliation rules on the restored journal (see :mod:`browserworker.backup`)."""
+    """The reconciliation rules on the restored journal (see :mod:`browserworker.ops._backup`)."""
     store = PostgresStore(url, schema=schema, migrating=False)
     try:
         return store.fence_restored(stop_workers=True)

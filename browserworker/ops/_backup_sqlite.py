@@ -1,4 +1,4 @@
-"""SQLite's backup, restore, check and migration (see :mod:`browserworker.backup`).
+"""SQLite's backup, restore, check and migration (see :mod:`browserworker.ops._backup`).
 
 - The backup uses SQLite's backup API: all pages in one step, one read transaction, one
   snapshot while writers go on (WAL); the copy is integrity-checked and is one

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..store.records import REDACTED, RunRecord
 
-__all__ = ["Recording", "mask", "recordings_of", "screenshot_file", "screenshots"]
+__all__ = ["RunRecording", "mask", "recordings_of", "screenshot_file", "screenshots"]
 
 #: headers whose values are credentials (masked in every view)
 SECRET_HEADERS = frozenset(
@@ -65,7 +65,7 @@ def _named(value: Any) -> Iterator[str]:
 
 def screenshots(journal_view: dict[str, Any]) -> list[str]:
     """The screenshot files a run's journal names (attempts' evidence, decisions' details), in
-    the order they appear, each once (``journal_view``: :func:`browserworker.views.journal_view`)."""
+    the order they appear, each once (``journal_view``: :func:`browserworker.ops._views.journal_view`)."""
     found = list(_named([a.get("evidence") for a in journal_view["journal"]]))
     found += _named([e.get("detail") for e in journal_view["events"]])
     return list(dict.fromkeys(found))
@@ -83,7 +83,7 @@ def screenshot_file(named: str, evidence_dir: Path) -> Path | None:
 
 
 @dataclass(frozen=True)
-class Recording:
+class RunRecording:
     """A recording of a run (``browserworker run --record``), and its Playwright traces."""
 
     name: str
@@ -92,7 +92,7 @@ class Recording:
     traces: tuple[Path, ...]
 
 
-def recordings_of(run_id: str, root: Path) -> list[Recording]:
+def recordings_of(run_id: str, root: Path) -> list[RunRecording]:
     """The recordings under ``root`` (``recordings/``) of run ``run_id``, by name."""
     found = []
     for meta_file in sorted(root.glob("*/meta.json")) if root.is_dir() else []:
@@ -108,5 +108,5 @@ def recordings_of(run_id: str, root: Path) -> list[Recording]:
             for p in ((base / t).resolve() for t in meta.get("traces") or [] if isinstance(t, str))
             if p.is_relative_to(base) and p.is_file()
         )
-        found.append(Recording(meta_file.parent.name, meta_file.parent, meta.get("status"), traces))
+        found.append(RunRecording(meta_file.parent.name, meta_file.parent, meta.get("status"), traces))
     return found

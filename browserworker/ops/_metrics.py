@@ -25,7 +25,7 @@ from prometheus_client.exposition import start_http_server
 
 from ..journal import gone_here
 from ..store.base import Store
-from ..store.budgets import Budget
+from ..store.limit_rules import KeyLimits
 from ..store.ops import StateCount
 from ._counters import ProcessCounters
 
@@ -192,7 +192,9 @@ class OpsSnapshot:
     schema_version: int | None = None
     db: str | None = None
     worker_counts: dict[str, int] = field(default_factory=dict)
-    limits: list[Budget] = field(default_factory=list)  # keys with a budget or a pause (browserworker.budgets)
+    limits: list[KeyLimits] = field(
+        default_factory=list
+    )  # keys with a budget or a pause (browserworker.store.limit_rules)
     limit_pauses: dict[str, int] = field(default_factory=dict)  # pauses from a site's Retry-After, by key
 
     @property

@@ -22,13 +22,12 @@ if TYPE_CHECKING:  # rich is imported only by the commands that print tables
 
     from ..control import ReviewItem
     from ..runtime import WorkerStats
-    from ..store.budgets import Budget
+    from ..store.limit_rules import KeyLimits
 
 __all__ = [
     "Progress",
     "broken_line",
     "cancel_line",
-    "console",
     "journal_view",
     "limit_lines",
     "outcome_line",
@@ -39,6 +38,7 @@ __all__ = [
     "resolve_line",
     "review_lines",
     "run_summary",
+    "terminal",
     "worker_line",
 ]
 
@@ -263,7 +263,7 @@ def print_runs(runs: list[RunRecord], console: Console) -> None:
 
 def print_chaos(report: Any, console: Console) -> None:
     """The chaos tables: the verifier self-tests, then step × point → classification, decision,
-    landings, verdict (``report`` is a :class:`~browserworker.chaos.ChaosReport`)."""
+    landings, verdict (``report`` is a :class:`~browserworker.prove._chaos.ChaosReport`)."""
     from rich.table import Table
 
     colours = {"ok": "green", "not reached": "yellow"}
@@ -299,7 +299,7 @@ def print_chaos(report: Any, console: Console) -> None:
     console.print(table)
 
 
-def console() -> Console:
+def terminal() -> Console:
     """A console on stdout: the terminal's width on a terminal, unwrapped when piped."""
     from rich.console import Console
 
@@ -374,7 +374,7 @@ def review_lines(items: Sequence[ReviewItem]) -> list[str]:
     return lines
 
 
-def limit_lines(found: Sequence[Budget], now: float) -> list[str]:
+def limit_lines(found: Sequence[KeyLimits], now: float) -> list[str]:
     """``browserworker limits``: one line per limit key."""
     if not found:
         return ["no limit keys have a budget or a pause"]

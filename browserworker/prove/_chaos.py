@@ -29,7 +29,7 @@ import structlog
 from .._faults import CHAOS_POINTS
 from ..errors import UsageError
 from ..flow import Action, Effect, LoadedFlow, StepContext, Verdict
-from ..runtime import BrowserSession, BrowserSettings
+from ..runtime import BrowserProcess, BrowserSettings
 from ..states import AttemptState, RunState
 from ..store import Store, open_store
 from ._selftest import VerifierCheck, self_test_verifiers
@@ -209,7 +209,7 @@ async def _probe(
     inputs = flow.validate_inputs(run.inputs)
     results = {a.step_id: a.result for a in store.attempts(run_id) if a.state == AttemptState.SUCCEEDED}
     log = structlog.get_logger("browserworker.chaos")
-    async with BrowserSession(browser) as session, session.context() as context:
+    async with BrowserProcess(browser) as session, session.context() as context:
         page = await context.new_page()
 
         def ctx_for(step_id: str) -> StepContext[Any]:

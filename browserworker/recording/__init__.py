@@ -1,6 +1,6 @@
 """Recordings: record a run, replay it offline (crash scenarios included), secrets redacted.
 
-- :func:`record` executes a new run with an :class:`~browserworker.engine.Engine` as ``run``
+- :func:`record` executes a new run with an :class:`~browserworker.runtime._engine.Engine` as ``run``
   does and writes ``recordings/NAME/`` (``browserworker run FLOW.py --record NAME [--trace]``),
   self-testing each effect's verifier;
 - :func:`replay` runs a recording's flow offline against the :class:`ReplayRouter`,

@@ -1,6 +1,6 @@
 """Recording a run: the network per step, the journal, and a verifier self-test per effect.
 
-:class:`Recorder` is an :class:`~browserworker.extensions.Extension`: it prepares every
+:class:`Recorder` is an :class:`~browserworker.flow._extensions.Extension`: it prepares every
 context, captures around every step, and hears ``dispatched`` to mark which requests passed
 the dispatch gate. Network
 capture uses Playwright's ``context.tracing.start_har`` / ``stop_har``, one HAR per
@@ -518,7 +518,7 @@ async def record(
     stop: asyncio.Event | None = None,
     extensions: Sequence[object] = (),
 ) -> RecordedRun:
-    """Execute a new run with ``engine`` (:meth:`~browserworker.engine.Engine.run`), recording it into
+    """Execute a new run with ``engine`` (:meth:`~browserworker.runtime._engine.Engine.run`), recording it into
     ``recordings/NAME``; returns the final run with the verifier self-tests (``broken`` names the
     steps whose verifier failed).
 

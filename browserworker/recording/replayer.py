@@ -9,7 +9,7 @@ self-tests with ``journal.json``.
 ``replay(..., crash_at="submit:after_dispatch")`` runs it in a child process that is
 SIGKILLed at that point, then resumes the run in this process (verify before replay, all
 offline), and returns the resumed run and its journal. Points are the fault points of
-:mod:`browserworker.faults`. At ``reply_lost`` (the dispatch reached the recorded server,
+:mod:`browserworker._faults`. At ``reply_lost`` (the dispatch reached the recorded server,
 which committed it, and the worker died before the reply came back) the replay router
 kills the child itself as it serves the dispatch, so the recording's ledger says the
 server committed it.

@@ -1,23 +1,23 @@
 """Running runs: the engine, the worker, the browser and the step loop.
 
 ``_engine`` assembles a store, a browser, leases and extensions; ``_worker`` claims and runs
-runs; ``_leased`` is one leased run; ``_browser`` finds and starts Chromium. The step loop:
+runs; ``_leased_run`` is one leased run; ``_browser`` finds and starts Chromium. The step loop:
 ``_executor`` (passes over the steps), ``_passes`` (what they share), ``_actions``,
-``_effects`` (intent, gated step, outcome), ``_recovery`` (pure decisions after a crash),
-``_reconcile`` (carrying them out: verifier, settle, review); ``_runner`` creates a run or
+``_effects`` (intent, gated step, outcome), ``_recovery_rules`` (pure decisions after a crash),
+``_recover`` (carrying them out: verifier, settle, review); ``_run_request`` creates a run or
 finds the one to resume; ``_login_sessions`` saves and reuses sealed login sessions.
 """
 
-from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserSession, BrowserSettings, find_chromium, launch_options
+from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
 from ._engine import Engine
 from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed
-from ._runner import RunRequest, new_run_id, prepare_run, validate_run_id
+from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
 from ._worker import WorkerSettings, WorkerStats
 
 __all__ = [
     "ENV_ARGS",
     "LEAN_FEATURES",
-    "BrowserSession",
+    "BrowserProcess",
     "BrowserSettings",
     "Engine",
     "RunRequest",

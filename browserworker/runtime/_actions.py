@@ -1,5 +1,5 @@
 """Running an action step: journaled as RUNNING, re-run on every pass, guarded against sending
-what only an effect may (see :mod:`browserworker.guard`)."""
+what only an effect may (see :mod:`browserworker.gate._guard`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..gate import ActionGuard
 from ..states import AttemptState
 from ..store.records import AttemptRecord
 from ._passes import Again, Pass, RunScope, Stop, backoff, in_own_task, jsonable
-from ._recovery import own_failures
+from ._recovery_rules import own_failures
 
 __all__ = ["run_action"]
 

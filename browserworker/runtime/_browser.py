@@ -48,7 +48,7 @@ from ..journal import own_start_time, pid_space, process_is_gone
 
 log = structlog.get_logger("browserworker.browser")
 
-__all__ = ["LEAN_FEATURES", "BrowserSession", "BrowserSettings", "find_chromium", "launch_options"]
+__all__ = ["LEAN_FEATURES", "BrowserProcess", "BrowserSettings", "find_chromium", "launch_options"]
 
 ENV_EXECUTABLE = "BROWSERWORKER_CHROMIUM"
 ENV_ARGS = "BROWSERWORKER_CHROMIUM_ARGS"
@@ -294,7 +294,7 @@ def _without_shared_workers(args: list[str]) -> list[str]:
     return [*args, _DISABLE_BLINK + _NO_SHARED_WORKERS]
 
 
-class BrowserSession:
+class BrowserProcess:
     """One Playwright driver and one Chromium for this process; contexts on demand."""
 
     def __init__(self, settings: BrowserSettings) -> None:
@@ -306,7 +306,7 @@ class BrowserSession:
         """Set when the driver or the browser was found dead (a new context could not be opened):
         :meth:`restart` before using the session again."""
 
-    async def __aenter__(self) -> BrowserSession:
+    async def __aenter__(self) -> BrowserProcess:
         self.temp_dir = _session_dir()
         try:
             self._pw = await _start_tethered_driver(self.temp_dir)
@@ -359,7 +359,7 @@ class BrowserSession:
     @property
     def browser(self) -> Browser:
         if self._browser is None:
-            raise RuntimeError("BrowserSession used outside `async with`")
+            raise RuntimeError("BrowserProcess used outside `async with`")
         return self._browser
 
     @asynccontextmanager

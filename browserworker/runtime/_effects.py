@@ -27,8 +27,8 @@ from ._passes import (
     response_evidence,
     safe_url,
 )
-from ._reconcile import judge_of, recover, restore_gap, restore_gap_open
-from ._recovery import THROTTLED, classify_attempt, own_failures, throttled_attempts
+from ._recover import judge_of, recover, restore_gap, restore_gap_open
+from ._recovery_rules import THROTTLED, classify_attempt, own_failures, throttled_attempts
 
 __all__ = ["MAX_THROTTLED", "run_effect"]
 
@@ -85,7 +85,7 @@ async def _effect(
 
 async def _disarm(scope: RunScope, step: Effect, p: Pass) -> None:
     """The effect is done: the page this pass prepared for it must not send its unload send
-    again when a later step leaves it (see :mod:`browserworker.unload`)."""
+    again when a later step leaves it (see :mod:`browserworker.gate._unload`)."""
     assert p.page is not None
     removed = await disarm_unload(p.page)
     if removed:

@@ -24,9 +24,9 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import RunRecord
-from ._browser import BrowserSession, BrowserSettings
-from ._leased import LeasedRun, acquire
-from ._runner import RunRequest, prepare_run
+from ._browser import BrowserProcess, BrowserSettings
+from ._leased_run import LeasedRun, acquire
+from ._run_request import RunRequest, prepare_run
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._worker import Worker, WorkerSettings, WorkerStats
@@ -37,7 +37,7 @@ __all__ = ["Engine"]
 class Engine:
     """Runs runs: here and now (:meth:`run`), or as a worker serving queues (:meth:`serve`).
 
-    ``extensions`` (see :mod:`browserworker.extensions`) hear about every run this engine
+    ``extensions`` (see :mod:`browserworker.flow._extensions`) hear about every run this engine
     executes; ``evidence_dir`` keeps screenshots of steps parked for review.
     """
 
@@ -99,7 +99,7 @@ class Engine:
                     astore, claimed, loaded, owner, ext, lease=self.lease, evidence_dir=self.evidence_dir
                 )
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
-                async with BrowserSession(self.browser) as session:
+                async with BrowserProcess(self.browser) as session:
                     watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None
                     try:
                         run = await leased.execute(session)

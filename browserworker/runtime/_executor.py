@@ -1,12 +1,12 @@
 """The step loop: runs one leased run's steps in order, pass after pass, to an end state.
 
 One *pass* is a fresh browser context walking the steps from the top: actions are re-run
-(:mod:`browserworker.actions`), SUCCEEDED effects are skipped (their journaled results handed
+(:mod:`browserworker.runtime._actions`), SUCCEEDED effects are skipped (their journaled results handed
 on), and an effect whose latest attempt is INTENT or UNKNOWN is recovered first
-(:mod:`browserworker.effects`, :mod:`browserworker.reconcile`; docs/guarantees.md,
+(:mod:`browserworker.runtime._effects`, :mod:`browserworker.runtime._recover`; docs/guarantees.md,
 "Recovery"). A pass ends with the run done, or asks for a new pass (a replay needs fresh
 page state), for review, or for failure. The executor owns no lease logic beyond honouring
-it: every journal write is fenced (:class:`~browserworker.journal.RunJournal`), and a lost
+it: every journal write is fenced (:class:`~browserworker.journal._journal.RunJournal`), and a lost
 lease closes the context and stops the run at once.
 """
 
@@ -26,7 +26,7 @@ from ..journal import RunJournal
 from ..states import AttemptState, RunState
 from ..store.records import AttemptRecord, RunRecord
 from ._actions import run_action
-from ._browser import BrowserSession
+from ._browser import BrowserProcess
 from ._effects import run_effect
 from ._login_sessions import SessionKeyError, SessionRun
 from ._passes import Again, Pass, PassOutcome, RunScope, Stop
@@ -50,7 +50,7 @@ class Executor:
         self,
         flow: Flow[Any],
         journal: RunJournal,
-        browser: BrowserSession,
+        browser: BrowserProcess,
         extensions: Extensions,
         *,
         evidence_dir: Path | None = None,
@@ -194,7 +194,7 @@ class Executor:
         return PassOutcome("done")
 
     def _between_steps(self, after: str, method: str, url: str, refused: bool) -> None:
-        """A page sent while no step ran (see :class:`~browserworker.guard.StepGap`): say so."""
+        """A page sent while no step ran (see :class:`~browserworker.gate._guard.StepGap`): say so."""
         what = "refused" if refused else "let through: the context's route was not in yet"
         self.log.warning(
             "a page sent a request between steps", after_step=after, method=method, url=url, refused=refused

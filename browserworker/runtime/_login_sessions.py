@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ..errors import UsageError
 from ..flow import Action, Flow, Login, StepContext
 from ..store.base import Store
-from ..store.sessions import LoginSession
+from ..store.login_sessions import LoginSession
 from ._actions import run_action
 from ._passes import Again, Pass, RunScope
 
@@ -224,7 +224,7 @@ class SessionRun:
         With no usable state while another run holds the key's login, wait for its save first."""
         if self.sealer is None:
             self.sealer = await asyncio.to_thread(sealer_for, self.store)
-        row = await self.call(self.store.sessions.get, self.key)
+        row = await self.call(self.store.login_sessions.get, self.key)
         state = self._open(row)
         if state is None and row is not None and row.claimed(self.store.now()) and row.login_owner != self.owner:
             row = await self._wait(row.version)
@@ -239,7 +239,7 @@ class SessionRun:
         row = None
         while time.monotonic() < deadline:
             self.scope.journal.check()
-            row = await self.call(self.store.sessions.get, self.key)
+            row = await self.call(self.store.login_sessions.get, self.key)
             if row is None or row.version > version or not row.claimed(self.store.now()):
                 return row
             await asyncio.sleep(_POLL)
@@ -269,15 +269,15 @@ class SessionRun:
         if loaded is not None:
             signed_in = True if step.checker is None else bool(await step.checker(ctx))
             if signed_in:
-                await self.call(self.store.sessions.used, self.key)
+                await self.call(self.store.login_sessions.used, self.key)
                 await self._decide(ctx, "session_reused", loaded)
                 return {"session": "reused"}
             await self._decide(ctx, "session_check_failed", loaded)
         seen = self.seen
         while not await self.call(
-            self.store.sessions.claim, self.key, self.flow.name, self.owner, LOGIN_CLAIM_TTL, seen
+            self.store.login_sessions.claim, self.key, self.flow.name, self.owner, LOGIN_CLAIM_TTL, seen
         ):
-            row = await self.call(self.store.sessions.get, self.key)
+            row = await self.call(self.store.login_sessions.get, self.key)
             if row is not None and row.version > seen:
                 if self._open(row) is not None:  # another run's login: a new pass starts from it
                     self.waited = True
@@ -290,11 +290,11 @@ class SessionRun:
             value = await step.fn(ctx)
             state = await p.context.storage_state(indexed_db=True)
         except BaseException:
-            await self.call(self.store.sessions.release, self.key, self.owner)
+            await self.call(self.store.login_sessions.release, self.key, self.owner)
             raise
         assert self.sealer is not None
         version = await self.call(
-            self.store.sessions.save,
+            self.store.login_sessions.save,
             self.key,
             self.flow.name,
             self.owner,
@@ -324,8 +324,8 @@ def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]
     sealer = sealer_for(store)
     assert sealer is not None
     owner = "replay"
-    store.sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL, 0)
-    store.sessions.save(
+    store.login_sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL, 0)
+    store.login_sessions.save(
         key,
         flow.name,
         owner,
@@ -381,7 +381,7 @@ def list_sessions(store: Store) -> tuple[list[SessionInfo], str | None]:
     forced = os.environ.get(ENV_MAX_AGE)
     now = store.now()
     out = []
-    for row in store.sessions.list():
+    for row in store.login_sessions.list():
         age = None if row.saved_at is None else now - row.saved_at
         limit = max_age_of(None) if forced or row.max_age is None else row.max_age
         out.append(
@@ -403,5 +403,5 @@ def list_sessions(store: Store) -> tuple[list[SessionInfo], str | None]:
 
 def drop_session(store: Store, key: str) -> None:
     """Forget the saved session ``key`` (its next run logs in); :class:`UsageError` if there is none."""
-    if not store.sessions.drop(key):
+    if not store.login_sessions.drop(key):
         raise UsageError(f"no saved login session with key {key!r} (see: browserworker sessions)")

@@ -29,8 +29,8 @@ from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import RunRecord
 from ..store.wakeups import Wakeups
-from ._browser import BrowserSession, BrowserSettings
-from ._leased import LeasedRun
+from ._browser import BrowserProcess, BrowserSettings
+from ._leased_run import LeasedRun
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.base import Store
@@ -130,7 +130,7 @@ class EngineParts(Protocol):
 
 
 class Worker:
-    """One worker process's loop over an :class:`~browserworker.engine.Engine`:
+    """One worker process's loop over an :class:`~browserworker.runtime._engine.Engine`:
     ``await engine.worker(settings).run()`` (or ``engine.serve(settings)``)."""
 
     def __init__(self, engine: EngineParts, settings: WorkerSettings, *, label: str = "worker") -> None:
@@ -167,7 +167,7 @@ class Worker:
         beat = asyncio.create_task(self._heartbeat(astore), name="worker-heartbeat")
         wakeups = self.store.wakeups(s.queues)
         try:
-            async with BrowserSession(self.engine.browser) as session:
+            async with BrowserProcess(self.engine.browser) as session:
                 await self._loop(astore, session, wakeups)
                 await self._drain()
         finally:
@@ -189,7 +189,7 @@ class Worker:
             except StoreError as exc:
                 self.log.warning("worker heartbeat failed", error=str(exc))
 
-    async def _loop(self, astore: AsyncStore, session: BrowserSession, wakeups: Wakeups) -> None:
+    async def _loop(self, astore: AsyncStore, session: BrowserProcess, wakeups: Wakeups) -> None:
         s = self.settings
         every = min(s.reclaim_every, self.engine.lease.heartbeat_every)
         # the next reclaim: at the poll cadence, or sooner when a live lease expires (plus skew)
@@ -230,7 +230,7 @@ class Worker:
         if reclaiming is not None:
             await reclaiming
 
-    async def _fill_slots(self, astore: AsyncStore, session: BrowserSession) -> bool:
+    async def _fill_slots(self, astore: AsyncStore, session: BrowserProcess) -> bool:
         """Claim runs while a slot is free; whether any was claimed. A browser that died is
         started again first: until it is back, runs would only crash (and lose their leases)."""
         s = self.settings
@@ -252,7 +252,7 @@ class Worker:
             task.add_done_callback(self._active.pop)
         return claimed_any
 
-    async def _relaunch(self, session: BrowserSession) -> None:
+    async def _relaunch(self, session: BrowserProcess) -> None:
         """The browser died (its driver crashed, or it was killed): start a new one; if that
         fails, stop (this worker would take runs only to crash them)."""
         self.log.error("the browser is gone: starting a new one before claiming again")
@@ -323,7 +323,7 @@ class Worker:
         # are taken by the next)
         return time.monotonic() + max(_MIN_GAP, expires_in + self.engine.lease.skew + _PAST_EDGE)
 
-    async def _execute(self, astore: AsyncStore, session: BrowserSession, run: RunRecord) -> None:
+    async def _execute(self, astore: AsyncStore, session: BrowserProcess, run: RunRecord) -> None:
         rlog = self.log.bind(run_id=run.id, lease_epoch=run.lease_epoch)
         started = time.monotonic()
         try:

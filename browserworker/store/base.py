@@ -19,8 +19,9 @@ from .wakeups import Wakeups
 
 if TYPE_CHECKING:
     from .approvals import ApprovalManager
-    from .budgets import Budget
     from .console_sessions import ConsoleSessionManager
+    from .limit_rules import KeyLimits
+    from .login_sessions import LoginSessionManager
     from .ops import (
         DuplicatePrevented,
         LiveLease,
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
         UnknownOpen,
         WorkerLoad,
     )
-    from .sessions import SessionManager
 
 __all__ = ["GroupSpoiled", "Store"]
 
@@ -52,8 +52,8 @@ class Store(Protocol):
     (or, with ``margin``, when the lease has less than ``margin`` seconds left).
     """
 
-    #: saved login sessions (:mod:`browserworker.store.sessions`)
-    sessions: SessionManager
+    #: saved login sessions (:mod:`browserworker.store.login_sessions`)
+    login_sessions: LoginSessionManager
     #: requests held for a person's decision (:mod:`browserworker.store.approvals`)
     approvals: ApprovalManager
     #: who is signed in to the console (:mod:`browserworker.store.console_sessions`)
@@ -214,8 +214,8 @@ class Store(Protocol):
     def workers(self) -> list[WorkerRecord]: ...
     def runs_needing_review(self, limit: int = 100) -> list[RunRecord]: ...
 
-    # budgets of limit keys: see browserworker.budgets
-    def set_limit(self, key: str, *, concurrency: int | None = None, rate: float | None = None) -> Budget: ...
+    # budgets of limit keys: see browserworker.store.limit_rules
+    def set_limit(self, key: str, *, concurrency: int | None = None, rate: float | None = None) -> KeyLimits: ...
     def clear_limit(self, key: str | None) -> int: ...
     def pause_limit(
         self,
@@ -227,7 +227,7 @@ class Store(Protocol):
         detail: dict[str, object] | None = None,
         worker: str | None = None,
     ) -> float: ...
-    def limits(self) -> list[Budget]: ...
+    def limits(self) -> list[KeyLimits]: ...
     def limit_pauses(self) -> dict[str, int]: ...
 
     # operations (metrics, status, health, restore): see browserworker.store.ops

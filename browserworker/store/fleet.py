@@ -60,7 +60,7 @@ class FleetManager(Manager):
 
     def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
         """Atomically lease the next run of ``queues``: highest priority, then oldest, of the
-        runs whose limit key's budget lets them start (:mod:`browserworker.budgets`)."""
+        runs whose limit key's budget lets them start (:mod:`browserworker.store.limit_rules`)."""
         with self.c.transaction() as tx:
             # the clock read inside the transaction: a claim that waited for a connection (the
             # database unreachable for a while) must not store a lease that is already over

@@ -259,7 +259,7 @@ class JournalManager(Manager):
 
     @read_only
     def restored_at(self, run_id: str) -> float | None:
-        """When the run was last restored from a backup, or None (see :mod:`browserworker.backup`)."""
+        """When the run was last restored from a backup, or None (see :mod:`browserworker.ops._backup`)."""
         row = self.c.read_one("restored_at", {"run_id": run_id})
         return None if row is None or row["at"] is None else float(row["at"])
 

@@ -1,12 +1,12 @@
-"""Budgets of limit keys (:mod:`browserworker.budgets`): setting them, pausing a key after a
+"""Budgets of limit keys (:mod:`browserworker.store.limit_rules`): setting them, pausing a key after a
 ``Retry-After``, and the admission a claim of a limited key makes under the key's lock."""
 
 from __future__ import annotations
 
 from ..errors import OverBudget, UsageError
-from . import budgets
-from .budgets import Budget
+from . import limit_rules
 from .connector import Row, Tx
+from .limit_rules import KeyLimits
 from .manager import Manager, read_only
 
 __all__ = ["LimitManager", "admit"]
@@ -27,7 +27,7 @@ def admit(tx: Tx, key: str, now: float) -> None:
         if live >= row["concurrency"]:
             raise OverBudget(key, f"at its concurrency ({live} of {row['concurrency']} running)", 1.0)
     if row["rate"] is not None:
-        tokens = budgets.refill(row["rate"], row["tokens"], row["refilled_at"], now)
+        tokens = limit_rules.refill(row["rate"], row["tokens"], row["refilled_at"], now)
         if tokens < 1:
             raise OverBudget(key, f"out of its rate ({row['rate']:g}/min)", (1 - tokens) * 60.0 / row["rate"])
         tx.execute("take_limit_token", {"key": key, "tokens": tokens - 1, "now": now})
@@ -36,9 +36,9 @@ def admit(tx: Tx, key: str, now: float) -> None:
 class LimitManager(Manager):
     """The ``limits`` table."""
 
-    def set_limit(self, key: str, *, concurrency: int | None = None, rate: float | None = None) -> Budget:
+    def set_limit(self, key: str, *, concurrency: int | None = None, rate: float | None = None) -> KeyLimits:
         """Give ``key`` a budget (replacing its concurrency and rate; a pause stays); its bucket starts full."""
-        budgets.check_key(key, "limits set")
+        limit_rules.check_key(key, "limits set")
         if concurrency is not None and concurrency < 1:
             raise UsageError(f"limits set {key}: the concurrency must be at least 1, not {concurrency}")
         if rate is not None and rate <= 0:
@@ -53,7 +53,7 @@ class LimitManager(Manager):
                     "concurrency": concurrency,
                     "rate": rate,
                     "now": now,
-                    "tokens": None if rate is None else budgets.burst_of(rate),
+                    "tokens": None if rate is None else limit_rules.burst_of(rate),
                 },
             )
         return self._budget(key)
@@ -73,11 +73,11 @@ class LimitManager(Manager):
         detail: dict[str, object] | None = None,
         worker: str | None = None,
     ) -> float:
-        """Pause ``key`` fleet-wide for ``seconds`` (at most :data:`~browserworker.budgets.MAX_PAUSE`;
+        """Pause ``key`` fleet-wide for ``seconds`` (at most :data:`~browserworker.store.limit_rules.MAX_PAUSE`;
         an existing longer pause stands), journaling ``limit_paused`` on ``run_id``. Returns
         when the pause ends."""
         now = self.c.now()
-        until = now + min(budgets.MAX_PAUSE, max(0.0, seconds))
+        until = now + min(limit_rules.MAX_PAUSE, max(0.0, seconds))
         with self.c.transaction() as tx:
             self._row(tx, key, now)
             tx.execute("pause_limit", {"key": key, "until": until, "reason": reason, "now": now})
@@ -102,7 +102,7 @@ class LimitManager(Manager):
         return float(current["paused_until"])
 
     @read_only
-    def limits(self) -> list[Budget]:
+    def limits(self) -> list[KeyLimits]:
         """Every key with a budget or a pause, with its live runs and claims in the last minute."""
         now = self.c.now()
         return [_budget(row, now) for row in self.c.read("list_limits", {"since": now - 60.0})]
@@ -118,17 +118,17 @@ class LimitManager(Manager):
             tx.execute("insert_limit", {"key": key, "now": now})
             tx.one("lock_limit", {"key": key})
 
-    def _budget(self, key: str) -> Budget:
+    def _budget(self, key: str) -> KeyLimits:
         return next(b for b in self.limits() if b.key == key)
 
 
-def _budget(row: Row, now: float) -> Budget:
+def _budget(row: Row, now: float) -> KeyLimits:
     rate, paused_until = row["rate"], row["paused_until"]
-    return Budget(
+    return KeyLimits(
         key=row["key"],
         concurrency=row["concurrency"],
         rate=rate,
-        tokens=None if rate is None else budgets.refill(rate, row["tokens"], row["refilled_at"], now),
+        tokens=None if rate is None else limit_rules.refill(rate, row["tokens"], row["refilled_at"], now),
         paused_until=paused_until,
         pause_reason=row["pause_reason"],
         live=int(row["live"]),

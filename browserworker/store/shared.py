@@ -14,10 +14,10 @@ from .console_sessions import ConsoleSessionManager
 from .fleet import FleetManager
 from .journal import JournalManager
 from .limits import LimitManager
+from .login_sessions import LoginSessionManager
 from .ops import OpsManager
 from .review import ReviewManager
 from .runs import RunManager
-from .sessions import SessionManager
 
 __all__ = ["SQLStore"]
 
@@ -36,10 +36,10 @@ class SQLStore:
         self.fleet = FleetManager(connector, self.runs)
         self.review = ReviewManager(connector, self.runs)
         self.ops = OpsManager(connector)
-        #: saved login sessions (:mod:`browserworker.sessions` seals what they hold)
-        self.sessions = SessionManager(connector)
-        self.budgets = LimitManager(connector)
-        #: requests held for a person's decision (:mod:`browserworker.approvals`)
+        #: saved login sessions (:mod:`browserworker.runtime._login_sessions` seals what they hold)
+        self.login_sessions = LoginSessionManager(connector)
+        self.limit_keys = LimitManager(connector)
+        #: requests held for a person's decision (:mod:`browserworker.control._approvals`)
         self.approvals = ApprovalManager(connector, self.runs)
         #: who is signed in to the console (:mod:`browserworker.console.auth`)
         self.console_sessions = ConsoleSessionManager(connector)
@@ -47,7 +47,7 @@ class SQLStore:
         self._bind_journal(self.journal)
         self._bind_fleet(self.fleet, self.review)
         self._bind_ops(self.ops)
-        self._bind_limits(self.budgets)
+        self._bind_limits(self.limit_keys)
 
     def _bind_runs(self, runs: RunManager) -> None:
         self.create_run = runs.create_run

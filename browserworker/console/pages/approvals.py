@@ -13,8 +13,8 @@ from starlette.routing import Route
 from ... import control
 from ...errors import UsageError
 from ...ops import screenshot_file
-from ..web import act, console, read, redirect, render
-from . import Page
+from ..web import act, console, read, redirect, render, write
+from ._page import Page
 
 __all__ = ["PAGE"]
 
@@ -42,10 +42,10 @@ async def decide(request: Request) -> Response:
     decision = str(form.get("decision", ""))
     try:
         if decision == "approve":
-            await read(control.approve, console(request).store, run_id, step, who=login.name)
+            await write(control.approve, console(request).store, run_id, step, who=login.name)
         elif decision == "reject":
             reason = str(form.get("reason") or "").strip() or None
-            await read(control.reject, console(request).store, run_id, step, who=login.name, reason=reason)
+            await write(control.reject, console(request).store, run_id, step, who=login.name, reason=reason)
         else:
             raise UsageError(f"unknown decision {decision!r}")
     except UsageError as exc:

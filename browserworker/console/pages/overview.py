@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from ...ops import ActivitySlot, Breach, HealthRules, OpsSnapshot, activity, check, format_age, snapshot
 from ..web import console, read, render
-from . import Page
+from ._page import Page
 
 __all__ = ["PAGE"]
 

@@ -14,8 +14,8 @@ from starlette.routing import Route
 from ... import control
 from ...errors import UsageError
 from ...ops import journal_view, mask, screenshots
-from ..web import act, console, read, redirect, render
-from . import Page
+from ..web import act, console, read, redirect, render, write
+from ._page import Page
 
 __all__ = ["PAGE"]
 
@@ -50,7 +50,7 @@ async def resolve(request: Request) -> Response:
     result = str(form.get("result") or "").strip() or None
     try:
         decision, value = control.parse_decision(str(form.get("decision")), result)
-        run = await read(control.resolve, console(request).store, run_id, step, decision, result=value, who=login.name)
+        run = await write(control.resolve, console(request).store, run_id, step, decision, result=value, who=login.name)
     except UsageError as exc:
         return redirect(request, "/review", f"not resolved: {exc}")
     return redirect(

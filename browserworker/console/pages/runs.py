@@ -15,8 +15,8 @@ from ... import control
 from ...errors import UsageError
 from ...ops import journal_view, mask, recordings_of, screenshot_file, screenshots
 from ...states import TERMINAL_RUN_STATES, RunState
-from ..web import act, console, read, redirect, render
-from . import Page
+from ..web import act, console, read, redirect, render, write
+from ._page import Page
 
 __all__ = ["PAGE"]
 
@@ -149,7 +149,7 @@ async def runs_action(request: Request) -> Response:
     if not ids:
         return redirect(request, _back(form), "nothing selected")
     try:
-        outcomes = await read(_apply, console(request).store, action, ids, login.name)
+        outcomes = await write(_apply, console(request).store, action, ids, login.name)
     except UsageError as exc:
         return redirect(request, _back(form), str(exc))
     return redirect(request, _back(form), summary(action, outcomes))

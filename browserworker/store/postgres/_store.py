@@ -209,7 +209,7 @@ class PostgresConnector:
         return f"{redact_url(self.url)} (schema {self.schema})"
 
     #: no file beside a server's database: the key of saved login sessions must come from the
-    #: environment (:mod:`browserworker.sessions`)
+    #: environment (:mod:`browserworker.runtime._login_sessions`)
     session_key_file = None
 
     # -- the clock ----------------------------------------------------------------

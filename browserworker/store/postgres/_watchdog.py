@@ -1,7 +1,7 @@
 """A deadline for PostgreSQL calls whose server never answers.
 
 A partition ends a blocked call by itself: the TCP user timeout (``tcp_user_timeout``, see
-``_NETWORK`` in :mod:`~browserworker.store.postgres`) gives up on data nobody acknowledges. A
+``_NETWORK`` in :mod:`~browserworker.store.postgres._store`) gives up on data nobody acknowledges. A
 peer that acknowledges but never answers does not: a stalled server, or a proxy or relay that
 holds the link open and forwards nothing. libpq has no client-side timeout for a query, so such a
 call would block the store's thread (every call of the worker) for as long as the stall lasts.

@@ -1,4 +1,4 @@
-"""The SQLite dialect's whole-file operations, for :mod:`browserworker.backup`: opening a
+"""The SQLite dialect's whole-file operations, for :mod:`browserworker.ops._backup`: opening a
 database file as it is (no migration), looking at one, holding one exclusively, and
 copying one into another with SQLite's online backup API.
 

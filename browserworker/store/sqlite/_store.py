@@ -172,7 +172,7 @@ class SQLiteConnector:
     @property
     def session_key_file(self) -> Path:
         """Where the key sealing saved login sessions is kept when no environment variable
-        gives one: a file beside the database (:mod:`browserworker.sessions`)."""
+        gives one: a file beside the database (:mod:`browserworker.runtime._login_sessions`)."""
         return self.path.with_name(self.path.name + ".session-key")
 
     def now(self) -> float:

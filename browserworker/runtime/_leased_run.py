@@ -13,7 +13,7 @@ from ..journal import Lease, LeaseSettings, RunJournal, owner_is_gone
 from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import Owner, RunRecord
-from ._browser import BrowserSession
+from ._browser import BrowserProcess
 from ._executor import Executor
 
 __all__ = ["LeasedRun", "acquire"]
@@ -65,7 +65,7 @@ class LeasedRun:
         self.lease.start()
         self._beating = True
 
-    async def execute(self, session: BrowserSession) -> RunRecord:
+    async def execute(self, session: BrowserProcess) -> RunRecord:
         """Execute the run in ``session`` to its end (heartbeating from :meth:`start`, or from now)."""
         executor = Executor(self.loaded.flow, self.journal, session, self.extensions, evidence_dir=self.evidence_dir)
         executor.stop_requested = self.stop_requested

@@ -16,9 +16,9 @@ from ..errors import UsageError
 from ..flow import LoadedFlow
 from ..runtime import new_run_id, validate_run_id
 from ..states import AttemptState, RunState
-from ..store import budgets
+from ..store import limit_rules
 from ..store.base import Store
-from ..store.budgets import Budget
+from ..store.limit_rules import KeyLimits
 from ..store.records import NewRun, RunRecord
 
 __all__ = [
@@ -91,7 +91,7 @@ def manage_limits(
     concurrency: int | None = None,
     rate: str | None = None,
     all_keys: bool = False,
-) -> list[Budget]:
+) -> list[KeyLimits]:
     """``browserworker limits``: list the keys' budgets, ``set`` one (``rate`` as ``N/s``, ``N/min``
     or ``N/h``) or ``clear`` one (or ``all_keys``); returns every key's budget afterwards. Input
     is checked before the store is opened (``open_store(create)``): bad input writes nothing."""
@@ -102,8 +102,8 @@ def manage_limits(
             raise UsageError("limits set needs a KEY and --concurrency N and/or --rate N/min (and no --all)")
         if concurrency is not None and concurrency < 1:
             raise UsageError(f"--concurrency must be a positive whole number, not {concurrency}")
-        per_minute = None if rate is None else budgets.parse_rate(rate)
-        open_store(True).set_limit(budgets.check_key(key, "limits set"), concurrency=concurrency, rate=per_minute)
+        per_minute = None if rate is None else limit_rules.parse_rate(rate)
+        open_store(True).set_limit(limit_rules.check_key(key, "limits set"), concurrency=concurrency, rate=per_minute)
     elif action == "clear":
         if (key is None) == (not all_keys) or concurrency is not None or rate:
             raise UsageError("limits clear needs a KEY or --all (and no --concurrency or --rate)")

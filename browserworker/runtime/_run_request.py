@@ -1,5 +1,5 @@
 """Creating a run, or finding the one to resume: what ``browserworker run`` does before it
-leases and executes it (:meth:`browserworker.engine.Engine.run`). Everything that can be
+leases and executes it (:meth:`browserworker.runtime._engine.Engine.run`). Everything that can be
 checked without the store (flow, inputs, run id) is checked before anything is written.
 """
 

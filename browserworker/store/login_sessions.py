@@ -2,8 +2,8 @@
 the claim of the run logging in for it now, and a version per save.
 
 The manager stores bytes it cannot read: sealing and opening the state is
-:mod:`browserworker.sessions`' business. Two runs that need a login for one key at once race
-for its claim (:meth:`SessionManager.claim`, one conditional ``UPDATE``): the loser waits for
+:mod:`browserworker.runtime._login_sessions`' business. Two runs that need a login for one key at once race
+for its claim (:meth:`LoginSessionManager.claim`, one conditional ``UPDATE``): the loser waits for
 the winner's save or for the claim to expire. A save is taken from the claim's holder, or
 from a run that logged in after the state it replaces was saved, never from a stale writer.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .connector import Row
 from .manager import Manager, read_only
 
-__all__ = ["LoginSession", "SessionManager"]
+__all__ = ["LoginSession", "LoginSessionManager"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class LoginSession:
         return self.login_owner is not None and (self.login_until or 0) >= now
 
 
-class SessionManager(Manager):
+class LoginSessionManager(Manager):
     """The ``login_sessions`` table (see the module docstring)."""
 
     @read_only

@@ -25,7 +25,7 @@ from ..errors import FlowDefinitionError, InputError, UsageError
 __all__ = [
     "MAX_PAUSE",
     "THROTTLE_STATUSES",
-    "Budget",
+    "KeyLimits",
     "LimitKey",
     "burst_of",
     "check_key",
@@ -124,7 +124,7 @@ def retry_after(headers: Mapping[str, str], now: float) -> float | None:
 
 
 @dataclass(frozen=True)
-class Budget:
+class KeyLimits:
     """One limit key as ``browserworker limits`` shows it."""
 
     key: str

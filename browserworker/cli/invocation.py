@@ -23,12 +23,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..journal import LeaseSettings
     from ..runtime import BrowserSettings, Engine
 
-__all__ = ["URL_EVIDENCE_DIR", "Session", "session"]
+__all__ = ["URL_EVIDENCE_DIR", "Invocation", "invocation"]
 
 URL_EVIDENCE_DIR = Path("browserworker.evidence")  # review screenshots when --db is a URL
 
 
-class Session:
+class Invocation:
     """The ``--db`` and ``--db-schema`` of this invocation and the store they name."""
 
     def __init__(self, ctx: click.Context) -> None:
@@ -118,9 +118,9 @@ def _say_waiting(error: StoreUnavailable, left: float) -> None:
     click.echo(f"waiting for the store: {error} (trying again for {left:.0f} s more)", err=True)
 
 
-def session() -> Session:
+def invocation() -> Invocation:
     """This invocation's session (set up by the command group)."""
-    found = click.get_current_context().find_object(Session)
+    found = click.get_current_context().find_object(Invocation)
     if found is None:  # pragma: no cover - a command invoked outside the group
         raise RuntimeError("browserworker commands run inside the browserworker group")
     return found

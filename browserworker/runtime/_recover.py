@@ -1,7 +1,7 @@
 """Recovering an effect whose latest attempt is INTENT or UNKNOWN: carrying out the plan
-:func:`~browserworker.recovery.plan_recovery` makes (docs/guarantees.md, "Recovery").
+:func:`~browserworker.runtime._recovery_rules.plan_recovery` makes (docs/guarantees.md, "Recovery").
 
-Nothing here decides *what* to do (that is :mod:`browserworker.recovery`, pure functions);
+Nothing here decides *what* to do (that is :mod:`browserworker.runtime._recovery_rules`, pure functions);
 this journals each decision, asks the verifier (waiting out the settle time), and ends the
 pass the way the plan says: replay now, hand on a result, park for review, or fail.
 """
@@ -17,11 +17,11 @@ from playwright.async_api import Page
 from .. import _faults as faults
 from ..errors import LeaseLost
 from ..flow import Effect, RecordedResponse, Verdict
-from ..gate import Looked, disarm_unload
+from ..gate import Observed, disarm_unload
 from ..states import AttemptState
 from ..store.records import AttemptRecord, OutboxRecord
 from ._passes import REPLAY_NOW, Again, RunScope, Stop, in_own_task, jsonable, response_evidence, safe_url
-from ._recovery import default_judge, plan_recovery, settle_deadline
+from ._recovery_rules import default_judge, plan_recovery, settle_deadline
 
 __all__ = ["judge_of", "recover", "restore_gap", "restore_gap_open", "verify"]
 
@@ -192,7 +192,7 @@ async def verify(
     asked = 0
     while True:
         asked += 1
-        with Looked(page) as looked:
+        with Observed(page) as looked:
             verdict = await _ask(step, ctx)
         journal.check()
         evidence = {

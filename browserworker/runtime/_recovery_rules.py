@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ..flow import RecordedResponse, Verdict
 from ..states import AttemptState
-from ..store.budgets import THROTTLE_STATUSES
+from ..store.limit_rules import THROTTLE_STATUSES
 from ..store.records import AttemptRecord, OutboxRecord
 
 __all__ = [
@@ -93,7 +93,7 @@ def classify_attempt(
     recorded response proves otherwise. A normal return is trusted unless the effect's
     own ``confirm`` predicate rejects the recorded responses. An attempt whose every dispatch
     was answered 429 or 503 with a ``Retry-After`` is FAILED, decided by ``throttled``: the
-    site did not process it (:mod:`browserworker.budgets`).
+    site did not process it (:mod:`browserworker.store.limit_rules`).
     """
     throttled = throttle_of(outbox)
     if dispatched and throttled is not None:  # the site did not take it: back to the queue, after its pause
