@@ -217,8 +217,7 @@ class Replayer:
         record_inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None,
     ) -> None:
         from .flow import load_flow
-        from .recording import record
-        from .recording.replayer import _run_sync
+        from .recording import record, run_sync
         from .runtime import Engine
 
         if flow is None or record_inputs is None:
@@ -230,7 +229,7 @@ class Replayer:
         loaded = load_flow(flow)
         with Engine(open_store(self.artifacts.parent / f"record-{_slug(name)}.db"), browser=self.browser) as engine:
             run, _ = engine.prepare(loaded, inputs, run_id=f"rec-{_slug(name)}-{time.strftime('%Y%m%d%H%M%S')}")
-            final = _run_sync(record(engine, loaded, run, name=path)).run
+            final = run_sync(record(engine, loaded, run, name=path)).run
         if final is None or final.state != "SUCCEEDED":
             pytest.fail(
                 f"recording {name!r} ended {final.state if final else 'without a state'}; see {path}", pytrace=False

@@ -14,7 +14,7 @@ See :mod:`.files` for the format, :mod:`.redact` for what never reaches a record
 from .._redact import REDACTED, Redactor
 from .files import FORMAT, Recording, recording_path
 from .recorder import RecordedRun, record
-from .replayer import CRASH_POINTS, ReplayError, ReplayResult, replay, replay_async
+from .replayer import CRASH_POINTS, ReplayError, ReplayResult, replay, replay_async, run_sync
 from .router import ReplayRouter
 
 __all__ = [
@@ -31,4 +31,5 @@ __all__ = [
     "recording_path",
     "replay",
     "replay_async",
+    "run_sync",
 ]

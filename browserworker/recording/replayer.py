@@ -515,7 +515,7 @@ async def replay_async(
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` here, or in a thread when this thread already runs a loop (e.g. under pytest-playwright)."""
     try:
         asyncio.get_running_loop()
@@ -540,4 +540,4 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 def replay(recording: str | os.PathLike[str], **options: Any) -> ReplayResult:
     """Synchronous :func:`replay_async` (for tests and the CLI)."""
-    return _run_sync(replay_async(recording, **options))
+    return run_sync(replay_async(recording, **options))

@@ -107,7 +107,7 @@ def inspect(path: str | Path) -> FileFacts:
 
 def facts_of(connector: SQLiteConnector) -> FileFacts:
     """:func:`inspect` of a database already open (e.g. held by :func:`exclusive`)."""
-    with connector._lock:
+    with connector.lock:
         return _facts(connector.conn)
 
 
@@ -132,7 +132,7 @@ def exclusive(path: str | Path) -> Iterator[SQLiteConnector]:
 def replace(target: SQLiteConnector, source: str | Path) -> None:
     """Overwrite the database of ``target`` with the file ``source`` (the backup API), then
     switch it to WAL."""
-    with closing(_connect(Path(source), readonly=True)) as src, target._lock:
+    with closing(_connect(Path(source), readonly=True)) as src, target.lock:
         try:
             src.backup(target.conn)
         except sqlite3.Error as exc:
@@ -142,5 +142,5 @@ def replace(target: SQLiteConnector, source: str | Path) -> None:
 
 def checkpoint(connector: SQLiteConnector) -> None:
     """Fold the WAL into the database file and truncate it."""
-    with connector._lock:
+    with connector.lock:
         connector.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

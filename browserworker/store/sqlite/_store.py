@@ -159,7 +159,8 @@ class SQLiteConnector:
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.row_factory = sqlite3.Row
         self.conn = conn
-        self._lock = threading.RLock()
+        #: the connector's one lock: held by a transaction, a group, or a whole-file operation (_files.py)
+        self.lock = threading.RLock()
         self._grouped = False
         self._isolated = True
         self._group_lost: BaseException | None = None
@@ -179,7 +180,7 @@ class SQLiteConnector:
         return time.time()
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             self.conn.close()
 
     # -- transactions -------------------------------------------------------------
@@ -193,7 +194,7 @@ class SQLiteConnector:
         If SQLite rolls the whole transaction back (it may, on a full disk or an I/O error),
         the rest of the group's calls fail at once and the group raises :class:`StoreError`.
         """
-        with self._lock:
+        with self.lock:
             self._begin()
             self._grouped, self._isolated, self._group_lost = True, isolate, None
             try:
@@ -255,14 +256,14 @@ class SQLiteConnector:
     # -- reads --------------------------------------------------------------------
 
     def read(self, query: str, params: Mapping[str, Any]) -> list[Row]:
-        with self._lock:
+        with self.lock:
             try:
                 return list(self.conn.execute(QUERIES[query], params).fetchall())
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: read failed: {exc}") from exc
 
     def read_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
-        with self._lock:
+        with self.lock:
             try:
                 row: Row | None = self.conn.execute(QUERIES[query], params).fetchone()
                 return row
@@ -273,7 +274,7 @@ class SQLiteConnector:
 
     @property
     def schema_version(self) -> int:
-        with self._lock:
+        with self.lock:
             return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
 
     def _migrate(self) -> None:
@@ -285,7 +286,7 @@ class SQLiteConnector:
             )
         if current == SCHEMA_VERSION:
             return
-        with self._lock:
+        with self.lock:
             # under the write lock, so two processes opening a new database migrate it once
             self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -302,13 +303,13 @@ class SQLiteConnector:
                 raise
 
     def integrity_check(self) -> str:
-        with self._lock:
+        with self.lock:
             return "; ".join(str(r[0]) for r in self.conn.execute("PRAGMA integrity_check"))
 
     def backup(self, dest: str) -> None:
         """SQLite's online backup API, all pages in one step (one read transaction: one
         snapshot, while WAL lets writers go on), into a self-contained file (journal_mode DELETE)."""
-        with self._lock:
+        with self.lock:
             try:
                 with closing(sqlite3.connect(dest, isolation_level=None)) as copy:
                     self.conn.backup(copy)
@@ -374,7 +375,7 @@ class _Transaction:
 
     def __enter__(self) -> _Tx:
         c = self._c
-        c._lock.acquire()
+        c.lock.acquire()
         try:
             self._grouped = c._grouped
             if not self._grouped:
@@ -386,10 +387,10 @@ class _Transaction:
             elif not c.conn.in_transaction:  # SQLite dropped the group's transaction: never autocommit
                 raise StoreError(f"{c.path}: the batch's transaction was rolled back")
         except sqlite3.Error as exc:
-            c._lock.release()
+            c.lock.release()
             raise StoreError(f"{c.path}: write failed: {exc}") from exc
         except BaseException:
-            c._lock.release()
+            c.lock.release()
             raise
         return c._tx
 
@@ -419,7 +420,7 @@ class _Transaction:
                 c._group_lost = failure
             raise StoreError(f"{c.path}: write failed: {failure}") from failure
         finally:
-            c._lock.release()
+            c.lock.release()
         if isinstance(exc, sqlite3.Error):  # e.g. disk full, read-only file: a store failure, not a bug
             raise StoreError(f"{c.path}: write failed: {exc}") from exc
 
