@@ -19,6 +19,7 @@ from browserworker.errors import LeaseLost, UsageError
 from browserworker.gate._approval import request_fingerprint
 from browserworker.states import RunState
 from browserworker.store import NewRun, Owner, SQLStore, open_store
+from browserworker.store.testing import backdate_approvals
 
 OWNER = Owner(worker="w-1", host="elsewhere.invalid", pid=1)
 SUMMARY = {"method": "POST", "url": "https://shop.example/orders", "fields": [["item", "[redacted]"]]}
@@ -112,9 +113,9 @@ def test_an_expired_approval_ends_like_a_rejection(any_store: SQLStore) -> None:
     worker's sweep makes it EXPIRED and its parked run FAILED with the reason; parking one that
     is already past its time fails the run too."""
     run, _ = leased(any_store, "r4")
-    asked = ask(any_store, run, ttl=0.01)
+    asked = ask(any_store, run, ttl=60)
     any_store.approvals.park(run.id, run.lease_epoch, asked.id)
-    time.sleep(0.05)  # the approval's own 10 ms must pass: it is what is being tested
+    assert backdate_approvals(any_store, "r4", 61) == 1  # past its time
     assert control.list_approvals(any_store) == []
     assert any_store.approvals.get(asked.id).state == "PENDING"  # type: ignore[union-attr]  # looking wrote nothing
     assert any_store.approvals.expire_due() == 1  # the worker's sweep
@@ -123,8 +124,8 @@ def test_an_expired_approval_ends_like_a_rejection(any_store: SQLStore) -> None:
     assert ended is not None and ended.state == RunState.FAILED and "expired" in (ended.error or "")
 
     run5, _ = leased(any_store, "r5")
-    late = ask(any_store, run5, ttl=0.01)
-    time.sleep(0.05)
+    late = ask(any_store, run5, ttl=60)
+    backdate_approvals(any_store, "r5", 61)
     assert any_store.approvals.park(run5.id, run5.lease_epoch, late.id).state == RunState.FAILED
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ from starlette.routing import Route
 from browserworker.console.app import create_app
 from browserworker.console.auth import load_keys
 from browserworker.store import NewRun, Owner, open_store
+from browserworker.store.testing import backdate_approvals
 
 OPERATOR, VIEWER = "op-token-" + "a" * 24, "ro-token-" + "b" * 24
 ENV = {"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER}
@@ -40,10 +40,10 @@ def test_no_get_route_of_the_console_writes(tmp_path: Path) -> None:
     assert run is not None
     store.begin_attempt("r1", run.lease_epoch, "submit", "effect", "r1/submit", "fp", worker=OWNER.worker, margin=0.0)
     asked = store.approvals.request(
-        "r1", run.lease_epoch, "submit", 1, "r1/submit", "a" * 64, SUMMARY, screenshot=None, ttl=0.01, worker="w-1"
+        "r1", run.lease_epoch, "submit", 1, "r1/submit", "a" * 64, SUMMARY, screenshot=None, ttl=60, worker="w-1"
     )
     store.approvals.park("r1", run.lease_epoch, asked.id)
-    time.sleep(0.05)  # the approval's own 10 ms must pass: an overdue approval is what is looked at
+    assert backdate_approvals(store, "r1", 61) == 1  # an approval past its time is what is looked at
     keys, _ = load_keys(tmp_path / "keys", ENV)
     app = create_app(store, keys, evidence_dir=tmp_path / "evidence", recordings_dir=tmp_path)
     params = {"run_id": "r1", "approval_id": str(asked.id), "n": "0", "name": "none"}

@@ -14,6 +14,7 @@ from .shared import SQLStore
 __all__ = [
     "RUN_TIMES",
     "backdate",
+    "backdate_approvals",
     "backdate_attempts",
     "backdate_console_sessions",
     "backdate_events",
@@ -44,6 +45,11 @@ def backdate(store: Store, run_id: str, seconds: float, *, column: str = "lease_
 def backdate_attempts(store: Store, seconds: float, *, id: int | None = None, state: str | None = None) -> int:
     """Move ``finished_at`` of the attempts with ``id`` and/or in ``state`` into the past; how many."""
     return _write(store, "testing_backdate_attempts", id=id, state=state, seconds=seconds)
+
+
+def backdate_approvals(store: Store, run_id: str, seconds: float) -> int:
+    """Move the expiry of run ``run_id``'s approvals ``seconds`` into the past; how many."""
+    return _write(store, "testing_backdate_approvals", run_id=run_id, seconds=seconds)
 
 
 def backdate_console_sessions(store: Store, seconds: float) -> int:

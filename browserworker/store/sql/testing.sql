@@ -34,3 +34,7 @@ UPDATE limits SET paused_until = paused_until - :seconds, refilled_at = refilled
 -- name: testing_backdate_console_sessions
 -- Move the expiry of every console session :seconds into the past.
 UPDATE console_sessions SET expires_at = expires_at - :seconds
+
+-- name: testing_backdate_approvals
+-- Move the expiry of run :run_id's approvals :seconds into the past.
+UPDATE approvals SET expires_at = expires_at - :seconds WHERE run_id = :run_id
