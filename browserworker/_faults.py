@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .errors import InjectedFault
+
 __all__ = ["CHAOS_POINTS", "POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse", "suspended"]
 
 POINTS = (
@@ -48,10 +50,6 @@ CHAOS_POINTS = (
 )
 """The points ``browserworker chaos`` crashes an effect at (a subset of :data:`POINTS`)."""
 ENV = "BROWSERWORKER_FAULTS"
-
-
-class InjectedFault(RuntimeError):
-    """Raised at a point configured with the ``raise`` action."""
 
 
 @dataclass

@@ -1,9 +1,14 @@
-"""Exceptions raised by browserworker.
+"""Exceptions raised by browserworker: every one a user can meet is here and exported by
+``browserworker`` (``docs/api.md`` lists them with their exit codes).
 
 Every error a user can cause (bad flow file, bad input, unknown run) derives from
 :class:`UsageError`. Each class carries the exit code the ``browserworker`` command ends
 with when it stops a command: 2 a refusal (nothing written), 5 stopped without an outcome
 (store failure, lease lost; resume the run), 6 a full queue (backpressure), 1 otherwise.
+:class:`InjectedFault` is the one that is not a :class:`BrowserworkerError`: it stands for
+an unexpected failure, on purpose.
+
+This module is the bottom layer: it imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -52,6 +57,20 @@ class RunNotFound(UsageError):
     """No run with that id in the store."""
 
 
+class DatabaseInUse(UsageError):
+    """Restore refused: something is (or may be) using the database."""
+
+
+class SessionKeyError(UsageError):
+    """No usable key to seal login sessions with (``BROWSERWORKER_SESSION_KEY``)."""
+
+
+class ReplayError(BrowserworkerError):
+    """A replay could not be carried out (bad recording, crash point never reached...)."""
+
+    exit_code = 2
+
+
 class QueueFull(BrowserworkerError):
     """Enqueue refused: the queue is at its maximum depth (backpressure). Nothing was written."""
 
@@ -84,6 +103,11 @@ class StoreUnavailable(StoreError):
     command that meets it ends with exit 5, never with a refusal."""
 
 
+class GroupSpoiled(StoreError):
+    """A call failed in a group run without savepoints (``group(isolate=False)``): the whole
+    group was rolled back and nothing of it is durable; run the batch again isolated."""
+
+
 class LeaseLost(BrowserworkerError):
     """A fenced write hit zero rows: another owner (or nobody) holds the run now.
 
@@ -101,3 +125,9 @@ class BrowserNotFound(BrowserworkerError):
 
 class UndeclaredEffect(BrowserworkerError):
     """An action tried to send what only an effect may (``undeclared_effects="fail"``); it was not sent."""
+
+
+class InjectedFault(RuntimeError):
+    """Raised at a fault point configured with the ``raise`` action (``BROWSERWORKER_FAULTS``,
+    :func:`browserworker.prove.configure_faults`): an unexpected failure, on purpose, so it is
+    not a :class:`BrowserworkerError`."""

@@ -7,13 +7,14 @@ options (``_context_options``, ``_session_options``), loading flow files and the
 """
 
 from ._context_options import secret_values
-from ._dispatch_rules import is_dispatch
+from ._dispatch_rules import ChannelRequest, is_dispatch
 from ._extensions import Extension, Extensions
 from ._flow import Action, Effect, Flow, Login, RecordedResponse, Step, StepContext, Verdict, where_defined
 from ._loader import LoadedFlow, file_hash, load_flow, parse_inputs, unproven_effects
 
 __all__ = [
     "Action",
+    "ChannelRequest",
     "Effect",
     "Extension",
     "Extensions",

@@ -208,7 +208,7 @@ class Effect(Step):
     verifier: VerifyFn | None = field(default=None, repr=False)
     counter: CountFn | None = field(default=None, repr=False)
     approve: bool | Callable[[BaseModel], bool] = False  # a person approves each dispatch (docs/approvals.md)
-    approve_timeout: float | None = None  # seconds an approval may wait (None: BROWSERWORKER_APPROVAL_TTL)
+    approve_timeout: float | None = None  # seconds an approval may wait (None: the engine's ApprovalSettings.ttl)
 
     def count(self, fn: CountFn) -> CountFn:
         """Register a probe that counts how many times this effect landed for ``ctx.request_key``.

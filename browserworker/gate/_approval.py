@@ -5,9 +5,11 @@ the request's fingerprint (method, URL, normalized body) is compared with the st
 approval. Approved with the same fingerprint: it goes on. Otherwise an approval is asked
 (once per fingerprint: a restarted worker finds its own), with a screenshot of the page and
 the request summarized with its secrets masked, and the gate holds the request for up to
-``BROWSERWORKER_APPROVAL_HOLD`` seconds, polling the store for the decision while the lease
-heartbeats. No decision by then: the request is aborted (nothing sent) and the run is
-parked AWAITING_APPROVAL; a later attempt rebuilds the page and asks here again.
+the hold (``ApprovalSettings.hold``, from ``BROWSERWORKER_APPROVAL_HOLD``), polling the store
+for the decision while the lease heartbeats. No decision by then: the request is aborted
+(nothing sent) and the run is parked AWAITING_APPROVAL; a later attempt rebuilds the page and
+asks here again. The hold and the default expiry come with the run (the engine makes them
+where the process starts); nothing here reads the environment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,15 +37,12 @@ if TYPE_CHECKING:  # the recording package imports the engine: imported where us
 __all__ = [
     "VOLATILE_FIELDS",
     "ApprovalCheck",
-    "approval_hold",
     "approval_ttl",
     "describe_request",
     "needs_approval",
     "request_fingerprint",
 ]
 
-DEFAULT_TTL = 24 * 3600.0
-DEFAULT_HOLD = 10.0
 _POLL = 0.2
 _CDP_WAIT = 5.0
 _BODY_MAX = 4000
@@ -55,18 +53,10 @@ def needs_approval(effect: Effect, inputs: Any) -> bool:
     return bool(effect.approve(inputs)) if callable(effect.approve) else bool(effect.approve)
 
 
-def approval_ttl(effect: Effect) -> float:
-    """Seconds an approval of ``effect`` may wait: its ``approve_timeout=``, else
-    ``BROWSERWORKER_APPROVAL_TTL``, else 24 h."""
-    if effect.approve_timeout is not None:
-        return effect.approve_timeout
-    return float(os.environ.get("BROWSERWORKER_APPROVAL_TTL") or DEFAULT_TTL)
-
-
-def approval_hold() -> float:
-    """Seconds a worker holds the page and the request waiting for a decision before it parks
-    the run (``BROWSERWORKER_APPROVAL_HOLD``, default 10; 0 parks at once)."""
-    return float(os.environ.get("BROWSERWORKER_APPROVAL_HOLD") or DEFAULT_HOLD)
+def approval_ttl(effect: Effect, default: float) -> float:
+    """Seconds an approval of ``effect`` may wait: its ``approve_timeout=``, else ``default``
+    (the run's ``ApprovalSettings.ttl``: ``BROWSERWORKER_APPROVAL_TTL``, else 24 h)."""
+    return effect.approve_timeout if effect.approve_timeout is not None else default
 
 
 VOLATILE_FIELDS = ("csrf", "xsrf", "authenticity_token", "_token", "nonce")
@@ -133,9 +123,11 @@ class Parked:
 
 
 class ApprovalCheck:
-    """One armed effect attempt's approval check (see the module docstring)."""
+    """One armed effect attempt's approval check (see the module docstring): ``hold`` seconds a
+    request is held waiting for a decision before the run is parked, ``ttl`` seconds an
+    approval may wait when the effect has no ``approve_timeout=``."""
 
-    def __init__(self, scope: Any, effect: Effect, page: Page, gate: Any) -> None:
+    def __init__(self, scope: Any, effect: Effect, page: Page, gate: Any, *, hold: float, ttl: float) -> None:
         self.scope = scope
         self.gate = gate
         self.effect = effect
@@ -144,16 +136,19 @@ class ApprovalCheck:
         self.parked: Parked | None = None
         self.stopped = asyncio.Event()  # set once a request was refused for want of approval
         self.abandoned = False  # the effect function ended while a request was held: stop holding
-        self.hold = approval_hold()
+        self.hold = hold
+        self.ttl = approval_ttl(effect, ttl)
         self._session: CDPSession | None = None
         self.password_fields: list[str] = []
 
     @classmethod
-    async def of(cls, scope: Any, effect: Effect, page: Page, gate: Any) -> ApprovalCheck | None:
+    async def of(
+        cls, scope: Any, effect: Effect, page: Page, gate: Any, *, hold: float, ttl: float
+    ) -> ApprovalCheck | None:
         """The check for an attempt of ``effect``, if it needs approval for these inputs."""
         if not needs_approval(effect, scope.inputs):
             return None
-        check = cls(scope, effect, page, gate)
+        check = cls(scope, effect, page, gate, hold=hold, ttl=ttl)
         await check.look()
         return check
 
@@ -191,7 +186,7 @@ class ApprovalCheck:
         if live is None or live.fingerprint != fp:  # never asked, or asked about another request
             summary = describe_request(method, url, body, headers, await self._redactor())
             shot = await self._screenshot(f"{step_id}-{attempt.attempt_no}-approval")
-            live = await self.journal.request_approval(attempt, fp, summary, shot, approval_ttl(self.effect))
+            live = await self.journal.request_approval(attempt, fp, summary, shot, self.ttl)
             self.scope.extensions.later.notice(
                 self.scope.run,
                 step_id,

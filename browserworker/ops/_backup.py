@@ -28,8 +28,9 @@ import os
 from pathlib import Path
 from types import ModuleType
 
+from ..errors import DatabaseInUse
 from ..store.url import is_postgres, open_store
-from ._backup_common import BackupReport, DatabaseInUse, DbCheck, MigrateReport, RestoreReport, in_use_reasons
+from ._backup_common import BackupReport, DbCheck, MigrateReport, RestoreReport, in_use_reasons
 from ._metrics import DEFAULT_STALE_AFTER
 
 __all__ = [

@@ -16,11 +16,7 @@ from ..journal import gone_here
 from ..store.base import Store
 from ._metrics import DEFAULT_STALE_AFTER
 
-__all__ = ["BackupReport", "DatabaseInUse", "DbCheck", "MigrateReport", "RestoreReport", "in_use_reasons", "write_new"]
-
-
-class DatabaseInUse(UsageError):
-    """Restore refused: something is (or may be) using the database."""
+__all__ = ["BackupReport", "DbCheck", "MigrateReport", "RestoreReport", "in_use_reasons", "write_new"]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError, UsageError
+from ..errors import DatabaseInUse, StoreError, UsageError
 from ..store.ops import RestoreFence
 from ..store.postgres import (
     MAINTENANCE,
@@ -49,7 +49,7 @@ from ..store.postgres import (
     store_sessions,
 )
 from ..store.url import postgres_url
-from ._backup_common import BackupReport, DatabaseInUse, DbCheck, RestoreReport, in_use_reasons, write_new
+from ._backup_common import BackupReport, DbCheck, RestoreReport, in_use_reasons, write_new
 
 __all__ = ["DIALECT", "SCHEMA_VERSION", "backup", "check_db", "restore", "version_before"]
 

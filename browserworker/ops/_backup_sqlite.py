@@ -15,12 +15,12 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from ..errors import StoreError, UsageError
+from ..errors import DatabaseInUse, StoreError, UsageError
 from ..store.shared import SQLStore
 from ..store.sqlite import SCHEMA_VERSION, SQLiteConnector, SQLiteStore
 from ..store.sqlite import files as sqlite_files
 from ..store.url import sqlite_path
-from ._backup_common import BackupReport, DatabaseInUse, DbCheck, RestoreReport, in_use_reasons, write_new
+from ._backup_common import BackupReport, DbCheck, RestoreReport, in_use_reasons, write_new
 
 __all__ = ["DIALECT", "SCHEMA_VERSION", "backup", "check_db", "restore", "version_before"]
 

@@ -2,8 +2,9 @@
 what landed on the target (``_chaos``); ``_selftest`` runs a verifier once against a clean run.
 """
 
-from .._faults import CHAOS_POINTS, POINTS, InjectedFault
+from .._faults import CHAOS_POINTS, POINTS
 from .._faults import configure as configure_faults
+from ..errors import InjectedFault
 from ._chaos import run_chaos
 
 __all__ = [

@@ -12,9 +12,10 @@ See :mod:`.files` for the format, :mod:`.redact` for what never reaches a record
 """
 
 from .._redact import REDACTED, Redactor
+from ..errors import ReplayError
 from .files import FORMAT, Recording, recording_path
 from .recorder import RecordedRun, record
-from .replayer import CRASH_POINTS, ReplayError, ReplayResult, replay, replay_async, run_sync
+from .replayer import CRASH_POINTS, ReplayResult, replay, replay_async, run_sync
 from .router import ReplayRouter
 
 __all__ = [

@@ -37,7 +37,7 @@ from playwright.async_api import BrowserContext
 
 from .. import _faults as faults
 from .._redact import REDACTED, Redactor
-from ..errors import BrowserworkerError, InputError, UsageError
+from ..errors import BrowserworkerError, InputError, ReplayError, UsageError
 from ..flow import Effect, Extensions, LoadedFlow, Step, StepContext, load_flow
 from ..journal import LeaseSettings
 from ..ops import journal_view
@@ -50,7 +50,7 @@ from .recorder import TraceChunks, journal_data
 from .router import ReplayProxy, ReplayRouter, tls_context
 from .selftest import SelfTest, expected_after, run_verifier
 
-__all__ = ["CRASH_POINTS", "ReplayError", "ReplayResult", "parse_crash_at", "replay", "replay_async"]
+__all__ = ["CRASH_POINTS", "ReplayResult", "parse_crash_at", "replay", "replay_async"]
 
 CRASH_POINTS = faults.POINTS
 REPLY_LOST = "reply_lost"  # one of them; a replay crashes there from its router (see _crash_child)
@@ -64,12 +64,6 @@ def _line(text: Any) -> str:
 
 
 _EXIT = {RunState.SUCCEEDED: 0, RunState.FAILED: 1, RunState.NEEDS_REVIEW: 3, RunState.CANCELLED: 4}
-
-
-class ReplayError(BrowserworkerError):
-    """A replay could not be carried out (bad recording, crash point never reached...)."""
-
-    exit_code = 2
 
 
 class ReplayStopped(BrowserworkerError):

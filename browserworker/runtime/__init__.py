@@ -5,23 +5,27 @@ runs; ``_leased_run`` is one leased run; ``_browser`` finds and starts Chromium.
 ``_executor`` (passes over the steps), ``_passes`` (what they share), ``_actions``,
 ``_effects`` (intent, gated step, outcome), ``_recovery_rules`` (pure decisions after a crash),
 ``_recover`` (carrying them out: verifier, settle, review); ``_run_request`` creates a run or
-finds the one to resume; ``_login_sessions`` saves and reuses sealed login sessions.
+finds the one to resume; ``_login_sessions`` saves and reuses sealed login sessions;
+``_approval_settings`` says how long an approval's request is held and may wait.
 """
 
+from ._approval_settings import ApprovalSettings
 from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
 from ._engine import Engine
 from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed
 from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
-from ._worker import WorkerSettings, WorkerStats
+from ._worker import Worker, WorkerSettings, WorkerStats
 
 __all__ = [
     "ENV_ARGS",
     "LEAN_FEATURES",
+    "ApprovalSettings",
     "BrowserProcess",
     "BrowserSettings",
     "Engine",
     "RunRequest",
     "SessionInfo",
+    "Worker",
     "WorkerSettings",
     "WorkerStats",
     "drop_session",

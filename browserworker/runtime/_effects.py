@@ -138,7 +138,9 @@ async def _attempt(
     ctx = scope.step_context(p.page, step.id, attempt, fp, p.results)
     faults.hit("after_intent_commit", step.id)
     await ext.before_step(ctx, step, p.context)
-    check = gate.approval = await ApprovalCheck.of(scope, step, p.page, gate)
+    check = gate.approval = await ApprovalCheck.of(
+        scope, step, p.page, gate, hold=scope.approvals.hold, ttl=scope.approvals.ttl
+    )
     gate.arm(attempt)
     p.gap_closed()
     await installing  # the route is in place before the effect runs

@@ -24,6 +24,7 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import RunRecord
+from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess, BrowserSettings
 from ._leased_run import LeasedRun, acquire
 from ._run_request import RunRequest, prepare_run
@@ -38,7 +39,10 @@ class Engine:
     """Runs runs: here and now (:meth:`run`), or as a worker serving queues (:meth:`serve`).
 
     ``extensions`` (see :mod:`browserworker.flow._extensions`) hear about every run this engine
-    executes; ``evidence_dir`` keeps screenshots of steps parked for review.
+    executes; ``evidence_dir`` keeps screenshots of steps parked for review. Settings not given
+    come from the environment, as the command's do: ``browser`` from
+    :meth:`BrowserSettings.discover`, ``approvals`` (the hold and default expiry of ``approve=``
+    effects) from :meth:`ApprovalSettings.from_env`.
     """
 
     def __init__(
@@ -49,10 +53,12 @@ class Engine:
         lease: LeaseSettings | None = None,
         extensions: Sequence[object] = (),
         evidence_dir: Path | None = None,
+        approvals: ApprovalSettings | None = None,
     ) -> None:
         self.store = store
         self.browser = browser if browser is not None else BrowserSettings.discover()
         self.lease = lease if lease is not None else LeaseSettings()
+        self.approvals = approvals if approvals is not None else ApprovalSettings.from_env()
         self.extensions = list(extensions)
         self.evidence_dir = evidence_dir
 
@@ -96,7 +102,14 @@ class Engine:
                 if claimed is None:  # stopped while waiting (for a budget, a live lease): nothing was taken
                     return await astore.call(self.store.get_run, run.id) or run
                 leased = LeasedRun(
-                    astore, claimed, loaded, owner, ext, lease=self.lease, evidence_dir=self.evidence_dir
+                    astore,
+                    claimed,
+                    loaded,
+                    owner,
+                    ext,
+                    lease=self.lease,
+                    approvals=self.approvals,
+                    evidence_dir=self.evidence_dir,
                 )
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
                 async with BrowserProcess(self.browser) as session:

@@ -20,15 +20,17 @@ from typing import Any
 import structlog
 from playwright.async_api import BrowserContext, Page
 
+from ..errors import SessionKeyError
 from ..flow import Action, Effect, Extension, Extensions, Flow, Login, Step
 from ..gate import ContextRoute, StepGap, watch_navigations
 from ..journal import RunJournal
 from ..states import AttemptState, RunState
 from ..store.records import AttemptRecord, RunRecord
 from ._actions import run_action
+from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess
 from ._effects import run_effect
-from ._login_sessions import SessionKeyError, SessionRun
+from ._login_sessions import SessionRun
 from ._passes import Again, Pass, PassOutcome, RunScope, Stop
 
 __all__ = ["Executor", "PassOutcome"]
@@ -53,6 +55,7 @@ class Executor:
         browser: BrowserProcess,
         extensions: Extensions,
         *,
+        approvals: ApprovalSettings,
         evidence_dir: Path | None = None,
     ) -> None:
         run = journal.run
@@ -74,6 +77,7 @@ class Executor:
             extensions=extensions,
             inputs=flow.validate_inputs(run.inputs),
             evidence_dir=evidence_dir,
+            approvals=approvals,
             shared_workers_allowed=browser.settings.shared_workers == "allow",
             log=log.bind(run_id=run.id, flow=flow.name, worker_id=journal.worker, lease_epoch=journal.epoch),
         )

@@ -13,6 +13,7 @@ from ..journal import Lease, LeaseSettings, RunJournal, owner_is_gone
 from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import Owner, RunRecord
+from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess
 from ._executor import Executor
 
@@ -32,10 +33,12 @@ class LeasedRun:
         extensions: Extensions,
         *,
         lease: LeaseSettings,
+        approvals: ApprovalSettings,
         evidence_dir: Path | None = None,
     ) -> None:
         self.run = run
         self.evidence_dir = evidence_dir
+        self.approvals = approvals
         self.loaded = loaded
         self.extensions = extensions
         self.lease = Lease(astore, run.id, run.lease_epoch, lease, extensions)
@@ -67,7 +70,14 @@ class LeasedRun:
 
     async def execute(self, session: BrowserProcess) -> RunRecord:
         """Execute the run in ``session`` to its end (heartbeating from :meth:`start`, or from now)."""
-        executor = Executor(self.loaded.flow, self.journal, session, self.extensions, evidence_dir=self.evidence_dir)
+        executor = Executor(
+            self.loaded.flow,
+            self.journal,
+            session,
+            self.extensions,
+            approvals=self.approvals,
+            evidence_dir=self.evidence_dir,
+        )
         executor.stop_requested = self.stop_requested
         self.extensions.add(executor.closer)
         self.executor = executor

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..errors import UsageError
+from ..errors import SessionKeyError, UsageError
 from ..flow import Action, Flow, Login, StepContext
 from ..store.base import Store
 from ..store.login_sessions import LoginSession
@@ -68,10 +68,6 @@ LOGIN_CLAIM_TTL = 120.0
 """Seconds a run's claim on a key's login holds; another run may take it over after that."""
 _POLL = 0.2
 _MAGIC = b"bws1"
-
-
-class SessionKeyError(UsageError):
-    """No usable key to seal login sessions with."""
 
 
 class SessionUnreadable(Exception):

@@ -29,6 +29,7 @@ from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import RunRecord
 from ..store.wakeups import Wakeups
+from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess, BrowserSettings
 from ._leased_run import LeasedRun
 
@@ -124,6 +125,7 @@ class EngineParts(Protocol):
     store: Store
     browser: BrowserSettings
     lease: LeaseSettings
+    approvals: ApprovalSettings
     evidence_dir: Path | None
 
     def extensions_for(self, more: Sequence[object] = ()) -> Extensions: ...
@@ -359,6 +361,7 @@ class Worker:
             self.owner,
             self.engine.extensions_for([_SlotFreed(self._settled)]),
             lease=self.engine.lease,
+            approvals=self.engine.approvals,
             evidence_dir=self.engine.evidence_dir,
         )
         if self._stop.is_set():

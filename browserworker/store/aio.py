@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from ..errors import StoreError
-from .base import GroupSpoiled, Store
+from ..errors import GroupSpoiled, StoreError
+from .base import Store
 
 __all__ = ["AsyncStore"]
 

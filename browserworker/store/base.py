@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ..errors import StoreError
 from ..states import AttemptState, RunState
 from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord, WorkerRecord
 from .wakeups import Wakeups
@@ -35,12 +34,7 @@ if TYPE_CHECKING:
         WorkerLoad,
     )
 
-__all__ = ["GroupSpoiled", "Store"]
-
-
-class GroupSpoiled(StoreError):
-    """A call failed in a group run without savepoints (``group(isolate=False)``): the whole
-    group was rolled back and nothing of it is durable; run the batch again isolated."""
+__all__ = ["Store"]
 
 
 @runtime_checkable

@@ -38,8 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ...errors import StoreError, StoreUnavailable
-from ..base import GroupSpoiled
+from ...errors import GroupSpoiled, StoreError, StoreUnavailable
 from ..connector import Row
 from ..shared import SQLStore
 from ._conninfo import (

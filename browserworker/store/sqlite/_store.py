@@ -20,8 +20,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...errors import StoreError
-from ..base import GroupSpoiled
+from ...errors import GroupSpoiled, StoreError
 from ..connector import SQL_PACKAGE, Row, compile_queries, load_queries, numbered_migrations, shared_queries
 from ..shared import SQLStore
 from ..wakeups import NoWakeups
