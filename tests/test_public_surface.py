@@ -234,7 +234,7 @@ def test_the_version_is_the_package_metadata(monkeypatch: pytest.MonkeyPatch) ->
     assert browserworker.__version__ == "browserworker-from-metadata"
 
 
-def test_approval_settings_come_from_the_environment_where_settings_are_made(
+def test_settings_come_from_the_environment_where_settings_are_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``ApprovalSettings.from_env`` reads the two variables (unset or empty: 24 h and 10 s); a
@@ -263,10 +263,40 @@ def test_approval_settings_come_from_the_environment_where_settings_are_made(
         store.close()
 
 
-def test_the_gate_reads_no_environment() -> None:
-    """No module of the gate reads ``os.environ`` or ``os.getenv``: its settings come with the run."""
+def test_login_session_settings_come_from_the_environment_where_settings_are_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SessionSettings.from_env`` reads the sealing key and the maximum age (unset or empty:
+    None); an ``Engine`` not given ``sessions=`` reads them when it is made, given them it reads
+    nothing; the run's login code reads no environment."""
+    from browserworker import BrowserSettings, Engine, open_store
+    from browserworker.runtime import SessionSettings
+
+    assert SessionSettings.from_env({}) == SessionSettings(key=None, max_age=None)
+    assert SessionSettings.from_env({"BROWSERWORKER_SESSION_KEY": " k ", "BROWSERWORKER_SESSION_MAX_AGE": "60"}) == (
+        SessionSettings(key="k", max_age=60.0)
+    )
+    with pytest.raises(UsageError, match="BROWSERWORKER_SESSION_MAX_AGE must be"):
+        SessionSettings.from_env({"BROWSERWORKER_SESSION_MAX_AGE": "a week"})
+    monkeypatch.setenv("BROWSERWORKER_SESSION_MAX_AGE", "90")
+    store = open_store(tmp_path / "bw.db")
+    try:
+        assert Engine(store, browser=BrowserSettings()).sessions == SessionSettings(max_age=90.0)
+        mine = SessionSettings(max_age=5.0)
+        monkeypatch.setenv("BROWSERWORKER_SESSION_MAX_AGE", "not read")
+        assert Engine(store, browser=BrowserSettings(), sessions=mine).sessions is mine
+    finally:
+        store.close()
+
+
+def test_the_gate_and_the_run_loop_read_no_environment() -> None:
+    """No module of the gate, and no module of the runtime but its settings and the browser's
+    discovery, reads ``os.environ`` or ``os.getenv``: their settings come with the run."""
     readers = []
-    for path in sorted((PACKAGE / "gate").glob("*.py")):
+    paths = sorted((PACKAGE / "gate").glob("*.py")) + [
+        p for p in sorted((PACKAGE / "runtime").glob("*.py")) if p.name not in ("_settings.py", "_browser.py")
+    ]
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
                 readers.append(f"{path.name}:{node.lineno}")

@@ -24,7 +24,7 @@ from browserworker.control import enqueue
 from browserworker.errors import FlowDefinitionError, InputError
 from browserworker.flow import load_flow
 from browserworker.recording import replay
-from browserworker.runtime import generate_key
+from browserworker.runtime import SessionSettings, generate_key
 from browserworker.runtime._login_sessions import ENV_KEY, Sealer, SessionUnreadable, sealer_for
 from browserworker.store import open_store
 
@@ -94,7 +94,7 @@ def saved_cookie(db: str, key: str, env: dict[str, str] | None = None) -> str:
     os.environ.update(env or {})
     store = open_store(db)
     try:
-        sealer = sealer_for(store)
+        sealer = sealer_for(store, SessionSettings.from_env())
         assert sealer is not None
         state = sealer.open(store.login_sessions.get(key).state, key)
     finally:
@@ -165,11 +165,11 @@ def test_sealed_state_needs_its_key_and_the_key_file_is_private(
             other.open(sealed, key)
     store = open_store(tmp_path / "bw.db")
     try:
-        first = sealer_for(store)
+        first = sealer_for(store, SessionSettings.from_env())
         path = tmp_path / "bw.db.session-key"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         text = path.read_text()
-        assert sealer_for(store).key_id == first.key_id and path.read_text() == text
+        assert sealer_for(store, SessionSettings.from_env()).key_id == first.key_id and path.read_text() == text
     finally:
         store.close()
 
@@ -188,12 +188,12 @@ def test_new_key_prints_a_key_the_store_seals_with(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv(ENV_KEY, first.output.strip())
     store = open_store(tmp_path / "bw.db")
     try:
-        sealer = sealer_for(store)
+        sealer = sealer_for(store, SessionSettings.from_env())
         assert sealer.open(sealer.seal({"cookies": []}, "k"), "k") == {"cookies": []}
         assert not (tmp_path / "bw.db.session-key").exists()
         monkeypatch.setenv(ENV_KEY, "too-short")
         with pytest.raises(SessionKeyError, match="browserworker sessions new-key"):
-            sealer_for(store)
+            sealer_for(store, SessionSettings.from_env())
     finally:
         store.close()
 

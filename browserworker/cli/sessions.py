@@ -42,9 +42,9 @@ def sessions_command(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ..runtime import list_sessions
+    from ..runtime import SessionSettings, list_sessions
 
-    found, problem = list_sessions(invocation().store(create=False))
+    found, problem = list_sessions(invocation().store(create=False), SessionSettings.from_env())
     emit({"sessions": [s.to_dict() for s in found], "key_problem": problem}, as_json, lambda: _show(found, problem))
 
 

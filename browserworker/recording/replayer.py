@@ -41,7 +41,7 @@ from ..errors import BrowserworkerError, InputError, ReplayError, UsageError
 from ..flow import Effect, Extensions, LoadedFlow, Step, StepContext, load_flow
 from ..journal import LeaseSettings
 from ..ops import journal_view
-from ..runtime import BrowserSettings, Engine, replay_seed
+from ..runtime import BrowserSettings, Engine, SessionSettings, replay_seed
 from ..states import RunState
 from ..store import Store, open_store
 from ..store.records import AttemptRecord, EventRecord, NewRun, RunRecord
@@ -327,6 +327,7 @@ def _create_run(store: Store, recording: Recording, loaded: LoadedFlow, inputs: 
         loaded.flow,
         validated,
         [d["decision"] for d in recording.journal.get("decisions", []) if d.get("decision")],
+        SessionSettings.from_env(),
     )
     return store.create_run(
         NewRun(

@@ -6,14 +6,14 @@ runs; ``_leased_run`` is one leased run; ``_browser`` finds and starts Chromium.
 ``_effects`` (intent, gated step, outcome), ``_recovery_rules`` (pure decisions after a crash),
 ``_recover`` (carrying them out: verifier, settle, review); ``_run_request`` creates a run or
 finds the one to resume; ``_login_sessions`` saves and reuses sealed login sessions;
-``_approval_settings`` says how long an approval's request is held and may wait.
+``_settings`` says how long an approval's request is held and may wait.
 """
 
-from ._approval_settings import ApprovalSettings
 from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
 from ._engine import Engine
 from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed
 from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
+from ._settings import ApprovalSettings, SessionSettings
 from ._worker import Worker, WorkerSettings, WorkerStats
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Engine",
     "RunRequest",
     "SessionInfo",
+    "SessionSettings",
     "Worker",
     "WorkerSettings",
     "WorkerStats",

@@ -24,10 +24,10 @@ from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import RunRecord
-from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess, BrowserSettings
 from ._leased_run import LeasedRun, acquire
 from ._run_request import RunRequest, prepare_run
+from ._settings import ApprovalSettings, SessionSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._worker import Worker, WorkerSettings, WorkerStats
@@ -42,7 +42,8 @@ class Engine:
     executes; ``evidence_dir`` keeps screenshots of steps parked for review. Settings not given
     come from the environment, as the command's do: ``browser`` from
     :meth:`BrowserSettings.discover`, ``approvals`` (the hold and default expiry of ``approve=``
-    effects) from :meth:`ApprovalSettings.from_env`.
+    effects) from :meth:`ApprovalSettings.from_env`, ``sessions`` (the sealing key and maximum
+    age of saved login sessions) from :meth:`SessionSettings.from_env`.
     """
 
     def __init__(
@@ -54,11 +55,13 @@ class Engine:
         extensions: Sequence[object] = (),
         evidence_dir: Path | None = None,
         approvals: ApprovalSettings | None = None,
+        sessions: SessionSettings | None = None,
     ) -> None:
         self.store = store
         self.browser = browser if browser is not None else BrowserSettings.discover()
         self.lease = lease if lease is not None else LeaseSettings()
         self.approvals = approvals if approvals is not None else ApprovalSettings.from_env()
+        self.sessions = sessions if sessions is not None else SessionSettings.from_env()
         self.extensions = list(extensions)
         self.evidence_dir = evidence_dir
 
@@ -109,6 +112,7 @@ class Engine:
                     ext,
                     lease=self.lease,
                     approvals=self.approvals,
+                    sessions=self.sessions,
                     evidence_dir=self.evidence_dir,
                 )
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease

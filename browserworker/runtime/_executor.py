@@ -27,11 +27,11 @@ from ..journal import RunJournal
 from ..states import AttemptState, RunState
 from ..store.records import AttemptRecord, RunRecord
 from ._actions import run_action
-from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess
 from ._effects import run_effect
 from ._login_sessions import SessionRun
 from ._passes import Again, Pass, PassOutcome, RunScope, Stop
+from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["Executor", "PassOutcome"]
 
@@ -56,6 +56,7 @@ class Executor:
         extensions: Extensions,
         *,
         approvals: ApprovalSettings,
+        sessions: SessionSettings | None = None,
         evidence_dir: Path | None = None,
     ) -> None:
         run = journal.run
@@ -78,6 +79,7 @@ class Executor:
             inputs=flow.validate_inputs(run.inputs),
             evidence_dir=evidence_dir,
             approvals=approvals,
+            sessions=sessions if sessions is not None else SessionSettings(),
             shared_workers_allowed=browser.settings.shared_workers == "allow",
             log=log.bind(run_id=run.id, flow=flow.name, worker_id=journal.worker, lease_epoch=journal.epoch),
         )

@@ -13,9 +13,9 @@ from ..journal import Lease, LeaseSettings, RunJournal, owner_is_gone
 from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import Owner, RunRecord
-from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess
 from ._executor import Executor
+from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["LeasedRun", "acquire"]
 
@@ -34,11 +34,13 @@ class LeasedRun:
         *,
         lease: LeaseSettings,
         approvals: ApprovalSettings,
+        sessions: SessionSettings | None = None,
         evidence_dir: Path | None = None,
     ) -> None:
         self.run = run
         self.evidence_dir = evidence_dir
         self.approvals = approvals
+        self.sessions = sessions if sessions is not None else SessionSettings()
         self.loaded = loaded
         self.extensions = extensions
         self.lease = Lease(astore, run.id, run.lease_epoch, lease, extensions)
@@ -76,6 +78,7 @@ class LeasedRun:
             session,
             self.extensions,
             approvals=self.approvals,
+            sessions=self.sessions,
             evidence_dir=self.evidence_dir,
         )
         executor.stop_requested = self.stop_requested

@@ -39,6 +39,7 @@ from ..store.base import Store
 from ..store.login_sessions import LoginSession
 from ._actions import run_action
 from ._passes import Again, Pass, RunScope
+from ._settings import ENV_SESSION_KEY, ENV_SESSION_MAX_AGE, SessionSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.connector import Connector
@@ -61,8 +62,8 @@ __all__ = [
     "session_key",
 ]
 
-ENV_KEY = "BROWSERWORKER_SESSION_KEY"
-ENV_MAX_AGE = "BROWSERWORKER_SESSION_MAX_AGE"
+ENV_KEY = ENV_SESSION_KEY
+ENV_MAX_AGE = ENV_SESSION_MAX_AGE
 DEFAULT_MAX_AGE = 12 * 3600.0
 LOGIN_CLAIM_TTL = 120.0
 """Seconds a run's claim on a key's login holds; another run may take it over after that."""
@@ -145,10 +146,9 @@ def _key_file(path: Path) -> bytes:
     return _parse_key(path.read_text(), f"the session key file {path}")
 
 
-def session_key(connector: Connector, *, create: bool = True) -> bytes | None:
-    """The sealing key for a store: :data:`ENV_KEY`, else the store's key file (SQLite; made if
-    missing with ``create``, else None), else :class:`SessionKeyError` naming the variable."""
-    given = os.environ.get(ENV_KEY)
+def session_key(connector: Connector, given: str | None, *, create: bool = True) -> bytes | None:
+    """The sealing key for a store: ``given`` (:data:`ENV_KEY`), else the store's key file (SQLite;
+    made if missing with ``create``, else None), else :class:`SessionKeyError` naming the variable."""
     if given:
         return _parse_key(given, ENV_KEY)
     path: Path | None = getattr(connector, "session_key_file", None)
@@ -162,26 +162,19 @@ def session_key(connector: Connector, *, create: bool = True) -> bytes | None:
     return _key_file(path)
 
 
-def sealer_for(store: Store, *, create: bool = True) -> Sealer | None:
-    """The :class:`Sealer` of ``store`` (see :func:`session_key`)."""
-    key = session_key(store.connector, create=create)  # type: ignore[attr-defined]
+def sealer_for(store: Store, settings: SessionSettings, *, create: bool = True) -> Sealer | None:
+    """The :class:`Sealer` of ``store`` with ``settings.key`` (see :func:`session_key`)."""
+    key = session_key(store.connector, settings.key, create=create)  # type: ignore[attr-defined]
     return None if key is None else Sealer(key)
 
 
-def max_age_of(flow: Flow[Any] | None) -> float:
+def max_age_of(flow: Flow[Any] | None, settings: SessionSettings) -> float:
     """How old a saved session of ``flow`` may be and still be reused, in seconds: its
-    ``session_max_age``, else :data:`ENV_MAX_AGE`, else :data:`DEFAULT_MAX_AGE`."""
+    ``session_max_age``, else ``settings.max_age`` (:data:`ENV_MAX_AGE`), else
+    :data:`DEFAULT_MAX_AGE`."""
     if flow is not None and flow.session_max_age is not None:
         return flow.session_max_age
-    given = os.environ.get(ENV_MAX_AGE)
-    if given:
-        try:
-            value = float(given)
-        except ValueError:
-            raise UsageError(f"{ENV_MAX_AGE} must be a number of seconds, not {given!r}") from None
-        if value > 0:
-            return value
-    return DEFAULT_MAX_AGE
+    return settings.max_age if settings.max_age is not None else DEFAULT_MAX_AGE
 
 
 class SessionRun:
@@ -195,7 +188,8 @@ class SessionRun:
         key = self.flow.session_key(scope.inputs)
         assert key is not None
         self.key = key
-        self.max_age = max_age_of(self.flow)
+        self.settings = scope.sessions
+        self.max_age = max_age_of(self.flow, self.settings)
         self.owner = scope.run.id  # a run resumed after a crash takes its own claim back at once
         self.sealer: Sealer | None = None
         self.loaded: LoginSession | None = None  # the row this pass's context was created from
@@ -219,7 +213,7 @@ class SessionRun:
 
         With no usable state while another run holds the key's login, wait for its save first."""
         if self.sealer is None:
-            self.sealer = await asyncio.to_thread(sealer_for, self.store)
+            self.sealer = await asyncio.to_thread(sealer_for, self.store, self.settings)
         row = await self.call(self.store.login_sessions.get, self.key)
         state = self._open(row)
         if state is None and row is not None and row.claimed(self.store.now()) and row.login_owner != self.owner:
@@ -308,7 +302,7 @@ class SessionRun:
         return value
 
 
-def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]) -> bool:
+def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str], settings: SessionSettings) -> bool:
     """For a replay in a fresh store: when the recorded run started from a saved session (its
     first session decision is ``session_reused`` or ``session_check_failed``), save an empty
     one under the run's key, so that the replay takes the same branch (the recorded answers
@@ -317,7 +311,7 @@ def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]
     first = next((d for d in decisions if d.startswith("session_")), None)
     if key is None or first not in ("session_reused", "session_check_failed"):
         return False
-    sealer = sealer_for(store)
+    sealer = sealer_for(store, settings)
     assert sealer is not None
     owner = "replay"
     store.login_sessions.claim(key, flow.name, owner, LOGIN_CLAIM_TTL, 0)
@@ -328,7 +322,7 @@ def replay_seed(store: Store, flow: Flow[Any], inputs: Any, decisions: list[str]
         sealer.seal({"cookies": [], "origins": []}, key),
         sealer.key_id,
         store.now(),
-        max_age_of(flow),
+        max_age_of(flow, settings),
     )
     return True
 
@@ -366,20 +360,20 @@ class SessionInfo:
         }
 
 
-def list_sessions(store: Store) -> tuple[list[SessionInfo], str | None]:
+def list_sessions(store: Store, settings: SessionSettings) -> tuple[list[SessionInfo], str | None]:
     """Every saved session, and why readability could not be told (no key), if so. A session
-    is expired past the max age of the flow that saved it (:data:`ENV_MAX_AGE`, if set, wins)."""
+    is expired past the max age of the flow that saved it (``settings.max_age``, if set, wins)."""
     try:
-        sealer = sealer_for(store, create=False)
+        sealer = sealer_for(store, settings, create=False)
         problem = None
     except SessionKeyError as exc:
         sealer, problem = None, str(exc)
-    forced = os.environ.get(ENV_MAX_AGE)
+    forced = settings.max_age is not None
     now = store.now()
     out = []
     for row in store.login_sessions.list():
         age = None if row.saved_at is None else now - row.saved_at
-        limit = max_age_of(None) if forced or row.max_age is None else row.max_age
+        limit = max_age_of(None, settings) if forced or row.max_age is None else row.max_age
         out.append(
             SessionInfo(
                 key=row.key,

@@ -16,7 +16,7 @@ from ..flow import Extensions, Flow, Step, StepContext
 from ..gate import ContextRoute, StepGap, safe_url
 from ..journal import RunJournal
 from ..store.records import AttemptRecord, OutboxRecord, RunRecord
-from ._approval_settings import ApprovalSettings
+from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = [
     "REPLAY_NOW",
@@ -89,6 +89,7 @@ class RunScope:
     log: Any
     evidence_dir: Path | None = None
     approvals: ApprovalSettings = ApprovalSettings()  # the hold and default expiry of approve= effects
+    sessions: SessionSettings = SessionSettings()  # the sealing key and maximum age of saved logins
     shared_workers_allowed: bool = False
     restored_at: float | None = None  # the run was restored from a backup (see reconcile.restore_gap)
     budget_since: float | None = None  # a person requeued the run: failures before count no more

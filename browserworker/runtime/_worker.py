@@ -29,9 +29,9 @@ from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import RunRecord
 from ..store.wakeups import Wakeups
-from ._approval_settings import ApprovalSettings
 from ._browser import BrowserProcess, BrowserSettings
 from ._leased_run import LeasedRun
+from ._settings import ApprovalSettings, SessionSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store.base import Store
@@ -126,6 +126,7 @@ class EngineParts(Protocol):
     browser: BrowserSettings
     lease: LeaseSettings
     approvals: ApprovalSettings
+    sessions: SessionSettings
     evidence_dir: Path | None
 
     def extensions_for(self, more: Sequence[object] = ()) -> Extensions: ...
@@ -362,6 +363,7 @@ class Worker:
             self.engine.extensions_for([_SlotFreed(self._settled)]),
             lease=self.engine.lease,
             approvals=self.engine.approvals,
+            sessions=self.engine.sessions,
             evidence_dir=self.engine.evidence_dir,
         )
         if self._stop.is_set():
