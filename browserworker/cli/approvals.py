@@ -7,7 +7,7 @@ import time
 import click
 
 from .. import control
-from ..store.approvals import ApprovalRecord
+from ..store.records import ApprovalRecord
 from .app import main
 from .invocation import invocation
 from .options import db_option, emit, json_option

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import getpass
 
-from ..store.approvals import ApprovalRecord
 from ..store.base import Store
+from ..store.records import ApprovalRecord
 
-__all__ = ["ApprovalRecord", "approvals_of_run", "approve", "list_approvals", "reject"]
+__all__ = ["approvals_of_run", "approve", "list_approvals", "reject"]
 
 
 def list_approvals(store: Store, *, limit: int = 100) -> list[ApprovalRecord]:

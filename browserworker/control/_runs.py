@@ -18,8 +18,7 @@ from ..runtime import new_run_id, validate_run_id
 from ..states import AttemptState, RunState
 from ..store import limit_rules
 from ..store.base import Store
-from ..store.limit_rules import KeyLimits
-from ..store.records import NewRun, RunRecord
+from ..store.records import KeyLimits, NewRun, RunRecord
 
 __all__ = [
     "ReviewItem",

@@ -28,8 +28,7 @@ from playwright.async_api import CDPSession, Page
 from .._canonical import canonical_json
 from ..errors import LeaseLost
 from ..flow import Effect
-from ..store.approvals import ApprovalRecord
-from ..store.records import AttemptRecord
+from ..store.records import ApprovalRecord, AttemptRecord
 
 if TYPE_CHECKING:  # the recording package imports the engine: imported where used
     from .._redact import Redactor

@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 from ..errors import LeaseLost
 from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
-from ..store.approvals import ApprovalRecord
-from ..store.records import AttemptRecord, OutboxRecord, Owner, RunRecord
+from ..store.records import ApprovalRecord, AttemptRecord, OutboxRecord, Owner, RunRecord
 from ._leases import Lease, LeaseSettings
 
 __all__ = ["RunJournal"]

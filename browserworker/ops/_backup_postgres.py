@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatabaseInUse, StoreError, UsageError
-from ..store.ops import RestoreFence
 from ..store.postgres import (
     MAINTENANCE,
     SCHEMA_VERSION,
@@ -48,6 +47,7 @@ from ..store.postgres import (
     snapshot,
     store_sessions,
 )
+from ..store.records import RestoreFence
 from ..store.url import postgres_url
 from ._backup_common import BackupReport, DbCheck, RestoreReport, in_use_reasons, write_new
 

@@ -25,8 +25,7 @@ from prometheus_client.exposition import start_http_server
 
 from ..journal import gone_here
 from ..store.base import Store
-from ..store.limit_rules import KeyLimits
-from ..store.ops import StateCount
+from ..store.records import KeyLimits, StateCount
 from ._counters import ProcessCounters
 
 __all__ = [

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # rich is imported only by the commands that print tables
 
     from ..control import ReviewItem
     from ..runtime import WorkerStats
-    from ..store.limit_rules import KeyLimits
+    from ..store.records import KeyLimits
 
 __all__ = [
     "Progress",

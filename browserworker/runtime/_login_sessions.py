@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ..errors import SessionKeyError, UsageError
 from ..flow import Action, Flow, Login, StepContext
 from ..store.base import Store
-from ..store.login_sessions import LoginSession
+from ..store.records import LoginSession
 from ._actions import run_action
 from ._passes import Again, Pass, RunScope
 from ._settings import ENV_SESSION_KEY, ENV_SESSION_MAX_AGE, SessionSettings

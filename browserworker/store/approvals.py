@@ -7,8 +7,6 @@ an approval past its ``expires_at`` ends like a rejection with the reason ``expi
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
 from .._canonical import canonical_json
@@ -16,76 +14,13 @@ from ..errors import UsageError
 from ..states import RunState
 from .connector import Connector, Row, Tx
 from .manager import Manager, read_only
-from .records import RunRecord
+from .records import ApprovalRecord, RunRecord
 from .runs import RunManager
 
-__all__ = ["APPROVAL_STATES", "ApprovalManager", "ApprovalRecord"]
+__all__ = ["APPROVAL_STATES", "ApprovalManager"]
 
 APPROVAL_STATES = ("PENDING", "APPROVED", "REJECTED", "EXPIRED", "SUPERSEDED")
 _LIVE_RUN = (RunState.LEASED, RunState.RUNNING)
-
-
-@dataclass(frozen=True)
-class ApprovalRecord:
-    """One request held for a decision, as stored (its summary is masked: no secret in it)."""
-
-    id: int
-    run_id: str
-    step_id: str
-    attempt_no: int
-    request_key: str
-    fingerprint: str
-    summary: dict[str, Any]
-    screenshot: str | None
-    state: str
-    worker: str | None
-    created_at: float
-    expires_at: float
-    decided_at: float | None
-    decided_by: str | None
-    reason: str | None
-    flow_name: str | None = None
-
-    @classmethod
-    def from_row(cls, row: Row) -> ApprovalRecord:
-        return cls(
-            id=int(row["id"]),
-            run_id=row["run_id"],
-            step_id=row["step_id"],
-            attempt_no=int(row["attempt_no"]),
-            request_key=row["request_key"],
-            fingerprint=row["fingerprint"],
-            summary=json.loads(row["summary_json"]),
-            screenshot=row["screenshot"],
-            state=row["state"],
-            worker=row["worker"],
-            created_at=float(row["created_at"]),
-            expires_at=float(row["expires_at"]),
-            decided_at=row["decided_at"],
-            decided_by=row["decided_by"],
-            reason=row["reason"],
-            flow_name=row["flow_name"] if "flow_name" in row.keys() else None,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "run_id": self.run_id,
-            "flow": self.flow_name,
-            "step_id": self.step_id,
-            "attempt_no": self.attempt_no,
-            "request_key": self.request_key,
-            "fingerprint": self.fingerprint,
-            "request": self.summary,
-            "screenshot": self.screenshot,
-            "state": self.state,
-            "worker": self.worker,
-            "waiting_since": self.created_at,
-            "expires_at": self.expires_at,
-            "decided_at": self.decided_at,
-            "decided_by": self.decided_by,
-            "reason": self.reason,
-        }
 
 
 class ApprovalManager(Manager):

@@ -19,10 +19,10 @@ from .wakeups import Wakeups
 if TYPE_CHECKING:
     from .approvals import ApprovalManager
     from .console_sessions import ConsoleSessionManager
-    from .limit_rules import KeyLimits
     from .login_sessions import LoginSessionManager
-    from .ops import (
+    from .records import (
         DuplicatePrevented,
+        KeyLimits,
         LiveLease,
         QueueBacklog,
         QueueWait,

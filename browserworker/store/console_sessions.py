@@ -10,37 +10,15 @@ ending the sessions of a changed token are writes.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
-from .connector import Row
 from .manager import Manager, read_only
+from .records import ConsoleSession
 
-__all__ = ["ConsoleSession", "ConsoleSessionManager"]
+__all__ = ["ConsoleSessionManager"]
 
 
 def _digest(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ConsoleSession:
-    """A ``console_sessions`` row."""
-
-    name: str
-    role: str
-    token_key: str
-    created_at: float
-    expires_at: float
-
-    @classmethod
-    def from_row(cls, row: Row) -> ConsoleSession:
-        return cls(
-            name=row["name"],
-            role=row["role"],
-            token_key=row["token_key"],
-            created_at=row["created_at"],
-            expires_at=row["expires_at"],
-        )
 
 
 class ConsoleSessionManager(Manager):

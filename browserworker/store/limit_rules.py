@@ -17,7 +17,6 @@ from __future__ import annotations
 import email.utils
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import FlowDefinitionError, InputError, UsageError
@@ -25,7 +24,6 @@ from ..errors import FlowDefinitionError, InputError, UsageError
 __all__ = [
     "MAX_PAUSE",
     "THROTTLE_STATUSES",
-    "KeyLimits",
     "LimitKey",
     "burst_of",
     "check_key",
@@ -121,23 +119,3 @@ def retry_after(headers: Mapping[str, str], now: float) -> float | None:
             return None
         seconds = when.timestamp() - now
     return min(MAX_PAUSE, max(0.0, seconds))
-
-
-@dataclass(frozen=True)
-class KeyLimits:
-    """One limit key as ``browserworker limits`` shows it."""
-
-    key: str
-    concurrency: int | None
-    rate: float | None
-    """Claims per minute."""
-    tokens: float | None
-    paused_until: float | None
-    pause_reason: str | None
-    live: int
-    """Runs of the key LEASED or RUNNING now."""
-    claims_last_minute: int
-    paused: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)

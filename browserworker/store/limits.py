@@ -6,8 +6,8 @@ from __future__ import annotations
 from ..errors import OverBudget, UsageError
 from . import limit_rules
 from .connector import Row, Tx
-from .limit_rules import KeyLimits
 from .manager import Manager, read_only
+from .records import KeyLimits
 
 __all__ = ["LimitManager", "admit"]
 

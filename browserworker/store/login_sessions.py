@@ -10,54 +10,10 @@ from a run that logged in after the state it replaces was saved, never from a st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .connector import Row
 from .manager import Manager, read_only
+from .records import LoginSession
 
-__all__ = ["LoginSession", "LoginSessionManager"]
-
-
-@dataclass(frozen=True)
-class LoginSession:
-    """A ``login_sessions`` row. ``state`` is the sealed storage state (None: none saved yet)."""
-
-    key: str
-    state: bytes | None
-    key_id: str | None
-    flow_name: str | None
-    saved_by: str | None
-    created_at: float
-    saved_at: float | None
-    used_at: float | None
-    max_age: float | None
-    uses: int
-    version: int
-    login_owner: str | None
-    login_until: float | None
-
-    @classmethod
-    def from_row(cls, row: Row) -> LoginSession:
-        state = row["state"]
-        return cls(
-            key=row["key"],
-            state=None if state is None else bytes(state),
-            key_id=row["key_id"],
-            flow_name=row["flow_name"],
-            saved_by=row["saved_by"],
-            created_at=row["created_at"],
-            saved_at=row["saved_at"],
-            used_at=row["used_at"],
-            max_age=row["max_age"],
-            uses=row["uses"],
-            version=row["version"],
-            login_owner=row["login_owner"],
-            login_until=row["login_until"],
-        )
-
-    def claimed(self, now: float) -> bool:
-        """Whether a run holds the login claim at ``now``."""
-        return self.login_owner is not None and (self.login_until or 0) >= now
+__all__ = ["LoginSessionManager"]
 
 
 class LoginSessionManager(Manager):

@@ -4,118 +4,25 @@ ages and windows are taken against the caller's ``now`` (the store's clock)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from .manager import Manager, read_only
-from .records import WorkerRecord, _fields
+from .records import (
+    DuplicatePrevented,
+    LiveLease,
+    QueueBacklog,
+    QueueWait,
+    Reconciliation,
+    RestoreFence,
+    StateCount,
+    StepUnknowns,
+    UnknownOpen,
+    WorkerLoad,
+    WorkerRecord,
+    _fields,
+)
 
-__all__ = [
-    "DuplicatePrevented",
-    "LiveLease",
-    "OpsManager",
-    "QueueBacklog",
-    "QueueWait",
-    "Reconciliation",
-    "RestoreFence",
-    "StateCount",
-    "StepUnknowns",
-    "UnknownOpen",
-    "WorkerLoad",
-]
-
-
-@dataclass(frozen=True)
-class StateCount:
-    queue: str
-    state: str
-    n: int
-
-
-@dataclass(frozen=True)
-class QueueBacklog:
-    """A queue's QUEUED runs: all, those claimable now, and when the oldest claimable one
-    became claimable (enqueued, or its delay ended)."""
-
-    queue: str
-    queued: int
-    ready: int | None
-    oldest_ready_at: float | None
-
-
-@dataclass(frozen=True)
-class UnknownOpen:
-    """Effect attempts of one step that are UNKNOWN now, and how many became so since ``since``."""
-
-    queue: str
-    flow_name: str
-    step_id: str
-    n: int
-    recent: int | None
-
-
-@dataclass(frozen=True)
-class StepUnknowns:
-    """Every classification of one step's attempts as UNKNOWN, ever and since ``since``."""
-
-    flow_name: str
-    step_id: str
-    n: int
-    recent: int | None
-
-
-@dataclass(frozen=True)
-class DuplicatePrevented:
-    """Reconciliations that proved an UNKNOWN effect had landed, by who proved it."""
-
-    flow_name: str
-    step_id: str
-    decision: str | None
-    n: int
-
-
-@dataclass(frozen=True)
-class Reconciliation:
-    """A lost lease and the first event after it that settles what was in doubt."""
-
-    run_id: str
-    detected_at: float
-    kind: str
-    from_state: str | None
-    to_state: str | None
-    decision: str | None
-    decided_at: float
-
-
-@dataclass(frozen=True)
-class QueueWait:
-    queue: str
-    waited: float | None
-
-
-@dataclass(frozen=True)
-class WorkerLoad:
-    worker: WorkerRecord
-    leased: int
-
-
-@dataclass(frozen=True)
-class LiveLease:
-    id: str
-    state: str
-    owner: str | None
-    owner_host: str | None
-    owner_pid: int | None
-    owner_pid_start: str | None
-    lease_epoch: int
-    lease_expires_at: float
-
-
-@dataclass(frozen=True)
-class RestoreFence:
-    requeued: list[str]  # leased runs handed back to the queue
-    flagged: int  # unfinished runs flagged for reconciliation
-    last_event_at: float | None  # the restored journal's last event
+__all__ = ["OpsManager"]
 
 
 R = TypeVar("R")

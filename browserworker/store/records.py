@@ -1,4 +1,6 @@
-"""Typed records read from the store (runs, journal attempts, outbox rows, events)."""
+"""The typed records the store takes and returns: runs, journal attempts, outbox rows, events,
+workers; what the operations' reads return; limit keys; approvals, login sessions and console
+sign-ins. Every result of a store call is defined here, none in a manager."""
 
 from __future__ import annotations
 
@@ -11,7 +13,30 @@ from ..states import AttemptState, RunState
 
 REDACTED = "[redacted]"
 
-__all__ = ["REDACTED", "AttemptRecord", "EventRecord", "NewRun", "OutboxRecord", "Owner", "RunRecord", "WorkerRecord"]
+__all__ = [
+    "REDACTED",
+    "ApprovalRecord",
+    "AttemptRecord",
+    "ConsoleSession",
+    "DuplicatePrevented",
+    "EventRecord",
+    "KeyLimits",
+    "LiveLease",
+    "LoginSession",
+    "NewRun",
+    "OutboxRecord",
+    "Owner",
+    "QueueBacklog",
+    "QueueWait",
+    "Reconciliation",
+    "RestoreFence",
+    "RunRecord",
+    "StateCount",
+    "StepUnknowns",
+    "UnknownOpen",
+    "WorkerLoad",
+    "WorkerRecord",
+]
 
 
 def _fields(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -347,3 +372,251 @@ class EventRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# what the operations' reads return (browserworker.store.ops)
+
+
+@dataclass(frozen=True)
+class StateCount:
+    queue: str
+    state: str
+    n: int
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """A queue's QUEUED runs: all, those claimable now, and when the oldest claimable one
+    became claimable (enqueued, or its delay ended)."""
+
+    queue: str
+    queued: int
+    ready: int | None
+    oldest_ready_at: float | None
+
+
+@dataclass(frozen=True)
+class UnknownOpen:
+    """Effect attempts of one step that are UNKNOWN now, and how many became so since ``since``."""
+
+    queue: str
+    flow_name: str
+    step_id: str
+    n: int
+    recent: int | None
+
+
+@dataclass(frozen=True)
+class StepUnknowns:
+    """Every classification of one step's attempts as UNKNOWN, ever and since ``since``."""
+
+    flow_name: str
+    step_id: str
+    n: int
+    recent: int | None
+
+
+@dataclass(frozen=True)
+class DuplicatePrevented:
+    """Reconciliations that proved an UNKNOWN effect had landed, by who proved it."""
+
+    flow_name: str
+    step_id: str
+    decision: str | None
+    n: int
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """A lost lease and the first event after it that settles what was in doubt."""
+
+    run_id: str
+    detected_at: float
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    decision: str | None
+    decided_at: float
+
+
+@dataclass(frozen=True)
+class QueueWait:
+    queue: str
+    waited: float | None
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    worker: WorkerRecord
+    leased: int
+
+
+@dataclass(frozen=True)
+class LiveLease:
+    id: str
+    state: str
+    owner: str | None
+    owner_host: str | None
+    owner_pid: int | None
+    owner_pid_start: str | None
+    lease_epoch: int
+    lease_expires_at: float
+
+
+@dataclass(frozen=True)
+class RestoreFence:
+    requeued: list[str]  # leased runs handed back to the queue
+    flagged: int  # unfinished runs flagged for reconciliation
+    last_event_at: float | None  # the restored journal's last event
+
+
+# the limit keys (browserworker.store.limits; the rules are browserworker.store.limit_rules)
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    """One limit key as ``browserworker limits`` shows it."""
+
+    key: str
+    concurrency: int | None
+    rate: float | None
+    """Claims per minute."""
+    tokens: float | None
+    paused_until: float | None
+    pause_reason: str | None
+    live: int
+    """Runs of the key LEASED or RUNNING now."""
+    claims_last_minute: int
+    paused: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# the tables of approvals, login sessions and console sign-ins
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One request held for a decision, as stored (its summary is masked: no secret in it)."""
+
+    id: int
+    run_id: str
+    step_id: str
+    attempt_no: int
+    request_key: str
+    fingerprint: str
+    summary: dict[str, Any]
+    screenshot: str | None
+    state: str
+    worker: str | None
+    created_at: float
+    expires_at: float
+    decided_at: float | None
+    decided_by: str | None
+    reason: str | None
+    flow_name: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ApprovalRecord:
+        return cls(
+            id=int(row["id"]),
+            run_id=row["run_id"],
+            step_id=row["step_id"],
+            attempt_no=int(row["attempt_no"]),
+            request_key=row["request_key"],
+            fingerprint=row["fingerprint"],
+            summary=json.loads(row["summary_json"]),
+            screenshot=row["screenshot"],
+            state=row["state"],
+            worker=row["worker"],
+            created_at=float(row["created_at"]),
+            expires_at=float(row["expires_at"]),
+            decided_at=row["decided_at"],
+            decided_by=row["decided_by"],
+            reason=row["reason"],
+            flow_name=row["flow_name"] if "flow_name" in row.keys() else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "flow": self.flow_name,
+            "step_id": self.step_id,
+            "attempt_no": self.attempt_no,
+            "request_key": self.request_key,
+            "fingerprint": self.fingerprint,
+            "request": self.summary,
+            "screenshot": self.screenshot,
+            "state": self.state,
+            "worker": self.worker,
+            "waiting_since": self.created_at,
+            "expires_at": self.expires_at,
+            "decided_at": self.decided_at,
+            "decided_by": self.decided_by,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class LoginSession:
+    """A ``login_sessions`` row. ``state`` is the sealed storage state (None: none saved yet)."""
+
+    key: str
+    state: bytes | None
+    key_id: str | None
+    flow_name: str | None
+    saved_by: str | None
+    created_at: float
+    saved_at: float | None
+    used_at: float | None
+    max_age: float | None
+    uses: int
+    version: int
+    login_owner: str | None
+    login_until: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LoginSession:
+        state = row["state"]
+        return cls(
+            key=row["key"],
+            state=None if state is None else bytes(state),
+            key_id=row["key_id"],
+            flow_name=row["flow_name"],
+            saved_by=row["saved_by"],
+            created_at=row["created_at"],
+            saved_at=row["saved_at"],
+            used_at=row["used_at"],
+            max_age=row["max_age"],
+            uses=row["uses"],
+            version=row["version"],
+            login_owner=row["login_owner"],
+            login_until=row["login_until"],
+        )
+
+    def claimed(self, now: float) -> bool:
+        """Whether a run holds the login claim at ``now``."""
+        return self.login_owner is not None and (self.login_until or 0) >= now
+
+
+@dataclass(frozen=True)
+class ConsoleSession:
+    """A ``console_sessions`` row."""
+
+    name: str
+    role: str
+    token_key: str
+    created_at: float
+    expires_at: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ConsoleSession:
+        return cls(
+            name=row["name"],
+            role=row["role"],
+            token_key=row["token_key"],
+            created_at=row["created_at"],
+            expires_at=row["expires_at"],
+        )
