@@ -8,7 +8,7 @@
   names its sessions ``browserworker:<schema>``) or the registry or leases say it is in use,
   renames the current schema to ``<schema>_before_restore_<time>``, loads the backup with
   ``pg_restore`` in one transaction (it recreates the schema), migrates it and fences it
-  (:meth:`~browserworker.store.base.Store.fence_restored`) before the lock is released, so
+  (:meth:`~browserworker.store.ops.OpsManager.fence_restored`) before the lock is released, so
   no worker ever sees it unfenced. If anything fails after the rename, what was loaded is
   dropped and the previous schema renamed back.
 - The check reads the schema as it is: no migration.

@@ -1,10 +1,12 @@
 """The durable control plane: runs, the journal of attempts, the outbox and events.
 
 Open one with :func:`open_store` (a path or a URL). The layout: :mod:`.base` (the
-:class:`Store` protocol), :mod:`.connector` (what a dialect provides), :mod:`.shared` (the
-store: the managers :mod:`.runs`, :mod:`.journal`, :mod:`.fleet`, :mod:`.review`, :mod:`.ops`
-over a connector), :mod:`.sqlite` and :mod:`.postgres` (the dialects), :mod:`.aio` (asyncio
-and group commit), :mod:`.wakeups` (waking idle workers), :mod:`.testing` (helpers for tests of any store).
+:class:`Store` protocol, the one list of the flat methods), :mod:`.records` (every record the
+store takes or returns), :mod:`.connector` (what a dialect provides), :mod:`.shared` (the
+store: the managers :mod:`.runs`, :mod:`.journal`, :mod:`.fleet`, :mod:`.review`, :mod:`.ops`,
+... over a connector, each flat method bound to its manager's), :mod:`.sqlite` and
+:mod:`.postgres` (the dialects), :mod:`.aio` (asyncio and group commit), :mod:`.wakeups`
+(waking idle workers), :mod:`.testing` (helpers for tests of any store).
 """
 
 from .base import Store

@@ -112,8 +112,18 @@ class Connector(Protocol):
         ...
 
     def group(self, *, isolate: bool = True) -> AbstractContextManager[None]:
-        """One transaction, one commit, around many store calls (group commit); see
-        :meth:`browserworker.store.base.Store.group`."""
+        """One transaction (one commit) around many store calls: group commit.
+
+        With ``isolate`` (the default), each call's own transaction becomes a savepoint, so a
+        call that fails rolls back only itself. Without it the calls share the transaction
+        bare, and the first call whose transaction block fails spoils the group: later calls
+        raise at once and the group rolls everything back and raises
+        :class:`~browserworker.errors.GroupSpoiled` — the caller runs the batch again
+        isolated. Nothing is durable, so nobody may act on a result, until the group commits:
+        :class:`~browserworker.store.aio.AsyncStore` hands results out only then. If the
+        database rolls the whole transaction back itself, the rest of the group's calls fail
+        at once and the group raises :class:`~browserworker.errors.StoreError`.
+        """
         ...
 
     def read(self, query: str, params: Mapping[str, Any]) -> list[Row]:

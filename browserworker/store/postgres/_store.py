@@ -241,7 +241,7 @@ class PostgresConnector:
 
     @contextmanager
     def group(self, *, isolate: bool = True) -> Iterator[None]:
-        """One transaction, one commit, around many store calls (see ``Store.group``): each
+        """One transaction, one commit, around many store calls (see ``Connector.group``): each
         call a savepoint with ``isolate``; without, the first failing call spoils the group."""
         with self._borrowed() as conn:
             self._execute(conn, "BEGIN")
