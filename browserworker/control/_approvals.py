@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 
+from ..errors import RunNotFound
 from ..store.base import Store
 from ..store.records import ApprovalRecord
 
@@ -23,13 +24,18 @@ def list_approvals(store: Store, *, limit: int = 100) -> list[ApprovalRecord]:
 
 
 def approvals_of_run(store: Store, run_id: str) -> list[ApprovalRecord]:
-    """Every approval a run asked for, decided or not, in the order asked."""
-    return store.approvals.of_run(run_id)
+    """Every approval a run asked for, decided or not, in the order asked.
+    Raises :class:`~browserworker.errors.RunNotFound` for an unknown run."""
+    found = store.approvals.of_run(run_id)
+    if not found and store.get_run(run_id) is None:
+        raise RunNotFound(f"no run {run_id!r}")
+    return found
 
 
 def approve(store: Store, run_id: str, step_id: str, *, who: str | None = None) -> ApprovalRecord:
     """Approve the waiting request of ``step_id``: the run dispatches it (a parked run is queued).
-    Raises :class:`~browserworker.errors.UsageError` for an unknown run or step, or one decided already."""
+    Raises :class:`~browserworker.errors.RunNotFound` for an unknown run, and
+    :class:`~browserworker.errors.UsageError` for an unknown step or one decided already."""
     return store.approvals.decide(run_id, step_id, "approve", who=who or _who())
 
 

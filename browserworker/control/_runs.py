@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import RunNotFound, UsageError
 from ..flow import LoadedFlow
 from ..runtime import new_run_id, validate_run_id
 from ..states import AttemptState, RunState
@@ -116,14 +116,15 @@ def manage_limits(
 def cancel(store: Store, run_id: str, *, who: str | None = None) -> str:
     """Cancel a run: 'cancelled' (it was queued or in review), 'requested' (it stops at its
     next step boundary, never between an effect's intent and its outcome), or its final state.
-    ``who`` (a person's name) is journaled with the cancel."""
+    ``who`` (a person's name) is journaled with the cancel. :class:`RunNotFound` for an unknown run."""
     return store.cancel(run_id, who=who)
 
 
 def requeue(store: Store, run_id: str, *, who: str | None = None) -> RunRecord:
     """Put a FAILED or CANCELLED run back in its queue with its id and journal (its SUCCEEDED
     steps are skipped, its effects keep their request keys); the decision and ``who`` are
-    journaled. :class:`UsageError` for a run in any other state (nothing written)."""
+    journaled. :class:`UsageError` for a run in any other state, :class:`RunNotFound` for an
+    unknown run (nothing written)."""
     return store.requeue(run_id, who=who or _who())
 
 
@@ -229,10 +230,11 @@ def parse_decision(decision: str | None, result_json: str | None) -> tuple[str, 
 def resolve(
     store: Store, run_id: str, step_id: str, decision: str, *, result: Any = None, who: str | None = None
 ) -> RunRecord:
-    """Journal a person's decision and re-queue the run (or end it FAILED)."""
+    """Journal a person's decision and re-queue the run (or end it FAILED).
+    :class:`RunNotFound` for an unknown run, :class:`UsageError` for one not in NEEDS_REVIEW."""
     run = store.get_run(run_id)
     if run is None:
-        raise UsageError(f"no run {run_id!r}")
+        raise RunNotFound(f"no run {run_id!r}")
     if run.state != RunState.NEEDS_REVIEW:
         raise UsageError(f"run {run_id} is {run.state}, not NEEDS_REVIEW")
     return store.resolve(run_id, step_id, decision, result=result, who=who or _who())

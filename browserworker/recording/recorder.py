@@ -31,7 +31,7 @@ from playwright.async_api import APIResponse, BrowserContext
 from pydantic import BaseModel
 
 from .._redact import REDACTED, Redactor
-from ..errors import InputError, UsageError
+from ..errors import InputError, RunNotFound, UsageError
 from ..flow import Effect, Extension, Extensions, Flow, LoadedFlow, Step, StepContext, secret_values
 from ..gate import ApiCall, observe_api
 from ..states import RunState
@@ -173,9 +173,11 @@ def _local(value: Any) -> Any:
 def journal_data(
     store: Store, run_id: str, redactor: Redactor, fingerprints: Callable[[str], str] = lambda fp: fp
 ) -> dict[str, Any]:
-    """The run, its attempts and its decisions as redacted JSON data (``journal.json``)."""
+    """The run, its attempts and its decisions as redacted JSON data (``journal.json``);
+    :class:`~browserworker.errors.RunNotFound` for an unknown run."""
     run = store.get_run(run_id)
-    assert run is not None
+    if run is None:
+        raise RunNotFound(f"no run {run_id!r}")
     attempts = []
     for a in store.attempts(run_id):
         attempts.append(

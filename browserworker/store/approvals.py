@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._canonical import canonical_json
-from ..errors import UsageError
+from ..errors import RunNotFound, UsageError
 from ..states import RunState
 from .connector import Connector, Row, Tx
 from .manager import Manager, read_only
@@ -181,8 +181,8 @@ class ApprovalManager(Manager):
 
         Approved: a parked run is QUEUED (a worker holding the page sees it and dispatches).
         Rejected: a parked run ends FAILED; a worker holding the page ends the attempt
-        FAILED_BEFORE_SEND and the run FAILED. Raises :class:`UsageError` for an unknown run or
-        step, and for an approval already decided or expired."""
+        FAILED_BEFORE_SEND and the run FAILED. Raises :class:`RunNotFound` for an unknown run, and
+        :class:`UsageError` for an unknown step or an approval already decided or expired."""
         if decision not in ("approve", "reject"):
             raise UsageError(f"unknown decision {decision!r}")
         self.expire_due()
@@ -190,7 +190,7 @@ class ApprovalManager(Manager):
         with self.c.transaction() as tx:
             run = tx.one("lock_run", {"id": run_id})
             if run is None:
-                raise UsageError(f"no run {run_id!r}")
+                raise RunNotFound(f"no run {run_id!r}")
             live = tx.one("latest_approval", {"run_id": run_id, "step_id": step_id})
             if live is None:
                 raise UsageError(f"step {step_id!r} of run {run_id} has no approval to decide")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._canonical import canonical_json
-from ..errors import UsageError
+from ..errors import RunNotFound, UsageError
 from ..states import AttemptState, RunState
 from .connector import Connector
 from .manager import Manager, read_only
@@ -36,7 +36,7 @@ class ReviewManager(Manager):
         with self.c.transaction() as tx:
             before = tx.one("lock_run", {"id": run_id})
             if before is None:
-                raise UsageError(f"no run {run_id!r}")
+                raise RunNotFound(f"no run {run_id!r}")
             if tx.execute("cancel_queued", {"id": run_id, "now": now}) == 1:
                 self._event(
                     tx,
@@ -64,7 +64,7 @@ class ReviewManager(Manager):
         with self.c.transaction() as tx:
             before = tx.one("lock_run", {"id": run_id})
             if before is None:
-                raise UsageError(f"no run {run_id!r}")
+                raise RunNotFound(f"no run {run_id!r}")
             if tx.execute("requeue_ended", {"id": run_id, "now": now}) != 1:
                 raise UsageError(f"run {run_id} is {before['state']}: only FAILED or CANCELLED runs are requeued")
             self._event(
@@ -94,7 +94,7 @@ class ReviewManager(Manager):
         with self.c.transaction() as tx:
             run = tx.one("lock_run", {"id": run_id})
             if run is None:
-                raise UsageError(f"no run {run_id!r}")
+                raise RunNotFound(f"no run {run_id!r}")
             if run["state"] != RunState.NEEDS_REVIEW:
                 raise UsageError(f"run {run_id} is {run['state']}, not NEEDS_REVIEW")
             latest = tx.one("latest_attempt", {"run_id": run_id, "step_id": step_id})
