@@ -4,7 +4,6 @@ whose every dispatch passes the gate after its intent is journaled."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -265,7 +264,7 @@ async def _outcome(
     evidence = _gate_evidence(scope, step, ctx, gate, outbox)
     if verdict.state == AttemptState.UNKNOWN:
         # this attempt dispatches nothing more from now on; reconcile in a new pass
-        evidence["stopped_at"] = time.time()
+        evidence["stopped_at"] = scope.clock()
         evidence["page_url"] = safe_url(p.page)
         evidence["screenshot"] = await scope.screenshot(p.page, f"{step.id}-{attempt.attempt_no}-after-error")
     succeeded = verdict.state == AttemptState.SUCCEEDED

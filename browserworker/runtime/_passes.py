@@ -4,7 +4,8 @@ browser state (:class:`Pass`), and how a step ends a pass early (:class:`Again`,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -94,6 +95,10 @@ class RunScope:
     restored_at: float | None = None  # the run was restored from a backup (see reconcile.restore_gap)
     budget_since: float | None = None  # a person requeued the run: failures before count no more
     parked_approval: int | None = None  # the approval the run waits for (a pass ended "approval")
+    # the wall clock the settle rule reads and how recovery waits out the settle time
+    # (docs/guarantees.md, "Recovery"); a test passes its own
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     def step_context(
         self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str, results: Mapping[str, Any]

@@ -8,8 +8,6 @@ pass the way the plan says: replay now, hand on a result, park for review, or fa
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from playwright.async_api import Page
@@ -149,7 +147,7 @@ def _stopped_at(scope: RunScope, attempt: AttemptRecord) -> float:
         and attempt.evidence.get("stopped_at")
     ):
         return float(attempt.evidence["stopped_at"])
-    return scope.run.owner_stopped_at or time.time()
+    return scope.run.owner_stopped_at or scope.clock()
 
 
 def _name(fn: Any) -> str:
@@ -221,7 +219,7 @@ async def verify(
             evidence["screenshot"] = await scope.screenshot(page, f"{step.id}-{attempt.attempt_no}")
             await journal.decide(attempt, "needs_review", evidence)
             raise Stop("review", f"effect {step.id}: verifier could not tell ({verdict.reason})")
-        now = time.time()
+        now = scope.clock()
         if deadline is not None and now < deadline:
             wait = deadline - now
             rlog.info("verifier: not done yet; waiting for the settle time", wait=round(wait, 1))
@@ -231,7 +229,7 @@ async def verify(
                 f"verifier says not done, but the request may still be in "
                 f"flight; asking again in {wait:.1f}s (settle {step.settle:g}s)",
             )
-            await asyncio.sleep(wait)
+            await scope.sleep(wait)
             continue
         done = await journal.finish(
             attempt, AttemptState.NOT_DONE, decided_by="verifier", evidence=evidence, error=attempt.error
