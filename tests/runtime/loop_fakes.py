@@ -31,7 +31,7 @@ import pytest
 
 from browserworker.flow import Extension, Extensions, Flow, StepContext
 from browserworker.journal import Lease, LeaseSettings, RunJournal
-from browserworker.runtime import BrowserSettings
+from browserworker.runtime import ApprovalSettings, BrowserSettings
 from browserworker.runtime._browser import BrowserProcess
 from browserworker.runtime._executor import Executor
 from browserworker.store import open_store
@@ -453,7 +453,9 @@ class Loop:
         browser in place of Chromium (and ``clock`` as the settle rule's clock)."""
         extensions = Extensions([heard])
         journal = self.journal(run, extensions=extensions)
-        executor = Executor(flow, journal, cast(BrowserProcess, self.browser), extensions)
+        executor = Executor(
+            flow, journal, cast(BrowserProcess, self.browser), extensions, approvals=ApprovalSettings(hold=0.0)
+        )
         extensions.add(executor.closer)
         if clock is not None:
             executor.scope.clock, executor.scope.sleep = clock, clock.sleep
