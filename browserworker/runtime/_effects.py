@@ -259,7 +259,9 @@ async def _outcome(
         confirm=step.judge if step.confirm is not None else None,
     )
     error = None if raised is None else f"{type(raised).__name__}: {raised}"
-    if verdict.decided_by == THROTTLED:
+    if verdict.decided_by == THROTTLED or (error is None and verdict.state == AttemptState.FAILED):
+        # a FAILED attempt always has its error, so that it counts against ``retries=``
+        # (``confirm`` rejecting the answer to an effect that returned is such a failure)
         error = verdict.reason
     evidence = _gate_evidence(scope, step, ctx, gate, outbox)
     if verdict.state == AttemptState.UNKNOWN:

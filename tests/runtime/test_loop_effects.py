@@ -280,11 +280,6 @@ def test_a_recorded_answer_decides_an_effect_that_raised_after_dispatch(
     assert len(loop.site.sent()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an attempt FAILED by confirm after a normal return is journaled with no error, so "
-    "own_failures() never counts it and the effect is replayed (a new POST) every pass, forever",
-)
 def test_confirm_rejecting_the_answer_fails_an_effect_that_returned(loop: Loop) -> None:
     """An effect that returned normally is SUCCEEDED unless its ``confirm`` rejects the recorded
     answer: then it is FAILED (decided by confirm) and counts against ``retries=``; out of
