@@ -301,16 +301,35 @@ class JournalManager(Manager):
         decision: str | None = None,
         detail: Any = None,
     ) -> None:
+        """Journal an event of run ``run_id``. Given ``epoch`` it is written for the holder of
+        that lease, fenced as every such write is: :class:`LeaseLost` (nothing written) once
+        another claim moved the run on."""
+        if epoch is None:
+            with self.c.transaction() as tx:
+                self._event(
+                    tx,
+                    run_id,
+                    kind,
+                    now=self.c.now(),
+                    step_id=step_id,
+                    attempt_no=attempt_no,
+                    worker=worker,
+                    decision=decision,
+                    detail=detail,
+                )
+            return
+        params = {
+            "at": self.c.now(),
+            "run_id": run_id,
+            "step_id": step_id,
+            "attempt_no": attempt_no,
+            "worker": worker,
+            "epoch": epoch,
+            "kind": kind,
+            "decision": decision,
+            "detail_json": None if detail is None else canonical_json(detail),
+        }
         with self.c.transaction() as tx:
-            self._event(
-                tx,
-                run_id,
-                kind,
-                now=self.c.now(),
-                step_id=step_id,
-                attempt_no=attempt_no,
-                worker=worker,
-                epoch=epoch,
-                decision=decision,
-                detail=detail,
-            )
+            written = tx.execute("insert_fenced_event", params)
+        if written != 1:
+            raise self._lease_lost(run_id, epoch, 0.0, f"{kind} event")

@@ -43,11 +43,6 @@ WRITES: dict[str, Write] = {
     "park": lambda j, a, approval: j.park(approval),
     "dispatch": lambda j, a, approval: j.dispatch(a, "POST", URL, channel="held"),
 }
-UNFENCED = pytest.mark.xfail(
-    strict=True,
-    reason="finding: RunJournal.decide / decide_step check only the locally known lease; the store's "
-    "record_event is not fenced by the epoch, so a stale owner still writes its decision event",
-)
 
 
 def rows(loop: Loop, run_id: str) -> tuple[Any, ...]:
@@ -76,7 +71,7 @@ def counting(loop: Loop) -> list[str]:
     return calls
 
 
-@pytest.mark.parametrize("write", [pytest.param(w, marks=UNFENCED) if w == "decide" else w for w in sorted(WRITES)])
+@pytest.mark.parametrize("write", sorted(WRITES))
 def test_a_journal_write_after_another_claim_raises_lease_lost_and_writes_nothing(loop: Loop, write: str) -> None:
     """Once another owner has claimed the run (its epoch moved on), each fenced write of the old
     journal raises LeaseLost and changes no row of the store. The lease is then known lost (the

@@ -197,6 +197,14 @@ SET state = :state, finished_at = :now, result_json = :result_json, decided_by =
 WHERE id = :attempt_id AND state = :from_state
   AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.lease_epoch = :epoch {share_run})
 
+-- name: insert_fenced_event
+-- An event written for a lease holder (a decision): fenced by epoch on the run row it reads, as
+-- insert_attempt is; zero rows means the caller no longer owns the run.
+INSERT INTO events (at, run_id, step_id, attempt_no, worker, lease_epoch, kind, decision, detail_json)
+SELECT :at, :run_id, :step_id, :attempt_no, :worker, :epoch, :kind, :decision, :detail_json
+FROM runs
+WHERE id = :run_id AND lease_epoch = :epoch {share_run}
+
 -- name: insert_event
 -- Called with its values by position, in this order (Tx.insert_values): every transition
 -- writes one, several per run, and binding eleven names costs more than the insert's index writes.
