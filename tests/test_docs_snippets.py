@@ -122,7 +122,7 @@ def test_every_python_snippet_of_the_docs_runs(tmp_path: Path, shop: Any) -> Non
     assert ran == {
         "README.md": 1,
         "approvals.md": 1,
-        "limit_rules.md": 1,
+        "budgets.md": 1,
         "fleet.md": 1,
         "flows.md": 5,
         "proving.md": 2,
