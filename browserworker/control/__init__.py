@@ -4,20 +4,27 @@
 ``_approvals``: listing, approving and rejecting the effects that wait for a person.
 """
 
-from ._approvals import approvals_of_run, approve, list_approvals, reject
-from ._runs import (
-    ReviewItem,
-    cancel,
-    cancel_many,
-    enqueue,
-    manage_limits,
-    parse_decision,
-    requeue,
-    requeue_many,
-    resolve,
-    review_items,
-    validate_queue,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._approvals import approvals_of_run, approve, list_approvals, reject
+    from ._runs import (
+        ReviewItem,
+        cancel,
+        cancel_many,
+        enqueue,
+        manage_limits,
+        parse_decision,
+        requeue,
+        requeue_many,
+        resolve,
+        review_items,
+        validate_queue,
+    )
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "ReviewItem",

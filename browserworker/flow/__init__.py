@@ -6,11 +6,18 @@ options (``_context_options``, ``_session_options``), loading flow files and the
 (``_loader``), and :class:`Extension`, the hooks that hear every run (``_extensions``).
 """
 
-from ._context_options import secret_values
-from ._dispatch_rules import ChannelRequest, is_dispatch
-from ._extensions import Extension, Extensions
-from ._flow import Action, Effect, Flow, Login, RecordedResponse, Step, StepContext, Verdict, where_defined
-from ._loader import LoadedFlow, file_hash, load_flow, parse_inputs, unproven_effects
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._context_options import secret_values
+    from ._dispatch_rules import ChannelRequest, is_dispatch
+    from ._extensions import Extension, Extensions
+    from ._flow import Action, Effect, Flow, Login, RecordedResponse, Step, StepContext, Verdict, where_defined
+    from ._loader import LoadedFlow, file_hash, load_flow, parse_inputs, unproven_effects
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "Action",

@@ -9,13 +9,20 @@ route; ``_observed`` records what a verifier looked at. The table of channels is
 ``docs/channels.md``.
 """
 
-from ._approval import ApprovalCheck
-from ._gate import DispatchGate
-from ._guard import ActionGuard, StepGap
-from ._observed import Observed
-from ._outbox import watch_navigations
-from ._routes import ApiCall, ContextRoute, observe_api, safe_url
-from ._unload import disarm_unload
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._approval import ApprovalCheck
+    from ._gate import DispatchGate
+    from ._guard import ActionGuard, StepGap
+    from ._observed import Observed
+    from ._outbox import watch_navigations
+    from ._routes import ApiCall, ContextRoute, observe_api, safe_url
+    from ._unload import disarm_unload
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "ActionGuard",

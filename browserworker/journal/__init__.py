@@ -5,17 +5,24 @@ gone. ``_journal``: :class:`RunJournal`, a run's typed journal writes, each fenc
 lease epoch and owner (a write whose fence no longer holds raises ``LeaseLost``).
 """
 
-from ._journal import RunJournal
-from ._leases import (
-    Lease,
-    LeaseSettings,
-    gone_here,
-    own_start_time,
-    owner_is_gone,
-    pid_space,
-    process_is_gone,
-    this_owner,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._journal import RunJournal
+    from ._leases import (
+        Lease,
+        LeaseSettings,
+        gone_here,
+        own_start_time,
+        owner_is_gone,
+        pid_space,
+        process_is_gone,
+        this_owner,
+    )
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "Lease",

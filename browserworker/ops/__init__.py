@@ -6,30 +6,37 @@ dialects ``_backup_sqlite`` and ``_backup_postgres``, ``_activity`` (counts over
 CLI and the console show).
 """
 
-from ._activity import ActivitySlot, activity
-from ._backup import backup, check_db, migrate, restore
-from ._counters import ProcessCounters
-from ._evidence import mask, recordings_of, screenshot_file, screenshots
-from ._health import Breach, HealthRules, check, check_store, format_age, rules_from_options
-from ._metrics import MetricsServer, OpsSnapshot, exposition, snapshot
-from ._ops_views import backup_line, check_lines, migrate_line, print_status, restore_lines
-from ._views import (
-    Progress,
-    broken_line,
-    cancel_line,
-    journal_view,
-    limit_lines,
-    outcome_line,
-    print_chaos,
-    print_journal,
-    print_runs,
-    queue_line,
-    resolve_line,
-    review_lines,
-    run_summary,
-    terminal,
-    worker_line,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._activity import ActivitySlot, activity
+    from ._backup import backup, check_db, migrate, restore
+    from ._counters import ProcessCounters
+    from ._evidence import mask, recordings_of, screenshot_file, screenshots
+    from ._health import Breach, HealthRules, check, check_store, format_age, rules_from_options
+    from ._metrics import MetricsServer, OpsSnapshot, exposition, snapshot
+    from ._ops_views import backup_line, check_lines, migrate_line, print_status, restore_lines
+    from ._views import (
+        Progress,
+        broken_line,
+        cancel_line,
+        journal_view,
+        limit_lines,
+        outcome_line,
+        print_chaos,
+        print_journal,
+        print_runs,
+        queue_line,
+        resolve_line,
+        review_lines,
+        run_summary,
+        terminal,
+        worker_line,
+    )
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "ActivitySlot",

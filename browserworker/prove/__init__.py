@@ -2,10 +2,17 @@
 what landed on the target (``_chaos``); ``_selftest`` runs a verifier once against a clean run.
 """
 
-from .._faults import CHAOS_POINTS, POINTS
-from .._faults import configure as configure_faults
-from ..errors import InjectedFault
-from ._chaos import run_chaos
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from .._faults import CHAOS_POINTS, POINTS
+    from .._faults import configure as configure_faults
+    from ..errors import InjectedFault
+    from ._chaos import run_chaos
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "CHAOS_POINTS",

@@ -9,12 +9,19 @@ finds the one to resume; ``_login_sessions`` saves and reuses sealed login sessi
 ``_settings`` says how long an approval's request is held and may wait.
 """
 
-from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
-from ._engine import Engine
-from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed
-from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
-from ._settings import ApprovalSettings, SessionSettings
-from ._worker import Worker, WorkerSettings, WorkerStats
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
+    from ._engine import Engine
+    from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed
+    from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
+    from ._settings import ApprovalSettings, SessionSettings
+    from ._worker import Worker, WorkerSettings, WorkerStats
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "ENV_ARGS",
