@@ -1,0 +1,1 @@
+"""The benchmarks (benchmarks/) measure what the kit really does."""

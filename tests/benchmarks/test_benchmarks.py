@@ -1,0 +1,134 @@
+"""The benchmarks measure what the kit really does."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from browserworker.flow import load_flow
+from browserworker.runtime import BrowserSettings, Engine
+from browserworker.states import RunState
+from browserworker.store import NewRun, SQLiteStore
+from browserworker.store.aio import AsyncStore
+from tests.support.paths import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+
+# how a run gets its lease differs (`run` leases its own run, a worker claims the next one),
+# and heartbeats come with the clock, not with the steps
+_LEASING = {"claim_run", "claim_next", "heartbeat", "get_run"}
+
+ONE_EFFECT = textwrap.dedent("""
+    from pydantic import BaseModel
+    from browserworker import Flow, StepContext
+
+    class Target(BaseModel):
+        url: str
+
+    flow = Flow("one-effect", inputs=Target)
+
+    @flow.effect(idempotent=True)
+    async def effect(ctx: StepContext[Target]) -> dict:
+        await ctx.page.goto(ctx.inputs.url)
+        status = await ctx.page.evaluate("fetch('/api/reset', {method: 'POST'}).then(r => r.text().then(() => r.status))")
+        return {"status": status}
+""")
+
+
+def _bench_module(name: str) -> Any:
+    """Load ``benchmarks/<name>.py`` (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the name of every store method called through any AsyncStore."""
+    names: list[str] = []
+    original = AsyncStore.call
+
+    async def recording(self: AsyncStore, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        names.append(fn.__name__)
+        return await original(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncStore, "call", recording)
+    return names
+
+
+def test_the_control_plane_benchmark_makes_the_store_calls_of_a_real_run(
+    tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Benchmark (b) times, without a browser, the store calls that a run of one effect sending
+    one request makes in the executor and its gate: the same methods, as many times each."""
+    control_plane = _bench_module("control_plane")
+
+    calls = _calls(monkeypatch)
+    control_plane.seed(tmp_path / "bench.db", 1)
+    assert asyncio.run(control_plane._drain(tmp_path / "bench.db", 1))["runs"] == 1
+    bench = calls[:]
+
+    flow_file = tmp_path / "one_effect.py"
+    flow_file.write_text(ONE_EFFECT)
+    store = SQLiteStore(tmp_path / "real.db")
+    run = store.create_run(NewRun(id="real-1", flow_name="one-effect", inputs={"url": shop.url}))
+    del calls[:]
+    final = asyncio.run(Engine(store, browser=BrowserSettings.discover()).run(load_flow(flow_file), run))
+    real = calls[:]
+    assert final.state == RunState.SUCCEEDED, final.error
+    [attempt] = store.attempts("real-1")
+    assert [o.status for o in store.outbox(attempt.id)] != []  # the POST went out through the gate
+
+    def made(names: list[str]) -> Counter[str]:
+        return Counter(n for n in names if n not in _LEASING)
+
+    assert made(real) == made(bench), ",".join(real)
+    assert "claim_next" in bench and "record_response" in bench
+
+
+def test_the_postgres_control_plane_benchmark_keeps_the_full_journal(pg_url: str) -> None:
+    """On PostgreSQL, the drain that benchmark pg-b times leaves each run SUCCEEDED with its whole
+    journal: the effect's attempt SUCCEEDED, its released request with the response, the events."""
+    from browserworker.store import open_store
+
+    control_plane = _bench_module("control_plane")
+    control_plane.seed(pg_url, 3)
+    assert asyncio.run(control_plane.drain_store(open_store(pg_url), 2))["runs"] == 3
+    store = open_store(pg_url)
+    try:
+        for run in store.list_runs():
+            assert run.state == RunState.SUCCEEDED
+            [attempt] = store.attempts(run.id)
+            assert (attempt.kind, attempt.state) == ("effect", "SUCCEEDED")
+            [sent] = store.outbox(attempt.id)
+            assert sent.status == 200
+            kinds = {e.kind for e in store.events(run.id)}
+            assert "lease_claimed" in kinds and len(kinds) >= 3, kinds
+    finally:
+        store.close()
+
+
+def test_the_postgres_claim_benchmark_seeds_runs_the_store_claims_in_order(pg_url: str) -> None:
+    """Benchmark pg-c's bulk COPY writes rows the PostgreSQL store claims as ordinary QUEUED runs,
+    by priority then age (so the timed claims walk the real claim index)."""
+    from browserworker.journal import this_owner
+    from browserworker.store import open_store
+
+    pg_control_plane = _bench_module("pg_control_plane")
+    pg_control_plane.bulk_backlog(pg_url, 6)
+    store = open_store(pg_url)
+    try:
+        claimed = [store.claim_next(this_owner("t"), ["default"], 30.0) for _ in range(7)]
+    finally:
+        store.close()
+    assert claimed[-1] is None
+    runs = [r for r in claimed if r is not None]
+    assert [(r.priority, r.id) for r in runs] == sorted(((r.priority, r.id) for r in runs), key=lambda p: (-p[0], p[1]))
+    assert {r.state for r in runs} == {RunState.LEASED} and {r.inputs["i"] for r in runs} == set(range(6))

@@ -1,0 +1,123 @@
+"""The CLI surface: help everywhere, one-line errors with exit 2, nothing written on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from browserworker.cli import main
+from browserworker.store import NewRun, SQLiteStore
+from tests.support.paths import FLOWS
+
+FLOW = FLOWS / "place_order.py"
+
+
+def all_commands() -> list[str]:
+    return sorted(main.commands)
+
+
+@pytest.mark.parametrize("command", all_commands())
+def test_every_command_has_help(command: str) -> None:
+    """`browserworker CMD --help` prints usage and a description."""
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage:" in result.output and len(main.commands[command].help or "") > 10
+
+
+def invoke(tmp_path: Path, *args: str) -> click.testing.Result:
+    env = {"BROWSERWORKER_DB": str(tmp_path / "bw.db")}
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("run", "missing.py"), "no such flow file"),
+        (("run", str(FLOW), "--input", "item"), "must look like KEY=VALUE"),
+        (("run", str(FLOW), "--input", "item=tea"), "base_url: Field required"),
+        (("run", str(FLOW), "--input", "item=tea", "--input", "base_url=x", "--input", "quantity=lots"), "quantity"),
+        (("run", str(FLOW), "--inputs-json", "{bad"), "not valid JSON"),
+        (("run", str(FLOW), "--flow", "nope"), "no flow named 'nope'"),
+        (("run", str(FLOW), "--run-id", "../etc/passwd"), "invalid run id"),
+        (("run", str(FLOW), "--run-id", "x'; DROP TABLE runs;--"), "invalid run id"),
+        (("show", "nope"), "no database"),
+        (("runs",), "no database"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    """Each bad input: a one-line error naming the problem, exit 2, no database created."""
+    result = invoke(tmp_path, *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "bw.db").exists()
+
+
+def test_syntax_error_in_flow_names_file_and_line(tmp_path: Path) -> None:
+    """A flow with a syntax error: `file:line: syntax error`, exit 2, nothing written."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from browserworker import Flow\n\nflow = Flow('x'\n@@@\n")
+    result = invoke(tmp_path, "run", str(bad))
+    assert result.exit_code == 2
+    assert f"{bad}:" in result.output and "syntax error" in result.output
+    assert not (tmp_path / "bw.db").exists()
+
+
+def test_unknown_run_id_for_show_is_exit_2(tmp_path: Path) -> None:
+    """`show` of an id the database does not hold is exit 2 and leaves the database alone."""
+    db = tmp_path / "bw.db"
+    SQLiteStore(db).create_run(NewRun(id="known", flow_name="f", inputs={}))
+    result = invoke(tmp_path, "show", "unknown")
+    assert result.exit_code == 2 and "no run 'unknown'" in result.output
+    assert [r.id for r in SQLiteStore(db).list_runs()] == ["known"]
+
+
+def test_bad_inputs_on_existing_db_write_no_row(tmp_path: Path) -> None:
+    """Invalid inputs never create a run row, even when the database exists."""
+    db = tmp_path / "bw.db"
+    SQLiteStore(db).create_run(NewRun(id="known", flow_name="f", inputs={}))
+    result = invoke(tmp_path, "run", str(FLOW), "--input", "item=tea", "--run-id", "new-one")
+    assert result.exit_code == 2
+    assert [r.id for r in SQLiteStore(db).list_runs()] == ["known"]
+
+
+def test_resume_with_other_inputs_is_refused(tmp_path: Path) -> None:
+    """An existing run id with different inputs is refused rather than silently changed."""
+    db = tmp_path / "bw.db"
+    SQLiteStore(db).create_run(
+        NewRun(id="r1", flow_name="place-order", inputs={"base_url": "http://127.0.0.1:1", "item": "tea"})
+    )
+    result = invoke(
+        tmp_path, "run", str(FLOW), "--run-id", "r1", "--input", "base_url=http://127.0.0.1:1", "--input", "item=coffee"
+    )
+    assert result.exit_code == 2 and "other inputs" in result.output
+
+
+def test_runs_and_show_json(tmp_path: Path) -> None:
+    """`runs --json` and `show --json` print machine-readable views; secrets masked."""
+    db = tmp_path / "bw.db"
+    SQLiteStore(db).create_run(
+        NewRun(id="r1", flow_name="f", inputs={"password": "hunter2"}, secret_fields=("password",))
+    )
+    listed = json.loads(invoke(tmp_path, "runs", "--json").output)
+    assert [r["id"] for r in listed] == ["r1"] and listed[0]["state"] == "QUEUED"
+    shown = invoke(tmp_path, "show", "r1", "--json")
+    assert shown.exit_code == 0
+    view = json.loads(shown.output)
+    assert view["run"]["inputs"] == {"password": "[redacted]"} and "hunter2" not in shown.output
+    assert [e["kind"] for e in view["events"]] == ["run_created"]
+    assert invoke(tmp_path, "runs", "--state", "succeeded", "--json").output.strip() == "[]"
+
+
+def test_db_defaults_to_cwd_and_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --db the database is ./browserworker.db; BROWSERWORKER_DB overrides it."""
+    monkeypatch.chdir(tmp_path)
+    SQLiteStore(tmp_path / "browserworker.db").create_run(NewRun(id="here", flow_name="f", inputs={}))
+    env = {k: v for k, v in os.environ.items() if k != "BROWSERWORKER_DB"}
+    result = CliRunner().invoke(main, ["runs", "--json"], env={**env, "BROWSERWORKER_DB": None})
+    assert [r["id"] for r in json.loads(result.output)] == ["here"]

@@ -1,0 +1,1 @@
+"""browserworker/console: the operator console, its pages, tokens and sessions."""

@@ -1,0 +1,1 @@
+"""browserworker/control: what people and programs ask of runs (requeue, resolve)."""

@@ -1,0 +1,1 @@
+"""The README's and the docs' code, run as shown."""

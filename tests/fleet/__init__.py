@@ -1,0 +1,1 @@
+"""Worker processes at work together: fleets draining a store, simulated hosts, PostgreSQL outages, the soak."""

@@ -1,0 +1,136 @@
+"""The gate's context route (shut before its context closes) and the outbox rows an effect's
+outcome is decided from (the ones the store holds)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from playwright.async_api import Request, Route
+
+from browserworker.gate import ContextRoute
+from browserworker.runtime import BrowserProcess, BrowserSettings
+from tests.support.bw import BW
+from tests.support.paths import TEST_FLOWS
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_outcome_evidence_matches_the_stored_outbox(bw: BW, shop: Any, run_id: str) -> None:
+    """The effect's outcome is classified from the gate's own copy of the outbox rows (not
+    read back); the responses kept as evidence are exactly what the store's outbox holds."""
+    done = bw.run(
+        "run",
+        str(TEST_FLOWS / "short_order.py"),
+        "--db",
+        str(bw.db),
+        "--input",
+        f"base_url={shop.url}",
+        "--input",
+        "item=tea",
+        "--run-id",
+        run_id,
+    )
+    assert done.returncode == 0, done.stderr
+    [submit] = [a for a in bw.show(run_id)["journal"] if a["step_id"] == "submit"]
+    stored = [
+        {
+            "method": o["method"],
+            "url": o["url"],
+            "status": o["status"],
+            "location": (o["headers"] or {}).get("location"),
+            "answered": o["response_at"] is not None,
+            "failure": o["failure"],
+        }
+        for o in submit["outbox"]
+    ]
+    assert len(stored) == 1 and stored[0]["method"] == "POST" and stored[0]["status"] == 201
+    assert submit["evidence"]["responses"] == stored
+    assert len(shop.orders(f"{run_id}/submit")) == 1
+
+
+class _PostLog(BaseHTTPRequestHandler):
+    """Records the body (a request number) of every POST it receives."""
+
+    received: set[str] = set()
+
+    def do_GET(self) -> None:
+        self._answer(b"<html><body>busy page</body></html>")
+
+    def do_POST(self) -> None:
+        self.received.add(self.rfile.read(int(self.headers["content-length"])).decode())
+        self._answer(b"")
+
+    def _answer(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def post_log() -> Iterator[tuple[str, set[str]]]:
+    received: set[str] = set()
+    handler = type("PostLog", (_PostLog,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a page closed mid-answer
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+BUSY = """() => { let n = 0;
+    setInterval(() => fetch('/post', {method: 'POST', body: `${location.search}-${n++}`}).catch(() => {}), 2);
+}"""
+
+
+def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str, set[str]]) -> None:
+    """A page POSTing every 2 ms while its context is shut and closed, 20 times over: the
+    server receives only POSTs the route let go on, none that closing let out by itself.
+    (Closed without ``shut()``, or only sealed, about one context in three let one out here:
+    Playwright's driver continues a paused request whose frame has gone; with the pages taken
+    to ``about:blank`` instead of their renderers stopped, about one in two hundred: a request
+    paused without a network id while the page navigates.)"""
+    base, received = post_log
+
+    async def scenario() -> set[str]:
+        let_go: set[str] = set()
+
+        async def spy(route: Route, request: Request) -> None:
+            if request.method == "POST":
+                let_go.add(request.post_data or "")
+            await route.fallback()
+
+        async with BrowserProcess(BrowserSettings.discover()) as session:
+            for i in range(20):
+                async with session.context() as context:
+                    gate_route = ContextRoute(context)
+                    gate_route.handler = spy
+                    await gate_route.install()
+                    page = await context.new_page()
+                    await page.goto(f"{base}/?c{i}")
+                    await page.evaluate(BUSY)
+                    await page.wait_for_function("() => performance.getEntriesByType('resource').length >= 4")
+                    await gate_route.shut()
+            # one last POST from a fresh context: by the time it lands, anything let out earlier has
+            async with session.context() as context:
+                page = await context.new_page()
+                await page.goto(f"{base}/?last")
+                await page.evaluate("() => fetch('/post', {method: 'POST', body: 'last'})")
+        return let_go
+
+    let_go = asyncio.run(scenario())
+    assert "last" in received
+    assert len(let_go) >= 4 * 20  # the route let POSTs go on in every context
+    assert received - {"last"} <= let_go

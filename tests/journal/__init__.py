@@ -1,0 +1,1 @@
+"""browserworker/journal: a run's lease and its fenced writes."""

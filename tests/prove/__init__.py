@@ -1,0 +1,1 @@
+"""browserworker/prove: chaos over every fault point, fault points, effects without proof."""

@@ -1,0 +1,1 @@
+"""browserworker/recording and the pytest plugin: recording runs, replaying them offline."""

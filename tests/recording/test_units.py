@@ -1,0 +1,204 @@
+"""Recording internals without a browser: redaction rules, the replay router's matching, the format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from browserworker.errors import UsageError
+from browserworker.flow import load_flow
+from browserworker.recording import REDACTED, Recording, Redactor, ReplayRouter, recording_path
+from browserworker.recording.files import Ledger
+from browserworker.recording.replayer import compare, parse_crash_at
+from tests.support.paths import ROOT
+
+RECORDINGS = ROOT / "recordings"
+
+
+def router_for(name: str, tmp_path: Path, **kw: object) -> ReplayRouter:
+    rec = Recording.load(RECORDINGS / name)
+    return ReplayRouter(rec, Ledger(tmp_path / "ledger.jsonl"), Redactor.from_names(rec.meta["secret_fields"]), **kw)  # type: ignore[arg-type]
+
+
+def origin(name: str) -> str:
+    return str(Recording.load(RECORDINGS / name).meta["inputs"]["base_url"])
+
+
+def recorded_request(name: str, method: str, path: str) -> dict:
+    rec = Recording.load(RECORDINGS / name)
+    for _, entries in rec.segments():
+        for e in entries:
+            if e["request"]["method"] == method and e["request"]["url"].split("?")[0].endswith(path):
+                return e["request"]
+    raise AssertionError(f"{method} {path} not in {name}")
+
+
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+
+
+# -- redaction -------------------------------------------------------------------------------
+
+
+def test_redactor_masks_cookies_and_auth_headers_but_keeps_names() -> None:
+    """Cookie and Set-Cookie keep cookie names and attributes; Authorization headers lose their value."""
+    red = Redactor.for_run([], {})
+    assert red.header("Cookie", "a=1; sess=xyz") == "a=[redacted]; sess=[redacted]"
+    assert red.header("set-cookie", "sess=xyz; Path=/; HttpOnly") == "sess=[redacted]; Path=/; HttpOnly"
+    assert red.header("Authorization", "Bearer abc") == REDACTED
+    assert red.header("Proxy-Authorization", "Basic abc") == REDACTED
+    assert red.header("Accept", "text/html") == "text/html"
+
+
+def test_redactor_masks_named_fields_in_forms_json_and_query_strings() -> None:
+    """Fields the flow names (and password-like defaults) are masked wherever they appear; others stay."""
+    red = Redactor.for_run(["note"], {"note": "n"})
+    assert (
+        red.body("item=tea&note=hello&password=pw", "application/x-www-form-urlencoded")
+        == "item=tea&note=%5Bredacted%5D&password=%5Bredacted%5D"
+    )
+    assert json.loads(red.body('{"item": "tea", "nested": {"note": "x"}}', "application/json")) == {
+        "item": "tea",
+        "nested": {"note": REDACTED},
+    }
+    assert red.url("http://h/p?note=abc&ref=r%2F1") == "http://h/p?note=%5Bredacted%5D&ref=r%2F1"
+
+
+def test_redactor_scrubs_secret_input_values_everywhere_unless_unsafe() -> None:
+    """A secret input's value is scrubbed in any text (also URL-encoded); a value equal to a public
+    input, or too short, is left to the field rules and reported."""
+    red = Redactor.for_run(
+        ["password", "token", "pin"],
+        {"password": SecretStr("demo"), "username": "demo", "token": "tok/en-1234", "pin": "12"},
+    )
+    assert red.scrub("a tok/en-1234 b tok%2Fen-1234") == "a [redacted] b [redacted]"
+    assert red.scrub("user demo") == "user demo"
+    assert len(red.warnings) == 2 and "password" in red.warnings[0] + red.warnings[1]
+    assert "demo" in red.trace_values  # traces are scrubbed of it anyway
+
+
+def test_live_request_is_redacted_before_matching(tmp_path: Path) -> None:
+    """A login POST with another password (and fields in another order) still matches the redacted recording."""
+    router = router_for("place-order", tmp_path)
+    recorded = recorded_request("place-order", "POST", "/login")
+    fields = dict(p.split("=", 1) for p in recorded["postData"]["text"].split("&"))
+    fields["password"] = "a-completely-different-password"
+    body = "&".join(f"{k}={v}" for k, v in reversed(list(fields.items())))
+    answer = router.answer("POST", recorded["url"], FORM, body.encode())
+    assert answer.refusal is None and answer.status == 303
+
+
+# -- the router's matching rules ----------------------------------------------------------------------
+
+
+def test_same_key_is_served_in_recorded_order_then_the_last_again(tmp_path: Path) -> None:
+    """GET /orders/new was recorded twice (login's redirect, open_form): answers come in recorded
+    order, and once used up the last one is served again (a repeatable GET)."""
+    router = router_for("place-order", tmp_path)
+    url = origin("place-order") + "/orders/new"
+    ids = [router.answer("GET", url, {}, None).entry.id for _ in range(3)]  # type: ignore[union-attr]
+    assert ids[0] != ids[1] and ids[1] == ids[2]
+    assert ids == sorted(ids)
+
+
+def test_a_dispatch_is_never_answered_twice(tmp_path: Path) -> None:
+    """The recorded order POST is answered once; a second identical POST is refused as a duplicate."""
+    router = router_for("place-order", tmp_path)
+    recorded = recorded_request("place-order", "POST", "/orders")
+    body = recorded["postData"]["text"].encode()
+    first = router.answer("POST", recorded["url"], FORM, body)
+    assert first.status == 303 and first.headers["location"].endswith("/orders/1")
+    second = router.answer("POST", recorded["url"], FORM, body)
+    assert second.refusal is not None and "would be a duplicate" in second.refusal
+
+
+def test_an_idempotent_effect_may_be_answered_again(tmp_path: Path) -> None:
+    """The API flow's effect is idempotent: a replayed dispatch gets the recorded answer again."""
+    router = router_for("place-order-api", tmp_path)
+    recorded = recorded_request("place-order-api", "POST", "/api/orders")
+    headers = {"content-type": "application/json"}
+    answers = [router.answer("POST", recorded["url"], headers, recorded["postData"]["text"].encode()) for _ in range(2)]
+    assert [a.status for a in answers] == [201, 201] and answers[1].repeat
+    assert router.dispatches_served("submit") == 2
+
+
+def test_verifier_pages_follow_the_state_of_the_replayed_server(tmp_path: Path) -> None:
+    """The verifier's page is the recorded "before" page until the effect's dispatch was answered
+    (in this process or a crashed one sharing the ledger), then the "after" page."""
+    router = router_for("place-order", tmp_path)
+    url = origin("place-order") + "/orders?ref=rec-place-order%2Fsubmit"
+    before = router.answer("GET", url, {}, None)
+    assert b"order-row" not in before.body and before.entry.segment.phase == "verify_before"  # type: ignore[union-attr]
+    recorded = recorded_request("place-order", "POST", "/orders")
+    router.answer("POST", recorded["url"], FORM, recorded["postData"]["text"].encode())
+    resumed = router_for("place-order", tmp_path)  # a resume reads the ledger the crashed replay wrote
+    after = resumed.answer("GET", url, {}, None)
+    assert b"order-row" in after.body and after.entry.segment.phase == "verify_after"  # type: ignore[union-attr]
+
+
+def test_unmatched_request_names_the_closest_recorded_one(tmp_path: Path) -> None:
+    """An unknown request is refused with a message naming it, the closest recorded request and what differs."""
+    router = router_for("place-order", tmp_path)
+    recorded = recorded_request("place-order", "POST", "/orders")
+    body = recorded["postData"]["text"].replace("item=tea", "item=coffee").encode()
+    answer = router.answer("POST", recorded["url"], FORM, body)
+    assert answer.refusal is not None
+    assert f"POST {recorded['url']} not in the recording" in answer.refusal
+    assert "closest recorded: POST" in answer.refusal and "entry 0007.0" in answer.refusal
+    assert "body.item 'coffee' (recorded 'tea')" in answer.refusal
+    assert router.refusals == [answer.refusal]
+
+
+def test_crash_point_parsing_names_the_problem() -> None:
+    """Crash points are STEP:POINT on an effect; anything else is a usage error saying why."""
+    steps = list(load_flow(ROOT / "flows" / "place_order.py").flow.steps)
+    assert parse_crash_at("submit:after_dispatch", steps) == ("submit", "after_dispatch")
+    assert parse_crash_at("reply_lost:submit", steps) == ("submit", "reply_lost")
+    with pytest.raises(UsageError, match="unknown crash point"):
+        parse_crash_at("submit:later", steps)
+    with pytest.raises(UsageError, match="not an effect"):
+        parse_crash_at("login:after_dispatch", steps)
+
+
+def test_compare_reports_each_difference_on_its_own_line() -> None:
+    """The journal comparison names the step, attempt and field that differ."""
+    recorded = json.loads((RECORDINGS / "place-order" / "journal.json").read_text())
+    replayed = json.loads(json.dumps(recorded))
+    assert compare(recorded, replayed, [], []) == []
+    replayed["attempts"][2]["result"] = {"order_id": "7"}
+    replayed["attempts"].append({**replayed["attempts"][0], "attempt_no": 2})
+    lines = compare(recorded, replayed, [], [])
+    assert "submit #1 result: recorded {'order_id': '1'}, replayed {'order_id': '7'}" in lines
+    assert "login #2: not in the recording, replayed SUCCEEDED by return" in lines
+
+
+# -- the format ---------------------------------------------------------------------------------
+
+
+def test_recording_names_and_paths(tmp_path: Path) -> None:
+    """A bare name lives under recordings/; a path stays a path; a bad name is refused."""
+    assert recording_path("place-order", tmp_path) == tmp_path / "recordings" / "place-order"
+    assert recording_path("some/dir") == Path("some/dir")
+    with pytest.raises(UsageError):
+        recording_path("bad name!")
+
+
+def test_committed_recordings_are_complete_and_point_at_their_flows() -> None:
+    """Every committed example recording is complete, names its flow file (which exists) and has no
+    broken verifier."""
+    names = sorted(p.name for p in RECORDINGS.iterdir() if (p / "meta.json").is_file())
+    assert {"place-order", "place-order-api", "place-order-unverified"} <= set(names)
+    for name in names:
+        rec = Recording.load(RECORDINGS / name)
+        assert rec.meta["status"] == "complete" and rec.meta["final_state"] == "SUCCEEDED", name
+        assert rec.flow_path.is_file() and rec.meta["broken_verifiers"] == [], name
+        assert rec.meta["inputs"]["password"] == REDACTED
+
+
+def test_ledger_survives_a_new_reader(tmp_path: Path) -> None:
+    """What one process served is seen by the next one that opens the ledger."""
+    first = Ledger(tmp_path / "l.jsonl")
+    first.add("0007.0")
+    assert Ledger(tmp_path / "l.jsonl").count("0007.0") == 1

@@ -1,0 +1,1 @@
+"""browserworker/runtime: running runs, crash and resume, recovery rules, the browser, login sessions."""

@@ -1,0 +1,337 @@
+"""Finding and starting Chromium: discovery, the tethered driver and browser, the switches it gets, its temporary files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from browserworker.errors import BrowserNotFound, UsageError
+from browserworker.journal._leases import _stat
+from browserworker.runtime import BrowserProcess, BrowserSettings
+from browserworker.runtime._browser import (
+    LEAN_FEATURES,
+    _start_tethered_driver,
+    _without_shared_workers,
+    find_chromium,
+    merge_disabled_features,
+    tethered,
+)
+from tests.support.paths import FLOWS
+
+
+def fake_exe(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_env_override_wins(tmp_path: Path) -> None:
+    """BROWSERWORKER_CHROMIUM is used first, and must be an executable."""
+    exe = fake_exe(tmp_path / "my-chrome")
+    assert find_chromium({"BROWSERWORKER_CHROMIUM": str(exe), "PATH": ""}) == str(exe)
+    with pytest.raises(BrowserNotFound, match="not an executable"):
+        find_chromium({"BROWSERWORKER_CHROMIUM": str(tmp_path / "nope"), "PATH": ""})
+
+
+def test_managed_browser_before_system(tmp_path: Path) -> None:
+    """Playwright's downloaded Chromium (newest revision) comes before the system one."""
+    old = fake_exe(tmp_path / "pw" / "chromium-1100" / "chrome-linux" / "chrome")
+    new = fake_exe(tmp_path / "pw" / "chromium-1200" / "chrome-linux" / "chrome")
+    system = fake_exe(tmp_path / "bin" / "chromium")
+    env = {"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "pw"), "PATH": str(system.parent)}
+    assert find_chromium(env) == str(new) != str(old)
+    assert find_chromium({"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "none"), "PATH": str(system.parent)}) == str(
+        system
+    )
+
+
+PDEATHSIG = """import ctypes
+sig = ctypes.c_int()
+ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
+print(sig.value)"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("setpriv") is None,
+    reason="parent-death signals are a Linux feature (setpriv)",
+)
+def test_tethered_executable_dies_with_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver and the browser are started through a wrapper that sets their parent-death
+    signal to SIGKILL; arguments pass through untouched. A shared directory is refused."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    wrapper = tethered(sys.executable)
+    assert wrapper != sys.executable and Path(wrapper).parent == tmp_path / f"browserworker-{os.getuid()}"
+    done = subprocess.run([wrapper, "-c", PDEATHSIG], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "9"  # SIGKILL
+    plain = subprocess.run([sys.executable, "-c", PDEATHSIG], capture_output=True, text=True, check=True)
+    assert plain.stdout.strip() == "0"
+    assert tethered(sys.executable) == wrapper  # written once, reused
+
+    (tmp_path / f"browserworker-{os.getuid()}").chmod(0o777)
+    assert tethered(sys.executable) == sys.executable  # not private: untethered, with a warning
+
+
+def test_untethered_without_setpriv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the wrapper cannot be made, the executable is used as it is."""
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    assert tethered("/usr/bin/chromium") == "/usr/bin/chromium"
+
+
+def test_no_browser_says_how_to_fix(tmp_path: Path) -> None:
+    """With nothing found, the message names the fix."""
+    with pytest.raises(BrowserNotFound) as err:
+        find_chromium({"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path), "PATH": str(tmp_path)})
+    assert "apt-get install chromium" in str(err.value) and "BROWSERWORKER_CHROMIUM" in str(err.value)
+
+
+def test_cli_reports_missing_browser(tmp_path: Path) -> None:
+    """`run` without any browser: exit 2 with the fix, nothing written."""
+    from click.testing import CliRunner
+
+    from browserworker.cli import main
+
+    flow = FLOWS / "place_order.py"
+    env = {
+        **os.environ,
+        "PATH": str(tmp_path),
+        "PLAYWRIGHT_BROWSERS_PATH": str(tmp_path),
+        "BROWSERWORKER_CHROMIUM": "",
+        "BROWSERWORKER_DB": str(tmp_path / "bw.db"),
+    }
+    result = CliRunner().invoke(
+        main, ["run", str(flow), "--input", "base_url=http://127.0.0.1:1", "--input", "item=tea"], env=env
+    )
+    assert result.exit_code == 2 and "no Chromium found" in result.output
+    assert not (tmp_path / "bw.db").exists()
+
+
+def _start_and_stop_driver() -> None:
+    async def go() -> None:
+        playwright = await _start_tethered_driver()
+        await playwright.stop()
+
+    asyncio.run(go())
+
+
+def test_the_driver_keeps_its_compiled_code_in_a_private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's node is started with ``NODE_COMPILE_CACHE`` in the private directory,
+    which it fills; the variable is set only while the driver starts. A cache the user
+    chose is left as it is, and used."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("NODE_COMPILE_CACHE", raising=False)
+    _start_and_stop_driver()
+    ours = tmp_path / f"browserworker-{os.getuid()}" / "node-compile-cache"
+    assert ours.is_dir() and stat.S_IMODE(ours.stat().st_mode) == 0o700
+    assert any(p.is_file() for p in ours.rglob("*"))  # node wrote compiled code there
+    assert "NODE_COMPILE_CACHE" not in os.environ
+
+    theirs = tmp_path / "theirs"
+    monkeypatch.setenv("NODE_COMPILE_CACHE", str(theirs))
+    shutil.rmtree(ours)
+    _start_and_stop_driver()
+    assert os.environ["NODE_COMPILE_CACHE"] == str(theirs)
+    assert not ours.exists() and any(p.is_file() for p in theirs.rglob("*"))
+
+
+PLAYWRIGHT_DEFAULTS = [
+    "--disable-field-trial-config",
+    "--disable-features=PaintHolding,HttpsUpgrades",
+    "--enable-features=CDPScreenshotNewSurface",
+    "--no-first-run",
+]
+
+
+def test_disabled_features_are_merged_into_playwrights_one_switch() -> None:
+    """Chromium reads only the last --disable-features: the kit's features, Playwright's and the
+    user's go into one switch, Playwright's own switch is left out, nothing is listed twice."""
+    args, ignore = merge_disabled_features(
+        PLAYWRIGHT_DEFAULTS, ["--lang=fr", "--disable-features=Foo,PaintHolding"], ["WebUIOmniboxPopup"]
+    )
+    assert args == ["--lang=fr", "--disable-features=PaintHolding,HttpsUpgrades,Foo,WebUIOmniboxPopup"]
+    assert ignore == ["--disable-features=PaintHolding,HttpsUpgrades"]
+
+
+def test_without_playwrights_switch_or_features_nothing_is_merged() -> None:
+    """Where Playwright's own switch is unknown (or there is nothing to add), the arguments are
+    passed as given: one more switch would turn Playwright's list back on."""
+    assert merge_disabled_features(["--no-first-run"], ["--x"], ["A"]) == (["--x"], [])
+    assert merge_disabled_features(PLAYWRIGHT_DEFAULTS, ["--x"], []) == (["--x"], [])
+
+
+def test_shared_workers_are_blocked_unless_allowed() -> None:
+    """By default SharedWorker is among the disabled Blink features (merged into the user's own
+    switch, which Chromium reads once); ``allow`` (or the environment variable) leaves it on;
+    anything else is a usage error naming the variable."""
+    assert _without_shared_workers(["--x"]) == ["--x", "--disable-blink-features=SharedWorker"]
+    assert _without_shared_workers(["--disable-blink-features=AutomationControlled"]) == [
+        "--disable-blink-features=AutomationControlled,SharedWorker"
+    ]
+    assert _without_shared_workers(["--disable-blink-features=SharedWorker"]) == [
+        "--disable-blink-features=SharedWorker"
+    ]
+    chromium = {"BROWSERWORKER_CHROMIUM": sys.executable}
+    assert BrowserSettings.discover(env=chromium).shared_workers == "block"
+    assert BrowserSettings.discover(env={**chromium, "BROWSERWORKER_SHARED_WORKERS": "allow"}).shared_workers == "allow"
+    with pytest.raises(UsageError, match="BROWSERWORKER_SHARED_WORKERS"):
+        BrowserSettings.discover(env={**chromium, "BROWSERWORKER_SHARED_WORKERS": "maybe"})
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process under ``root``, from /proc."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:  # gone meanwhile
+                continue
+            if stat is None:
+                continue
+            ppid = int(stat[1])
+            children.setdefault(ppid, []).append((int(entry), cmdline.replace("\0", " ")))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def _browser_processes(settings: BrowserSettings) -> tuple[list[str], int]:
+    """Launch as the kit does, open one context with a loaded page: (the browser process's
+    --disable-features switches, how many renderers host Chromium's own WebUI by then)."""
+
+    async def go() -> tuple[list[str], int]:
+        async with BrowserProcess(settings) as session, session.context() as context:
+            page = await context.new_page()
+            await page.goto("data:text/html,<p>ready</p>")
+            browser = [
+                (pid, cmd)
+                for pid, cmd in _descendants(os.getpid())
+                if "chrom" in cmd.split(" ", 1)[0] and "--type=" not in cmd
+            ]
+            assert len(browser) == 1
+            switches = [a for a in browser[0][1].split(" ") if a.startswith("--disable-features=")]
+            webui = 0
+            for _ in range(50):  # up to 1 s: the WebUI renderer, if any, starts with the window
+                webui = sum(1 for _, cmd in _descendants(browser[0][0]) if "--top-chrome-webui" in cmd)
+                if webui:
+                    break
+                await asyncio.sleep(0.02)
+            return switches, webui
+
+    return asyncio.run(go())
+
+
+@pytest.mark.browser
+def test_chromium_starts_no_webui_renderer_per_context() -> None:
+    """A context opened by the kit has no renderer for Chromium's own omnibox WebUI (0.35 CPU-s
+    per context otherwise), and Playwright's disabled features are all still disabled: the
+    browser gets one --disable-features with both lists. With Playwright's flags alone (the
+    control) the same Chromium starts such a renderer for the context's window."""
+    switches, webui = _browser_processes(BrowserSettings.discover())
+    assert len(switches) == 1 and webui == 0
+    features = switches[0].split("=", 1)[1].split(",")
+    assert set(LEAN_FEATURES) <= set(features)
+    assert {"AvoidCorsURLLoaderRestartOnRedirect", "PaintHolding"} <= set(features)  # Playwright's own
+
+    plain = BrowserSettings.discover()
+    plain.disable_features = ()
+    switches, webui = _browser_processes(plain)
+    assert len(switches) == 1 and webui >= 1
+
+
+HOLD_A_SESSION = """
+import asyncio
+from browserworker.runtime import BrowserProcess, BrowserSettings
+
+async def main():
+    async with BrowserProcess(BrowserSettings.discover()) as session, session.context() as context:
+        page = await context.new_page()
+        await page.goto("data:text/html,<p>up</p>")
+        print(session.temp_dir, flush=True)
+        await asyncio.Event().wait()  # until killed
+
+asyncio.run(main())
+"""
+
+NEXT_SESSION = """
+import asyncio, json, sys
+from pathlib import Path
+from browserworker.runtime import BrowserProcess, BrowserSettings
+
+async def main():
+    async with BrowserProcess(BrowserSettings.discover()) as session:
+        print(json.dumps({"own": str(session.temp_dir), "own_there": session.temp_dir.is_dir(),
+                          "there": {p: Path(p).exists() for p in sys.argv[1:]}}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.browser
+def test_a_killed_sessions_temporary_files_go_with_the_next_session() -> None:
+    """The browser's profile lives in the session's own temporary directory; a SIGKILLed
+    process leaves it behind, and the next session on the host removes it (its process is
+    gone) but not a live process's. A session that closes removes its own."""
+    tmp = Path(tempfile.mkdtemp(prefix="bwt-", dir="/tmp"))  # this test's $TMPDIR
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    procs: list[subprocess.Popen[str]] = []
+
+    def hold() -> Path:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD_A_SESSION], stdout=subprocess.PIPE, text=True, env=env)
+        procs.append(proc)
+        assert proc.stdout is not None
+        return Path(proc.stdout.readline().strip())
+
+    try:
+        killed, alive = hold(), hold()
+        assert killed.parent == tmp / f"browserworker-{os.getuid()}" and killed.is_dir()
+        assert any(p.name.startswith("playwright_chromiumdev_profile-") for p in killed.iterdir())
+        procs[0].kill()
+        procs[0].wait(timeout=30)
+        assert killed.is_dir()  # nobody removed it: its process was killed
+
+        out = subprocess.run(
+            [sys.executable, "-c", NEXT_SESSION, str(killed), str(alive)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        seen = json.loads(out.stdout)
+        assert seen["there"] == {str(killed): False, str(alive): True}  # the dead one's gone, the live one's kept
+        assert seen["own_there"] and not Path(seen["own"]).exists()  # its own: there while open, gone at close
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_browser_that_cannot_start_is_one_clear_error_and_leaves_no_files(tmp_path: Path) -> None:
+    """An executable that is not a browser: BrowserNotFound with the fix, and the session's
+    temporary directory is gone with it."""
+    ours = f"session-{os.getpid()}-*"  # this process's sessions (other test workers start theirs)
+    before = set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob(ours))
+    settings = BrowserSettings(executable_path=str(fake_exe(tmp_path / "not-a-browser")))
+
+    async def start() -> None:
+        async with BrowserProcess(settings):
+            pass
+
+    with pytest.raises(BrowserNotFound, match="could not launch Chromium .*not-a-browser.*apt-get install chromium"):
+        asyncio.run(start())
+    assert set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob(ours)) <= before

@@ -1,0 +1,1 @@
+"""browserworker/sandbox: the demo shop, its routes and fault knobs."""
