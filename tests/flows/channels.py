@@ -1,6 +1,6 @@
 """Test flows: one effect that changes the target through one channel of the page.
 
-``channel`` names a page of tests/channel_target.py (``form``, ``fetch``, ``websocket``,
+``channel`` names a page of tests/support/channel_target.py (``form``, ``fetch``, ``websocket``,
 ``popup``...) or ``api`` (``ctx.page.request.post``). The action opens the channel's page;
 the effect fires it and waits until the target has counted the landing. With ``die``, the
 first attempt then SIGKILLs its own process: the target has the effect, the journal has what

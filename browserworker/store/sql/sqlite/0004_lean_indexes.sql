@@ -2,7 +2,7 @@
 -- A run's happy path (claim, RUNNING, intent, dispatch, outcome, SUCCEEDED) used to rewrite
 -- every index of `runs` on each state change and four b-trees per event row. Partial
 -- indexes hold only the rows their queries look for, so the common transitions skip them;
--- every read-only ops query still reads an index, never a table (tests/test_ops_metrics.py).
+-- every read-only ops query still reads an index, never a table (tests/ops/test_metrics.py).
 
 -- claims and queue depth: only QUEUED runs. (runs_ops, by state, stays: the counts read it.)
 DROP INDEX runs_claim;
