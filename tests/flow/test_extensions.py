@@ -47,7 +47,22 @@ def test_extensions_call_only_what_a_subscriber_overrides_sync_or_async() -> Non
     asyncio.run(main())
     assert first.seen == second.seen == [("notice", "hello"), ("outcome", "attempt-1")]
     assert Duck.calls == ["attempt-1"]
-    assert set(HOOKS) >= {"context_created", "before_step", "after_step", "lease_lost", "run_settled"}
+    assert HOOKS == (  # every hook, in the order a run meets them (docs/flows.md)
+        "run_started",
+        "context_created",
+        "step_started",
+        "step_skipped",
+        "intent_committed",
+        "before_step",
+        "dispatched",
+        "response",
+        "outcome",
+        "after_step",
+        "notice",
+        "lease_lost",
+        "run_settled",
+        "run_finished",
+    )
 
 
 def test_a_failing_notification_is_logged_but_a_failing_step_hook_fails_the_run() -> None:

@@ -45,7 +45,7 @@ def test_steps_keep_declaration_order_and_options() -> None:
     submit = flow.get("submit")
     assert isinstance(submit, Effect)
     assert (submit.settle, submit.idempotent, submit.retries) == (5.0, True, 2)
-    assert submit.verifier is not None
+    assert submit.verifier is not None and submit.verifier.__qualname__ == "make_flow.<locals>.landed"
     assert [s.id for s in flow.preceding("submit")] == ["open_form"]
 
 

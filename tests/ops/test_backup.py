@@ -163,7 +163,9 @@ def test_restore_hands_back_leases_fences_old_owners_and_keeps_the_old_database(
     queued(store, "after-backup")
     store.close()
     report = restore(dest, db)
-    assert report.requeued == ["leased"] and report.flagged == 3 and report.previous is not None
+    assert report.requeued == ["leased"] and report.flagged == 3
+    assert report.previous is not None and Path(report.previous).parent == db.parent  # kept beside it
+    assert Path(report.previous).name.startswith(f"{db.name}.pre-restore-")
     store = SQLiteStore(db)
     try:
         leased = store.get_run("leased")
@@ -183,7 +185,7 @@ def test_restore_hands_back_leases_fences_old_owners_and_keeps_the_old_database(
         store.close()
     kept = SQLiteStore(Path(report.previous))
     try:
-        assert kept.get_run("after-backup") is not None
+        assert kept.get_run("after-backup").state == RunState.QUEUED  # type: ignore[union-attr]
     finally:
         kept.close()
     assert check_db(db).ok and check_db(db).journal_mode == "wal"

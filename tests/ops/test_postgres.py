@@ -129,7 +129,7 @@ def test_the_read_commands_work_on_postgres_and_schemas_are_separate_stores(cli:
     assert status["states"] == {"QUEUED": 1} and [q["name"] for q in status["queues"]] == ["default"]
     assert json.loads(cli("show", "r1", "--db", pg_url, "--json").output)["run"]["state"] == "QUEUED"
     missing = cli("show", "o1", "--db", pg_url)
-    assert missing.exit_code != 0 and f"no run 'o1' in {pg_url} (schema browserworker)" in missing.output
+    assert missing.exit_code == 2 and f"no run 'o1' in {pg_url} (schema browserworker)" in missing.output
     metrics = cli("metrics", "--db", pg_url, "--db-schema", "other")
     assert metrics.exit_code == 0 and 'browserworker_runs{queue="default",state="QUEUED"} 1.0' in metrics.output
     assert cli("health", "--db", pg_url).exit_code == 0
@@ -238,7 +238,7 @@ def test_backup_then_restore_brings_back_the_backup_and_fences_it(cli: Any, pg_u
         store.close()
     kept = open_store(pg_url, schema=previous, create=False)
     try:
-        assert kept.get_run("after-backup") is not None
+        assert kept.get_run("after-backup").state == RunState.QUEUED  # type: ignore[union-attr]
     finally:
         kept.close()
     assert cli("check-db", "--db", pg_url).exit_code == 0
@@ -266,7 +266,7 @@ def test_restore_is_refused_while_the_store_is_in_use(
     assert "run mine is leased by run-alive" in str(refused.value)
     assert not any("before_restore" in s for s in schemas(pg_url))
     store = open_store(pg_url)
-    assert store.get_run("after-backup") is not None
+    assert store.get_run("after-backup").state == RunState.QUEUED  # type: ignore[union-attr]
     shift(store, "workers", "last_heartbeat", 120, id="worker-remote")
     shift(store, "runs", "lease_expires_at", 3600, id="mine")
     store.close()
@@ -293,7 +293,7 @@ def test_a_failed_restore_puts_the_previous_schema_back(
     assert schemas(pg_url) == {"browserworker"}
     store = open_store(pg_url)
     try:
-        assert store.get_run("after-backup") is not None
+        assert store.get_run("after-backup").state == RunState.QUEUED  # type: ignore[union-attr]
     finally:
         store.close()
 

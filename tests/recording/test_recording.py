@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from browserworker._redact import DEFAULT_FIELDS
 from browserworker.flow import load_flow
 from browserworker.recording import REDACTED, Recording, record, replay
 from browserworker.runtime import BrowserSettings, Engine, RunRequest, prepare_run
@@ -91,7 +92,9 @@ def test_a_recording_keeps_no_secret_and_replays_with_the_sandbox_stopped(tmp_pa
         assert not leaks, f"{value[:12]}... written to {leaks}"
 
     rec = Recording.load(tmp_path / "rec")
-    assert {"password", "api_token", "note"} <= set(rec.meta["secret_fields"])
+    assert rec.meta["secret_fields"] == sorted(
+        DEFAULT_FIELDS | {"password", "api_token", "note"}
+    )  # the flow's, and the default names
     assert rec.meta["password_fields"] == ["password"]
     assert rec.meta["inputs"]["api_token"] == REDACTED and rec.meta["inputs"]["username"] == "tester"
     [lookup] = [e for e in entries(rec) if "/api/orders?" in e["request"]["url"]]

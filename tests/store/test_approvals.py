@@ -162,7 +162,27 @@ def test_cli_approvals_approve_reject(tmp_path: Path) -> None:
         ("c1", "submit", "c1/submit"),
         ("c2", "submit", "c2/submit"),
     ]
-    assert {"request", "screenshot", "waiting_since", "expires_at", "flow"} <= set(rows[0])
+    assert set(rows[0]) == {
+        "id",
+        "run_id",
+        "flow",
+        "step_id",
+        "attempt_no",
+        "request_key",
+        "fingerprint",
+        "request",
+        "screenshot",
+        "state",
+        "worker",
+        "waiting_since",
+        "expires_at",
+        "decided_at",
+        "decided_by",
+        "reason",
+    }
+    assert [(r["flow"], r["request"], r["screenshot"], r["state"]) for r in rows] == [
+        ("f", SUMMARY, "/tmp/x.png", "PENDING")
+    ] * 2
     ok = cli.invoke(main, ["approve", "c1", "submit", "--db", str(db), "--by", "alice", "--json"])
     assert ok.exit_code == 0 and json.loads(ok.output)["decided_by"] == "alice"
     no = cli.invoke(main, ["reject", "c2", "submit", "--db", str(db), "--reason", "no", "--json"])

@@ -5,18 +5,42 @@ implementation (``tests/support/stores.py``); the SQLite dialect's own mechanics
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from browserworker.errors import LeaseLost, StoreError
 from browserworker.states import AttemptState, RunState
-from browserworker.store import NewRun, Owner, SQLStore, open_store
+from browserworker.store import NewRun, Owner, SQLStore, open_store, postgres, sqlite
 from browserworker.store.records import RunRecord
 from browserworker.store.testing import backdate
 
 A = Owner("worker-a", "host", 1)
 B = Owner("worker-b", "host", 2)
+
+#: the schema version a store of each dialect is at: its highest numbered migration
+SCHEMA_VERSIONS = {"sqlite": sqlite.SCHEMA_VERSION, "postgresql": postgres.SCHEMA_VERSION}
+
+
+def migrations_applied(store: SQLStore) -> Any:
+    """What the migrations of ``store``'s database have left, read on a connection of the test's
+    own: SQLite's user_version and its schema cookie (``PRAGMA schema_version``, which every
+    CREATE, DROP or ALTER bumps); PostgreSQL's ``schema_migrations`` rows, each with the time it
+    was applied."""
+    connector: Any = store.connector
+    if connector.dialect == "sqlite":
+        conn = sqlite3.connect(connector.path)
+        try:
+            return tuple(conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("user_version", "schema_version"))
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(connector.url) as conn:
+        query = f"SELECT version, applied_at FROM {connector.schema}.schema_migrations ORDER BY version"
+        return conn.execute(query).fetchall()
 
 
 @pytest.fixture
@@ -26,20 +50,34 @@ def store(any_store: SQLStore) -> SQLStore:
 
 
 def test_schema_version_and_integrity(store: SQLStore) -> None:
-    """A store opens migrated to a schema version and passes its integrity check."""
-    assert store.schema_version >= 1
+    """A store opens migrated to its dialect's current schema version (its highest numbered
+    migration) and passes its integrity check."""
+    assert store.schema_version == SCHEMA_VERSIONS[store.connector.dialect]
     assert store.integrity_check() == "ok"
 
 
 def test_reopen_does_not_migrate_twice(store_target: str) -> None:
-    """Opening an existing database keeps its rows and version."""
+    """Opening an existing database keeps its rows and version and applies no migration: what
+    the migrations left (SQLite's version and schema cookie, PostgreSQL's schema_migrations rows
+    with their times) is the same after the second open as before it."""
     first = open_store(store_target)
-    first.create_run(NewRun(id="a", flow_name="f", inputs={}))
+    assert isinstance(first, SQLStore)
+    created = first.create_run(NewRun(id="a", flow_name="f", inputs={}))
     version = first.schema_version
+    assert version == SCHEMA_VERSIONS[first.connector.dialect]
+    applied = migrations_applied(first)
+    if first.connector.dialect == "postgresql":  # one row per migration, none twice
+        assert [row[0] for row in applied] == list(range(1, version + 1))
+    else:
+        assert applied[0] == version
     first.close()
     again = open_store(store_target)
-    assert again.get_run("a") is not None and again.schema_version == version
-    again.close()
+    assert isinstance(again, SQLStore)
+    try:
+        assert migrations_applied(again) == applied
+        assert again.get_run("a") == created and again.schema_version == version
+    finally:
+        again.close()
 
 
 def test_create_false_does_not_create(tmp_path: Path) -> None:
@@ -124,7 +162,8 @@ def test_intent_and_dispatch_need_the_margin(store: SQLStore) -> None:
     with pytest.raises(LeaseLost, match="margin"):
         store.begin_attempt("r1", 1, "other", "effect", "r1/other", "fp", margin=5)
     store.heartbeat("r1", 1, ttl=30)  # renewing restores the margin
-    assert store.mark_dispatched(attempt, 1, "POST", "http://x/orders", margin=5) > 0
+    outbox_id = store.mark_dispatched(attempt, 1, "POST", "http://x/orders", margin=5)
+    assert [(o.id, o.method, o.url) for o in store.outbox(attempt.id)] == [(outbox_id, "POST", "http://x/orders")]
 
 
 def test_attempt_numbers_and_outbox(store: SQLStore) -> None:
@@ -437,7 +476,8 @@ def test_history_is_attempts_and_restored_at_in_one_read(store: SQLStore) -> Non
     store.record_event("r1", "restored", detail={"from": "a backup"})
     store.record_event("r1", "restored", detail={"from": "a later backup"})
     later = store.restored_at("r1")
-    assert later is not None and store.history("r1") == ([], later, None)
+    assert later == [e.at for e in store.events("r1") if e.kind == "restored"][-1]  # the latest one counts
+    assert store.history("r1") == ([], later, None)
     store.begin_attempt("r1", run.lease_epoch, "open", "action", "r1/open", "fp")
     store.begin_attempt("r1", run.lease_epoch, "pay", "effect", "r1/pay", "fp")
     attempts, restored, requeued = store.history("r1")
@@ -474,7 +514,8 @@ def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
     store.begin_attempt("released", released.lease_epoch, "open", "action", "released/open", "fp")
     store.release_run("released", released.lease_epoch)
     again = store.claim_run("released", B, ttl=30)
-    assert again is not None and not again.fresh and store.history("released")[0] != []
+    assert again is not None and not again.fresh
+    assert [(a.step_id, a.lease_epoch) for a in store.history("released")[0]] == [("open", released.lease_epoch)]
 
     expired = store.claim_run("expired", A, ttl=30)
     assert expired is not None and expired.fresh
@@ -489,6 +530,9 @@ def test_a_run_is_fresh_only_at_its_first_lease(tmp_path: Path) -> None:
     try:
         restored = store.claim_run("restored", A, ttl=30)
         assert restored is not None and restored.lease_epoch == 1 and not restored.fresh
-        assert store.history("restored")[1] is not None  # the restore the executor must know of
+        restored_at = [e.at for e in store.events("restored") if e.kind == "restored"]
+        assert (
+            len(restored_at) == 1 and store.history("restored")[1] == restored_at[0]
+        )  # the restore the executor must know of
     finally:
         store.close()

@@ -82,8 +82,8 @@ def test_a_write_takes_the_lock_as_soon_as_another_writer_lets_go(
 
     monkeypatch.setattr(sqlite_module.time, "sleep", pause)
     monkeypatch.setattr(sqlite_module.time, "monotonic", lambda: clock[0])
-    s.create_run(NewRun(id="x", flow_name="f", inputs={}))
-    assert s.get_run("x") is not None
+    created = s.create_run(NewRun(id="x", flow_name="f", inputs={}))
+    assert s.get_run("x") == created
     fast = [p for p in pauses if p == 0.0001]
     assert pauses[: len(fast)] == fast and 0.05 <= sum(fast) < 0.0504  # 0.1 ms apart for the first 50 ms
     slow = pauses[len(fast) :]
@@ -201,8 +201,8 @@ def test_group_rolled_back_by_sqlite_fails_every_call(tmp_path: Path) -> None:
     assert all(isinstance(o, StoreError) for o in outcome), outcome
     assert s.get_run("before") is None and s.get_run("after") is None
     assert s.integrity_check() == "ok"
-    s.create_run(NewRun(id="later", flow_name="f", inputs={}))  # the store works again
-    assert s.get_run("later") is not None
+    later = s.create_run(NewRun(id="later", flow_name="f", inputs={}))  # the store works again
+    assert s.get_run("later") == later
 
 
 def test_reads_that_lead_a_batch_need_no_write_lock_and_answer_before_its_commit(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from browserworker.errors import StoreError, UsageError
-from browserworker.store import ENV_DB, SQLiteStore, open_store
+from browserworker.store import ENV_DB, PostgresStore, SQLiteStore, open_store
+from browserworker.store.postgres import SCHEMA_VERSION
 from browserworker.store.url import sqlite_path
 
 
@@ -50,10 +51,12 @@ def test_a_postgresql_url_opens_the_postgresql_store_and_says_why_it_cannot(pg_u
     schema given (or ``browserworker``); a server that refuses is a StoreError naming the URL
     without its password; a schema name that is not a plain identifier is a usage error."""
     store = open_store(pg_url)
-    assert store.location.endswith("(schema browserworker)") and store.schema_version >= 1
+    assert isinstance(store, PostgresStore) and store.location.endswith("(schema browserworker)")
+    assert store.schema_version == SCHEMA_VERSION
     store.close()
     other = open_store(pg_url.replace("postgresql://", "postgres://", 1), schema="elsewhere")
-    assert other.location.endswith("(schema elsewhere)")
+    assert isinstance(other, PostgresStore) and other.location.endswith("(schema elsewhere)")
+    assert other.schema_version == SCHEMA_VERSION  # a new schema, migrated on open
     other.close()
     with pytest.raises(StoreError, match=r"cannot connect to postgresql://bw:\*\*\*@127\.0\.0\.1:1/bw"):
         open_store("postgresql://bw:hunter2@127.0.0.1:1/bw")
