@@ -9,7 +9,7 @@ flat surface. It types the member with the manager's own signature (mypy), and
 :class:`SQLStore` binds every such member, when it is made, to the bound method of the one
 manager (or the connector) that is an instance of the class the line names. Nothing is bound
 by hand and nothing dispatches per call: a flat call is a call of an instance attribute
-holding a bound method, as cheap as a method of one class. ``tests/test_store_surface.py``
+holding a bound method, as cheap as a method of one class. ``tests/store/test_surface.py``
 checks that the protocol and the store agree.
 
 mypy sees :class:`SQLStore` as a subclass of the protocol, so every flat member is typed on

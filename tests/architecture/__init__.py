@@ -1,1 +1,1 @@
-"""The shape of the code: module sizes, the layers and import contracts, the public names, the layout page."""
+"""The shape of the code: module sizes, the layers and import contracts, the public surface exactly, the layout page."""

@@ -1,6 +1,7 @@
 """The shape of the code: sizes a reviewer can read, the layers and no import cycles (import-linter),
-a complete public surface, command bodies that only call the library, and a layout page that names
-only what is there. (The extension protocol's own tests: tests/flow/test_extensions.py.)"""
+command bodies that only call the library, and a layout page that names only what is there. (The
+public surface: tests/architecture/test_public_surface.py; the extension protocol:
+tests/flow/test_extensions.py.)"""
 
 from __future__ import annotations
 
@@ -49,42 +50,6 @@ def test_the_layers_hold_and_no_import_makes_a_cycle() -> None:
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
-
-
-def test_the_public_surface_is_what_a_user_composes() -> None:
-    """``browserworker.__all__`` names the engine, the store and how to open one, flows, verdicts,
-    step contexts, extensions and every error; each name resolves."""
-    for name in (
-        "Engine",
-        "Store",
-        "open_store",
-        "Flow",
-        "Verdict",
-        "StepContext",
-        "Extension",
-        "load_flow",
-        "BrowserSettings",
-        "LeaseSettings",
-        "WorkerSettings",
-    ):
-        assert name in browserworker.__all__, name
-    errors = {
-        name
-        for name, value in vars(browserworker.errors).items()
-        if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "browserworker.errors"
-    }
-    assert errors <= set(browserworker.__all__), errors - set(browserworker.__all__)
-    for name in browserworker.__all__:
-        assert getattr(browserworker, name) is not None, name
-    assert (PACKAGE / "py.typed").is_file()
-
-
-def test_all_is_complete_and_importable() -> None:
-    """Every public name is in __all__ and every name in __all__ exists."""
-    public = {n for n in vars(browserworker) if not n.startswith("_") and n[0].isupper()}
-    assert public <= set(browserworker.__all__)
-    for name in browserworker.__all__:
-        assert hasattr(browserworker, name), name
 
 
 def _is_command(node: ast.FunctionDef) -> bool:

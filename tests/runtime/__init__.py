@@ -1,1 +1,1 @@
-"""browserworker/runtime: running runs, crash and resume, recovery rules, the browser, login sessions."""
+"""browserworker/runtime: running runs, crash and resume, recovery rules, the step loop (also on fakes), the browser, login sessions."""

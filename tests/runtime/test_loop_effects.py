@@ -7,17 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from loop_fakes import (
-    SITE,
-    Answer,
-    Loop,
-    loop,  # noqa: F401  (the fixture)
-    page,
-    post,
-)
 
 from browserworker.flow import Flow, RecordedResponse, StepContext, Verdict
 from browserworker.states import AttemptState, RunState
+from tests.support.loop_fakes import (
+    SITE,
+    Answer,
+    Loop,
+    page,
+    post,
+)
 
 
 def test_an_effect_that_returns_succeeds_with_its_journaled_result(loop: Loop) -> None:

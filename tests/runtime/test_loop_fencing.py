@@ -11,14 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from loop_fakes import (
-    SITE,
-    Heard,
-    Loop,
-    loop,  # noqa: F401  (the fixture)
-    page,
-    post,
-)
 
 from browserworker.errors import LeaseLost
 from browserworker.flow import Extensions, Flow, StepContext
@@ -26,6 +18,13 @@ from browserworker.journal import LeaseSettings, RunJournal
 from browserworker.states import AttemptState, RunState
 from browserworker.store.records import AttemptRecord, Owner
 from browserworker.store.testing import backdate
+from tests.support.loop_fakes import (
+    SITE,
+    Heard,
+    Loop,
+    page,
+    post,
+)
 
 THIEF = Owner("thief", "other-host", 4242)
 URL = f"{SITE}/orders"

@@ -8,19 +8,18 @@ import asyncio
 from typing import Any
 
 import pytest
-from loop_fakes import (
-    SITE,
-    Answer,
-    Heard,
-    Loop,
-    loop,  # noqa: F401  (the fixture)
-    page,
-    post,
-)
 
 from browserworker.flow import Flow, StepContext
 from browserworker.states import AttemptState, RunState
 from browserworker.store.records import Owner
+from tests.support.loop_fakes import (
+    SITE,
+    Answer,
+    Heard,
+    Loop,
+    page,
+    post,
+)
 
 
 def test_done_every_step_succeeded_the_run_succeeds_in_one_context(loop: Loop) -> None:

@@ -10,19 +10,18 @@ import time
 from typing import Any
 
 import pytest
-from loop_fakes import (
-    SITE,
-    FakeClock,
-    Heard,
-    Loop,
-    loop,  # noqa: F401  (the fixture)
-    page,
-    post,
-)
 
 from browserworker.flow import Flow, StepContext, Verdict
 from browserworker.states import AttemptState, RunState
 from browserworker.store.records import AttemptRecord, Owner, RunRecord
+from tests.support.loop_fakes import (
+    SITE,
+    FakeClock,
+    Heard,
+    Loop,
+    page,
+    post,
+)
 
 DEAD = Owner("dead-worker", "other-host", 4242)
 

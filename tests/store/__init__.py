@@ -1,1 +1,1 @@
-"""browserworker/store: the store contract on both stores, each dialect's mechanics, faults, limits, approvals."""
+"""browserworker/store: the store contract on both stores, its flat surface, each dialect's mechanics, faults, limits, approvals."""

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 
 from browserworker import control
 from browserworker._redact import Redactor

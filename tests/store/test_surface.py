@@ -12,7 +12,6 @@ import inspect
 from typing import Any
 
 import pytest
-from stores import any_store, store_target  # noqa: F401  (the contract fixtures)
 
 from browserworker.store import PostgresStore, SQLiteStore, SQLStore, Store
 from browserworker.store.base import Flat, flat, flat_members

@@ -21,13 +21,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
-
-import pytest
 
 from browserworker.flow import Extension, Extensions, Flow, StepContext
 from browserworker.journal import Lease, LeaseSettings, RunJournal
@@ -497,16 +495,6 @@ class Loop:
     def events(self, run_id: str, kinds: Iterable[str] = ()) -> list[EventRecord]:
         wanted = set(kinds)
         return [e for e in self.store.events(run_id) if not wanted or e.kind in wanted]
-
-
-@pytest.fixture
-def loop(tmp_path: Path) -> Iterator[Loop]:
-    """A :class:`Loop` over a fresh SQLite store in ``tmp_path`` (import it into a test module)."""
-    opened = Loop.open(tmp_path / "db")
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 async def post(ctx: StepContext[Any], path: str = "/orders") -> FakeResponse:

@@ -21,8 +21,8 @@ import pytest
 
 import browserworker
 from browserworker.errors import BrowserworkerError, UsageError
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(browserworker.__file__).parent
 API_PAGE = ROOT / "docs" / "api.md"
 
@@ -303,3 +303,39 @@ def test_the_gate_and_the_run_loop_read_no_environment() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "os":
                 readers.append(f"{path.name}:{node.lineno}")
     assert not readers, readers
+
+
+def test_the_public_surface_is_what_a_user_composes() -> None:
+    """``browserworker.__all__`` names the engine, the store and how to open one, flows, verdicts,
+    step contexts, extensions and every error; each name resolves."""
+    for name in (
+        "Engine",
+        "Store",
+        "open_store",
+        "Flow",
+        "Verdict",
+        "StepContext",
+        "Extension",
+        "load_flow",
+        "BrowserSettings",
+        "LeaseSettings",
+        "WorkerSettings",
+    ):
+        assert name in browserworker.__all__, name
+    errors = {
+        name
+        for name, value in vars(browserworker.errors).items()
+        if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "browserworker.errors"
+    }
+    assert errors <= set(browserworker.__all__), errors - set(browserworker.__all__)
+    for name in browserworker.__all__:
+        assert getattr(browserworker, name) is not None, name
+    assert (PACKAGE / "py.typed").is_file()
+
+
+def test_all_is_complete_and_importable() -> None:
+    """Every public name is in __all__ and every name in __all__ exists."""
+    public = {n for n in vars(browserworker) if not n.startswith("_") and n[0].isupper()}
+    assert public <= set(browserworker.__all__)
+    for name in browserworker.__all__:
+        assert hasattr(browserworker, name), name
