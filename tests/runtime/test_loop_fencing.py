@@ -161,7 +161,7 @@ def test_the_gate_aborts_a_dispatch_the_store_refuses_and_the_run_stops(loop: Lo
     assert loop.store.outbox(attempt.id) == []
     [context] = loop.browser.contexts
     assert context.closed and [p.crashed for p in context.opened] == [True]
-    assert loop.executors[-1].lease.lost is not None
+    assert isinstance(loop.executors[-1].lease.lost, LeaseLost)  # the lease is marked lost, as what stopped the run
 
 
 def test_a_lease_that_ran_out_locally_after_the_dispatch_commit_sends_nothing(loop: Loop) -> None:
