@@ -45,6 +45,29 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
         f"[bold]browserworker status[/bold]  {snap.db or ''}  schema {snap.schema_version}  at {_when(snap.at)}",
         highlight=False,
     )
+    console.print(_queues_table(snap))
+    console.print(f"runs: {_counts(snap.states)}", highlight=False)
+    if snap.states.get("AWAITING_APPROVAL"):
+        console.print(
+            f"awaiting approval: {snap.states['AWAITING_APPROVAL']} (browserworker approvals)", highlight=False
+        )
+    _print_reconciliation(snap, console)
+    if snap.unknown:
+        steps = _table("UNKNOWN by effect step")
+        for col in ("flow", "step", "UNKNOWN now", f"new in {format_age(snap.window)}", "ever"):
+            steps.add_column(col, justify="left" if col in ("flow", "step") else "right")
+        for s in snap.unknown:
+            steps.add_row(s.flow, s.step, str(s.open), str(s.classified_recent), str(s.classified_total))
+        console.print(steps)
+    if snap.limits:
+        console.print(_limits_table(snap))
+    if snap.workers:
+        console.print(_workers_table(snap))
+    else:
+        console.print("workers: none running (none heartbeated in the last hour)")
+
+
+def _queues_table(snap: OpsSnapshot) -> Table:
     queues = _table("queues")
     for col in (
         "queue",
@@ -72,12 +95,11 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
             str(q.unknown_recent),
             "-" if q.max_depth is None else str(q.max_depth),
         )
-    console.print(queues)
-    console.print(f"runs: {_counts(snap.states)}", highlight=False)
-    if snap.states.get("AWAITING_APPROVAL"):
-        console.print(
-            f"awaiting approval: {snap.states['AWAITING_APPROVAL']} (browserworker approvals)", highlight=False
-        )
+    return queues
+
+
+def _print_reconciliation(snap: OpsSnapshot, console: Console) -> None:
+    """Lease expiries, duplicates prevented (by who decided), and how long reconciling took."""
     dup = sum(snap.duplicates_prevented.values())
     by: dict[str, int] = {}
     for (_, _, who), n in snap.duplicates_prevented.items():
@@ -93,15 +115,9 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
     )
     if latency:
         console.print(f"reconciliations (lost lease → decision): {latency}", highlight=False)
-    if snap.unknown:
-        steps = _table("UNKNOWN by effect step")
-        for col in ("flow", "step", "UNKNOWN now", f"new in {format_age(snap.window)}", "ever"):
-            steps.add_column(col, justify="left" if col in ("flow", "step") else "right")
-        for s in snap.unknown:
-            steps.add_row(s.flow, s.step, str(s.open), str(s.classified_recent), str(s.classified_total))
-        console.print(steps)
-    if snap.limits:
-        console.print(_limits_table(snap))
+
+
+def _workers_table(snap: OpsSnapshot) -> Table:
     workers = _table("workers")
     for col in ("worker", "host", "pid", "status", "heartbeat", "runs", "queues"):
         workers.add_column(col, justify="right" if col in ("pid", "heartbeat", "runs") else "left")
@@ -117,10 +133,7 @@ def print_status(snap: OpsSnapshot, console: Console) -> None:
             ",".join(w.queues),
             style=style,
         )
-    if snap.workers:
-        console.print(workers)
-    else:
-        console.print("workers: none running (none heartbeated in the last hour)")
+    return workers
 
 
 def _limits_table(snap: OpsSnapshot) -> Table:

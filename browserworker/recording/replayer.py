@@ -456,18 +456,9 @@ async def replay_async(
         ledger_path = work / "ledger.jsonl"
         crash_exit = None
         if crash_at is not None:
-            config = {
-                "recording": str(rec.root.resolve()),
-                "flow": str(loaded.path),
-                "db": str(work / "replay.db"),
-                "ledger": str(ledger_path),
-                "run_id": run.id,
-                "settle": settle,
-                "inputs": dict(inputs or {}),
-                "browser": dataclasses.asdict(browser or BrowserSettings.discover()),
-            }
-            crash_exit = await _crash_first(crash_at, loaded, config, work)
-            run = store.get_run(run.id) or run
+            run, crash_exit = await _crash_then_resume(
+                crash_at, rec, loaded, store, run, work, settle=settle, inputs=inputs, browser=browser
+            )
             Extensions(extensions).later.notice(run, None, f"replay crashed (SIGKILL) at {crash_at}; resuming")
         final, router, observer = await replay_pass(
             rec,
@@ -508,6 +499,34 @@ async def replay_async(
         store.close()
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+async def _crash_then_resume(
+    crash_at: str,
+    rec: Recording,
+    loaded: LoadedFlow,
+    store: Store,
+    run: RunRecord,
+    work: Path,
+    *,
+    settle: float | None,
+    inputs: Mapping[str, Any] | None,
+    browser: BrowserSettings | None,
+) -> tuple[RunRecord, int | None]:
+    """The first pass of a crash replay, in a child process SIGKILLed at ``crash_at``: the run as
+    the crash left it, and the child's exit code."""
+    config = {
+        "recording": str(rec.root.resolve()),
+        "flow": str(loaded.path),
+        "db": str(work / "replay.db"),
+        "ledger": str(work / "ledger.jsonl"),
+        "run_id": run.id,
+        "settle": settle,
+        "inputs": dict(inputs or {}),
+        "browser": dataclasses.asdict(browser or BrowserSettings.discover()),
+    }
+    crash_exit = await _crash_first(crash_at, loaded, config, work)
+    return store.get_run(run.id) or run, crash_exit
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

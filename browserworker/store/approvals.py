@@ -72,24 +72,7 @@ class ApprovalManager(Manager):
             if live is not None and live["fingerprint"] == fingerprint and live["state"] in ("PENDING", "APPROVED"):
                 return ApprovalRecord.from_row(live)
             if live is not None and live["state"] in ("PENDING", "APPROVED"):
-                tx.execute("supersede_approval", {"id": live["id"], "reason": "the request changed"})
-                self._event(
-                    tx,
-                    run_id,
-                    "approval",
-                    now=now,
-                    step_id=step_id,
-                    attempt_no=attempt_no,
-                    worker=worker,
-                    epoch=epoch,
-                    decision="approval_superseded",
-                    detail={
-                        "approval": live["id"],
-                        "was": live["state"],
-                        "fingerprint": live["fingerprint"],
-                        "now": fingerprint,
-                    },
-                )
+                self._supersede(tx, live, fingerprint, epoch=epoch, attempt_no=attempt_no, worker=worker, now=now)
             new_id = tx.insert(
                 "insert_approval",
                 {
@@ -128,6 +111,29 @@ class ApprovalManager(Manager):
             row = tx.one("get_approval", {"id": new_id})
         assert row is not None
         return ApprovalRecord.from_row(row)
+
+    def _supersede(
+        self, tx: Tx, live: Row, fingerprint: str, *, epoch: int, attempt_no: int, worker: str | None, now: float
+    ) -> None:
+        """Supersede the step's live approval ``live``: the request it was asked for changed."""
+        tx.execute("supersede_approval", {"id": live["id"], "reason": "the request changed"})
+        self._event(
+            tx,
+            live["run_id"],
+            "approval",
+            now=now,
+            step_id=live["step_id"],
+            attempt_no=attempt_no,
+            worker=worker,
+            epoch=epoch,
+            decision="approval_superseded",
+            detail={
+                "approval": live["id"],
+                "was": live["state"],
+                "fingerprint": live["fingerprint"],
+                "now": fingerprint,
+            },
+        )
 
     def park(self, run_id: str, epoch: int, approval_id: int, *, worker: str | None = None) -> RunRecord:
         """The lease holder hands its run over to the decision: AWAITING_APPROVAL while it is
