@@ -472,9 +472,7 @@ async def replay_async(
             workdir=work,
             trace_dir=trace_dir,
         )
-        redactor = Redactor.from_names(rec.meta.get("secret_fields") or [])
-        replayed = journal_data(store, final.id, redactor)
-        mismatches = [] if crash_at else compare(rec.journal, replayed, rec.meta.get("verifiers") or [], observer.tests)
+        mismatches = [] if crash_at else _mismatches(rec, store, final, observer.tests)
         if observer.stopped:
             mismatches.append(observer.stopped)
         return ReplayResult(
@@ -499,6 +497,13 @@ async def replay_async(
         store.close()
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _mismatches(rec: Recording, store: Store, final: RunRecord, tests: list[SelfTest]) -> list[str]:
+    """How the replayed journal differs from the recorded one (secrets redacted alike)."""
+    redactor = Redactor.from_names(rec.meta.get("secret_fields") or [])
+    replayed = journal_data(store, final.id, redactor)
+    return compare(rec.journal, replayed, rec.meta.get("verifiers") or [], tests)
 
 
 async def _crash_then_resume(

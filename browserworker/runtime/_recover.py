@@ -168,6 +168,19 @@ async def _ask(step: Effect, ctx: Any) -> Verdict:
     return verdict
 
 
+async def _verified_done(
+    scope: RunScope, attempt: AttemptRecord, verdict: Verdict, evidence: dict[str, Any], rlog: Any
+) -> Any:
+    """The verifier found the effect done: SUCCEEDED with its result, a duplicate prevented."""
+    done = await scope.journal.finish(
+        attempt, AttemptState.SUCCEEDED, decided_by="verifier", result=jsonable(verdict.result), evidence=evidence
+    )
+    await scope.journal.decide(attempt, "duplicate_prevented", {"by": "verifier"})
+    rlog.info("verifier: done, not replayed", state=str(done.state))
+    await scope.extensions.outcome(done)
+    return done.result
+
+
 async def verify(
     scope: RunScope,
     step: Effect,
@@ -204,17 +217,7 @@ async def verify(
         if disarmed:
             evidence["unload_listeners_removed"] = disarmed
         if verdict.kind == "done":
-            done = await journal.finish(
-                attempt,
-                AttemptState.SUCCEEDED,
-                decided_by="verifier",
-                result=jsonable(verdict.result),
-                evidence=evidence,
-            )
-            await journal.decide(attempt, "duplicate_prevented", {"by": "verifier"})
-            rlog.info("verifier: done, not replayed", state=str(done.state))
-            await ext.outcome(done)
-            return done.result
+            return await _verified_done(scope, attempt, verdict, evidence, rlog)
         if verdict.kind == "unknown":
             evidence["screenshot"] = await scope.screenshot(page, f"{step.id}-{attempt.attempt_no}")
             await journal.decide(attempt, "needs_review", evidence)

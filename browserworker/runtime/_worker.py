@@ -326,9 +326,9 @@ class Worker:
         # are taken by the next)
         return time.monotonic() + max(_MIN_GAP, expires_in + self.engine.lease.skew + _PAST_EDGE)
 
-    async def _execute(self, astore: AsyncStore, session: BrowserProcess, run: RunRecord) -> None:
-        rlog = self.log.bind(run_id=run.id, lease_epoch=run.lease_epoch)
-        started = time.monotonic()
+    async def _flow_of(self, astore: AsyncStore, run: RunRecord, rlog: Any) -> LoadedFlow | None:
+        """The flow of a claimed run; None if it cannot be loaded (the run goes to NEEDS_REVIEW) or
+        the lease was lost meanwhile. A flow file changed since the enqueue is journaled."""
         try:
             loaded = self.resolver.resolve(run)
         except BrowserworkerError as exc:
@@ -343,18 +343,31 @@ class Worker:
                 decision="flow_unavailable",
             )
             self.stats.finished["NEEDS_REVIEW"] = self.stats.finished.get("NEEDS_REVIEW", 0) + 1
-            return
+            return None
         if run.flow_hash and loaded.file_hash != run.flow_hash:
             rlog.warning("the flow file changed since this run was enqueued", flow=str(loaded.path))
-            await astore.call(
-                self.store.record_event,
-                run.id,
-                "flow_changed",
-                worker=self.id,
-                epoch=run.lease_epoch,
-                decision="warning",
-                detail={"enqueued_hash": run.flow_hash, "current_hash": loaded.file_hash},
-            )
+            try:
+                await astore.call(
+                    self.store.record_event,
+                    run.id,
+                    "flow_changed",
+                    worker=self.id,
+                    epoch=run.lease_epoch,
+                    decision="warning",
+                    detail={"enqueued_hash": run.flow_hash, "current_hash": loaded.file_hash},
+                )
+            except LeaseLost as exc:  # taken over already: the run is another worker's
+                self.stats.lease_lost += 1
+                rlog.warning("lease lost before the run started", error=str(exc))
+                return None
+        return loaded
+
+    async def _execute(self, astore: AsyncStore, session: BrowserProcess, run: RunRecord) -> None:
+        rlog = self.log.bind(run_id=run.id, lease_epoch=run.lease_epoch)
+        started = time.monotonic()
+        loaded = await self._flow_of(astore, run, rlog)
+        if loaded is None:
+            return
         leased = LeasedRun(
             astore,
             run,

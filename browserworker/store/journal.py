@@ -8,7 +8,7 @@ from typing import Any
 from .._canonical import canonical_json
 from ..errors import LeaseLost
 from ..states import AttemptState, check_attempt_transition
-from .connector import Row
+from .connector import Row, Tx
 from .manager import Manager, read_only
 from .records import AttemptRecord, EventRecord, OutboxRecord, _fields
 
@@ -157,6 +157,15 @@ class JournalManager(Manager):
         with self.c.transaction() as tx:
             tx.execute("record_request_failed", {"id": outbox_id, "failure": failure, "now": self.c.now()})
 
+    def _not_finished(self, tx: Tx, attempt: AttemptRecord, epoch: int) -> LeaseLost:
+        """Why a fenced outcome of ``attempt`` changed nothing: it moved on, or the lease did."""
+        current = tx.one("get_attempt", {"id": attempt.id})
+        if current is not None and current["state"] != attempt.state:
+            return LeaseLost(
+                f"attempt {attempt.request_key}#{attempt.attempt_no} is already {current['state']}, not {attempt.state}"
+            )
+        return self._lease_lost(attempt.run_id, epoch, 0.0, f"outcome of {attempt.step_id}")
+
     def finish_attempt(
         self,
         attempt: AttemptRecord,
@@ -199,13 +208,7 @@ class JournalManager(Manager):
                 },
             )
             if changed != 1:
-                current = tx.one("get_attempt", {"id": attempt.id})
-                if current is not None and current["state"] != attempt.state:
-                    raise LeaseLost(
-                        f"attempt {attempt.request_key}#{attempt.attempt_no} is already "
-                        f"{current['state']}, not {attempt.state}"
-                    )
-                raise self._lease_lost(attempt.run_id, epoch, 0.0, f"outcome of {attempt.step_id}")
+                raise self._not_finished(tx, attempt, epoch)
             self._event(
                 tx,
                 attempt.run_id,

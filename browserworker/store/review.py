@@ -7,7 +7,7 @@ from typing import Any
 from .._canonical import canonical_json
 from ..errors import RunNotFound, UsageError
 from ..states import AttemptState, RunState
-from .connector import Connector
+from .connector import Connector, Row, Tx
 from .manager import Manager, read_only
 from .records import RunRecord
 from .runs import RunManager
@@ -108,30 +108,7 @@ class ReviewManager(Manager):
                 else {"state": latest["state"], "error": latest["error"], "evidence": latest["evidence"]},
             }
             if latest is not None and latest["state"] in (AttemptState.UNKNOWN, AttemptState.INTENT):
-                tx.execute(
-                    "resolve_attempt",
-                    {
-                        "attempt_id": latest["id"],
-                        "state": str(state),
-                        "now": now,
-                        "result_json": None if result is None else canonical_json(result),
-                        "decided_by": f"human:{who}",
-                        "evidence": canonical_json(evidence),
-                    },
-                )
-                self._event(
-                    tx,
-                    run_id,
-                    "attempt_state",
-                    now=now,
-                    step_id=step_id,
-                    attempt_no=latest["attempt_no"],
-                    worker=who,
-                    from_state=latest["state"],
-                    to_state=state,
-                    decision=f"human:{decision}",
-                    detail=evidence,
-                )
+                self._resolve_attempt(tx, latest, state, decision, result=result, evidence=evidence, who=who, now=now)
             elif decision != "failed":
                 raise UsageError(f"step {step_id!r} of run {run_id} has no UNKNOWN attempt to resolve")
             if decision == "failed":
@@ -154,6 +131,44 @@ class ReviewManager(Manager):
         resolved = self.runs.get_run(run_id)
         assert resolved is not None
         return resolved
+
+    def _resolve_attempt(
+        self,
+        tx: Tx,
+        latest: Row,
+        state: AttemptState,
+        decision: str,
+        *,
+        result: Any,
+        evidence: dict[str, Any],
+        who: str,
+        now: float,
+    ) -> None:
+        """Journal a person's decision on the step's attempt in doubt, ``latest``."""
+        tx.execute(
+            "resolve_attempt",
+            {
+                "attempt_id": latest["id"],
+                "state": str(state),
+                "now": now,
+                "result_json": None if result is None else canonical_json(result),
+                "decided_by": f"human:{who}",
+                "evidence": canonical_json(evidence),
+            },
+        )
+        self._event(
+            tx,
+            latest["run_id"],
+            "attempt_state",
+            now=now,
+            step_id=latest["step_id"],
+            attempt_no=latest["attempt_no"],
+            worker=who,
+            from_state=latest["state"],
+            to_state=state,
+            decision=f"human:{decision}",
+            detail=evidence,
+        )
 
     @read_only
     def runs_needing_review(self, limit: int = 100) -> list[RunRecord]:
