@@ -51,9 +51,13 @@ Target = str | os.PathLike[str]
 
 def _dialect(db: str) -> ModuleType:
     """The maintenance module of the dialect that serves ``db`` (the one dispatch)."""
-    from . import _backup_postgres, _backup_sqlite
+    if is_postgres(db):
+        from . import _backup_postgres
 
-    return _backup_postgres if is_postgres(db) else _backup_sqlite
+        return _backup_postgres
+    from . import _backup_sqlite
+
+    return _backup_sqlite
 
 
 def backup(db: Target, dest: Target, *, schema: str | None = None) -> BackupReport:
