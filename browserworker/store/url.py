@@ -98,7 +98,6 @@ def open_store_waiting(
     create: bool = True,
     schema: str | None = None,
     on_wait: Callable[[StoreUnavailable, float], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> Store:
     """:func:`open_store`, tried again while its server is unavailable (down, restarting, out of
     connections), for up to ``wait`` seconds, with a backoff from 0.5 s to 5 s between tries.
@@ -115,7 +114,7 @@ def open_store_waiting(
                 raise
             if on_wait is not None:
                 on_wait(exc, left)
-            sleep(min(pause, left))
+            time.sleep(min(pause, left))
             pause = min(pause * 2, 5.0)
 
 
