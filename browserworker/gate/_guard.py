@@ -65,8 +65,11 @@ class ActionGuard:
 
     def unrefused(self) -> list[str]:
         """Fail mode: the undeclared browser requests the route never got to abort (the
-        browser let them out without asking it): they may have reached the server."""
-        return [label for request, label in self._noted.items() if request not in self._refused]
+        browser let them out without asking it), or aborted for a page that has closed since (a
+        closing popup's keepalive may leave all the same): they may have reached the server."""
+        return [
+            label for request, label in self._noted.items() if request not in self._refused or _page_closed(request)
+        ]
 
     def _note(self, method: str, url: str, request: object = None) -> bool:
         """Report an undeclared side effect; True if it is one."""
@@ -106,6 +109,14 @@ class ActionGuard:
         if self._note(SOCKET, url) and self.mode == "fail":
             return  # refused: the message never reaches the server
         forward()
+
+
+def _page_closed(request: Request) -> bool:
+    """Whether the page that sent ``request`` is gone (or cannot be told: taken as gone)."""
+    try:
+        return request.frame.page.is_closed()
+    except Exception:  # a detached frame, a worker's request
+        return True
 
 
 class StepGap:
