@@ -34,7 +34,7 @@ docs-build: .venv/bin/mkdocs
 	@scripts/bootstrap.sh
 
 bench: setup
-	.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,bench]"
+	.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,bench,mcp]"
 	@scripts/postgres.sh
 	.venv/bin/python benchmarks/run.py --postgres
 

@@ -21,6 +21,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import agent_tools  # noqa: E402
 import browser_bench  # noqa: E402
 import claims  # noqa: E402
 import control_plane  # noqa: E402
@@ -88,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Run only (f), the login session benchmark; writes benchmarks/results/sessions.{json,md}.",
     )
     parser.add_argument(
+        "--agent-only",
+        action="store_true",
+        help="Run only (g), the agent tools' round trip; writes benchmarks/results/agent.{json,md}.",
+    )
+    parser.add_argument(
         "--postgres-only",
         action="store_true",
         help="Run only the PostgreSQL section; writes benchmarks/results/postgres.{json,md}.",
@@ -100,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         return postgres_only(out)
     if args.sessions_only:
         return sessions_only(out)
+    if args.agent_only:
+        return agent_only(out)
     say("raw SQLite commit rate (WAL, synchronous=FULL)")
     out["raw_commits_per_s"] = control_plane.raw_commit_rate(Path(tempfile.mkdtemp()) / "raw.db")
     say("(b) control plane: ours x1, x2 processes; Huey; DBOS (alternating)")
@@ -131,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             out["concurrency"] = browser_bench.concurrency(shop.url)
             say("(f) login + effect flow with and without a reused login session")
             out["sessions"] = session_reuse.session_reuse(shop)
+            say("(g) agent tools through MCP vs the same Playwright calls")
+            out["agent"] = agent_tools.agent_tools(shop.url)
         finally:
             shop.stop()
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2, default=str))
@@ -157,21 +167,40 @@ def _median_of(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return {**middle, key: (good[len(good) // 2 - 1][key] + middle[key]) / 2}
 
 
-def sessions_only(out: dict[str, Any]) -> int:
-    """``--sessions-only``: (f) alone, in results/sessions.{json,md}."""
+def _one_line(
+    out: dict[str, Any],
+    key: str,
+    title: str,
+    measure: Callable[[Any], Any],
+    render_line: Callable[[Any], str],
+    name: str,
+) -> int:
+    """One browser line alone against a sandbox of its own, in results/NAME.{json,md}."""
     with tempfile.TemporaryDirectory() as tmp:
         shop = start_sandbox(Path(tmp) / "sandbox.db")
         try:
-            say("(f) login + effect flow with and without a reused login session")
-            out["sessions"] = session_reuse.session_reuse(shop)
+            say(title)
+            out[key] = measure(shop)
         finally:
             shop.stop()
-    (RESULTS / "sessions.json").write_text(json.dumps(out, indent=2, default=str))
-    table = "\n".join([_machine_line(out["machine"]), "", _HEADER, _RULE, session_reuse.render(out["sessions"])]) + "\n"
-    (RESULTS / "sessions.md").write_text(table)
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2, default=str))
+    table = "\n".join([_machine_line(out["machine"]), "", _HEADER, _RULE, render_line(out[key])]) + "\n"
+    (RESULTS / f"{name}.md").write_text(table)
     print(table)
     say("done")
     return 0
+
+
+def sessions_only(out: dict[str, Any]) -> int:
+    """``--sessions-only``: (f) alone, in results/sessions.{json,md}."""
+    title = "(f) login + effect flow with and without a reused login session"
+    return _one_line(out, "sessions", title, session_reuse.session_reuse, session_reuse.render, "sessions")
+
+
+def agent_only(out: dict[str, Any]) -> int:
+    """``--agent-only``: (g) alone, in results/agent.{json,md}."""
+    title = "(g) agent tools through MCP vs the same Playwright calls"
+    return _one_line(out, "agent", title, lambda shop: agent_tools.agent_tools(shop.url), agent_tools.render, "agent")
 
 
 def postgres_only(out: dict[str, Any]) -> int:
@@ -427,6 +456,8 @@ def render(o: dict[str, Any]) -> str:
         )
     if "sessions" in o:
         lines.append(session_reuse.render(o["sessions"]))
+    if "agent" in o:
+        lines.append(agent_tools.render(o["agent"]))
     lines += [
         "",
         f"Raw SQLite commit rate on this disk (WAL, synchronous=FULL): {o['raw_commits_per_s']:,.0f} commits/s "

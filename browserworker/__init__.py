@@ -30,6 +30,7 @@ from .errors import (
     SessionKeyError,
     StoreError,
     StoreUnavailable,
+    ToolCallError,
     UndeclaredEffect,
     UsageError,
 )
@@ -160,6 +161,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "ToolCallError",
     "UndeclaredEffect",
     "UsageError",
     "Verdict",

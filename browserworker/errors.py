@@ -65,6 +65,11 @@ class SessionKeyError(UsageError):
     """No usable key to seal login sessions with (``BROWSERWORKER_SESSION_KEY``)."""
 
 
+class ToolCallError(UsageError):
+    """An agent's tool call cannot be carried out as asked (an unknown run, an unknown or stale
+    ref, a ``verify`` that is not valid, a session another server holds): nothing of it was done."""
+
+
 class ReplayError(BrowserworkerError):
     """A replay could not be carried out (bad recording, crash point never reached...)."""
 

@@ -15,7 +15,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing browserworker, its test tools and its docs tools into .venv"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,docs]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,docs,mcp]"
 
 if ! .venv/bin/python -c 'from browserworker.runtime import find_chromium; find_chromium()' >/dev/null 2>&1; then
     echo "==> no Chromium found: installing Debian's chromium package"

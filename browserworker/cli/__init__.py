@@ -14,7 +14,8 @@ modules are one concern each:
 - :mod:`.limits`: ``limits`` (budgets of limit keys);
 - :mod:`.approvals`: ``approvals``, ``approve``, ``reject``;
 - :mod:`.prove`: ``chaos``, ``replay``, ``sandbox``;
-- :mod:`.console`: ``console`` (the operator console).
+- :mod:`.console`: ``console`` (the operator console);
+- :mod:`.mcp`: ``mcp`` (durable browser tools for AI agents), ``mcp export``.
 
 Exit codes of ``run``: 0 SUCCEEDED, 1 FAILED, 2 usage error / bad input / bad flow (nothing
 written), 3 NEEDS_REVIEW, 4 CANCELLED, 5 stopped without an outcome (lease lost or store
@@ -24,7 +25,7 @@ run SUCCEEDED but a verifier failed its self-test, 8 AWAITING_APPROVAL.
 
 from __future__ import annotations
 
-from . import approvals, console, execute, limits, ops, prove, runs, sessions  # noqa: F401  (each registers its commands)
+from . import approvals, console, execute, limits, mcp, ops, prove, runs, sessions  # noqa: F401  (each registers its commands)
 from .app import main
 
 __all__ = ["main"]

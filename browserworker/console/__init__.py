@@ -16,7 +16,17 @@ from ..errors import UsageError
 from ..store.base import Store
 from .auth import ENV_READONLY_TOKEN, ENV_TOKEN, Keys, Tokens, check_tokens, load_keys
 
-__all__ = ["ENV_READONLY_TOKEN", "ENV_TOKEN", "Tokens", "check_host", "check_start", "keys_file", "load_keys", "serve"]
+__all__ = [
+    "ENV_READONLY_TOKEN",
+    "ENV_TOKEN",
+    "Keys",
+    "Tokens",
+    "check_host",
+    "check_start",
+    "keys_file",
+    "load_keys",
+    "serve",
+]
 
 
 def keys_file(db: str, is_url: bool) -> Path:

@@ -27,9 +27,14 @@ __all__ = ["ActionGuard", "StepGap"]
 class ActionGuard:
     """Watches one action step; see the module docstring."""
 
-    def __init__(self, action: Action, *, mode: str, report: Callable[[str, str], None]) -> None:
+    def __init__(
+        self, action: Action, *, mode: str, report: Callable[[str, str], None], keep_page: bool = False
+    ) -> None:
         self.action = action
         self.mode = mode
+        # fail mode: a refused navigation is answered 204 No Content, which leaves the page as it
+        # was (what was typed stays), instead of aborted, which shows the browser's error page
+        self.keep_page = keep_page
         self.report = report
         self.seen: list[str] = []
         self._route_in: ContextRoute | None = None
@@ -92,8 +97,11 @@ class ActionGuard:
 
     async def _route(self, route: Route, request: Request) -> None:
         if self._note_request(request):
-            await route.abort("blockedbyclient")
-            self._refused.add(request)  # only once aborted: a closing popup's may still leave
+            if self.keep_page and request.is_navigation_request():
+                await route.fulfill(status=204)
+            else:
+                await route.abort("blockedbyclient")
+            self._refused.add(request)  # only once refused: a closing popup's may still leave
         else:
             await route.fallback()
 
@@ -131,9 +139,12 @@ class StepGap:
     guard is in, an effect when its gate is armed) or the pass ends. ``seen`` keeps what every
     gap of the pass saw."""
 
-    def __init__(self, route: ContextRoute, report: Callable[[str, str, str, bool], None]) -> None:
+    def __init__(
+        self, route: ContextRoute, report: Callable[[str, str, str, bool], None], *, keep_page: bool = False
+    ) -> None:
         self.route = route
         self.report = report  # (after step, method, url, refused)
+        self.keep_page = keep_page  # a refused navigation answered 204: the page stays as it was
         self.after: Step | None = None
         self.seen: list[str] = []
         self._noted: set[Request] = set()
@@ -179,6 +190,9 @@ class StepGap:
     async def _route(self, route: Route, request: Request) -> None:
         if self._counts(request):
             self._note(request, refused=True)
-            await route.abort("blockedbyclient")
+            if self.keep_page and request.is_navigation_request():
+                await route.fulfill(status=204)
+            else:
+                await route.abort("blockedbyclient")
         else:
             await route.fallback()

@@ -165,6 +165,18 @@ class RunJournal:
             detail=detail,
         )
 
+    async def record(self, kind: str, *, step_id: str | None = None, detail: Any = None) -> None:
+        """Journal an event of ``kind`` for this run (an agent's tool call, say), fenced by the epoch."""
+        await self._fenced(
+            self.store.record_event,
+            self.run_id,
+            kind,
+            step_id=step_id,
+            worker=self.worker,
+            epoch=self.epoch,
+            detail=detail,
+        )
+
     # -- approvals -------------------------------------------------------------------------
 
     async def request_approval(

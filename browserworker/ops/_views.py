@@ -196,6 +196,33 @@ def _who(event: dict[str, Any]) -> str:
     return ""
 
 
+def _tool_call(detail: dict[str, Any]) -> str:
+    """One call of an agent's session (``browserworker.agent``): its number, tool and arguments,
+    a secret never shown."""
+    args = detail.get("args") or {}
+    target = (detail.get("target") or {}).get("selector") or args.get("selector") or args.get("ref")
+    parts = [f"#{detail.get('seq')} {detail.get('tool')}"]
+    if target:
+        parts.append(str(target))
+    if "url" in args:
+        parts.append(str(args["url"]))
+    if args.get("secret"):
+        parts.append("[secret]")
+    elif "value" in args:
+        parts.append(repr(args["value"]))
+    for name in ("key", "values"):
+        if name in args:
+            parts.append(f"{name}={args[name]}")
+    if detail.get("effect_key"):
+        parts.append(f"effect_key={detail['effect_key']}")
+    if detail.get("verify"):
+        verify = detail["verify"]
+        parts.append(f"verify {verify.get('get') or verify.get('url')}")
+    if args.get("ok") is False:
+        parts.append("(refused or failed: nothing done)")
+    return " ".join(parts)
+
+
 def print_journal(view: dict[str, Any], console: Console) -> None:
     """``show``'s text: what came from the run (ids, inputs, results, errors) is escaped, so a
     ``[redacted]`` or a ``[1, 2]`` prints as it is instead of being read as Rich markup."""
@@ -225,6 +252,11 @@ def print_journal(view: dict[str, Any], console: Console) -> None:
         detail = _detail(a)
         if detail:
             console.print(escape(f"  {'':<{width}}   {detail}"), soft_wrap=True, highlight=False)
+    calls = [e["detail"] for e in view["events"] if e["kind"] == "tool_call" and isinstance(e["detail"], dict)]
+    if calls:
+        console.print("[bold]tool calls[/bold] (an agent's session)")
+        for call in calls:
+            console.print(escape(f"  {_tool_call(call)}"), soft_wrap=True, highlight=False)
     decisions = [e for e in view["events"] if e["decision"] and e["kind"] in _DECISION_KINDS]
     if decisions:
         console.print("[bold]decisions[/bold]")

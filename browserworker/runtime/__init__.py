@@ -6,7 +6,8 @@ runs; ``_leased_run`` is one leased run; ``_browser`` finds and starts Chromium.
 ``_effects`` (intent, gated step, outcome), ``_recovery_rules`` (pure decisions after a crash),
 ``_recover`` (carrying them out: verifier, settle, review); ``_run_request`` creates a run or
 finds the one to resume; ``_login_sessions`` saves and reuses sealed login sessions;
-``_settings`` says how long an approval's request is held and may wait.
+``_live`` is a run whose steps are given one at a time (an agent's
+session); ``_settings`` says how long an approval's request is held and may wait.
 """
 
 from typing import TYPE_CHECKING
@@ -16,7 +17,8 @@ from .._lazy import face
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
     from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
     from ._engine import Engine
-    from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed
+    from ._live import LiveRun, StepOutcome
+    from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed, sealer_for
     from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
     from ._settings import ApprovalSettings, SessionSettings
     from ._worker import Worker, WorkerSettings, WorkerStats
@@ -30,9 +32,11 @@ __all__ = [
     "BrowserProcess",
     "BrowserSettings",
     "Engine",
+    "LiveRun",
     "RunRequest",
     "SessionInfo",
     "SessionSettings",
+    "StepOutcome",
     "Worker",
     "WorkerSettings",
     "WorkerStats",
@@ -44,5 +48,6 @@ __all__ = [
     "new_run_id",
     "prepare_run",
     "replay_seed",
+    "sealer_for",
     "validate_run_id",
 ]

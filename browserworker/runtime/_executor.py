@@ -71,17 +71,15 @@ class Executor:
         # True once the run's end is committed while its context may still be closing (the
         # extensions hear ``run_settled``: a worker starts its next run beside that close)
         self.settled = False
-        self.scope = RunScope(
-            flow=flow,
-            run=run,
-            journal=journal,
-            extensions=extensions,
-            inputs=flow.validate_inputs(run.inputs),
-            evidence_dir=evidence_dir,
+        self.scope = RunScope.of(
+            flow,
+            journal,
+            extensions,
             approvals=approvals,
-            sessions=sessions if sessions is not None else SessionSettings(),
+            sessions=sessions,
+            evidence_dir=evidence_dir,
             shared_workers_allowed=browser.settings.shared_workers == "allow",
-            log=log.bind(run_id=run.id, flow=flow.name, worker_id=journal.worker, lease_epoch=journal.epoch),
+            log=log,
         )
         self.log = self.scope.log
         self.session = SessionRun(self.scope) if flow.login_step is not None else None

@@ -100,6 +100,35 @@ class RunScope:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
+    @classmethod
+    def of(
+        cls,
+        flow: Flow[Any],
+        journal: RunJournal,
+        extensions: Extensions,
+        *,
+        approvals: ApprovalSettings,
+        sessions: SessionSettings | None,
+        evidence_dir: Path | None,
+        shared_workers_allowed: bool,
+        log: Any,
+    ) -> RunScope:
+        """The scope of the run ``journal`` holds, its inputs validated by ``flow``, its log bound
+        to the run, the flow, the worker and the lease epoch."""
+        run = journal.run
+        return cls(
+            flow=flow,
+            run=run,
+            journal=journal,
+            extensions=extensions,
+            inputs=flow.validate_inputs(run.inputs),
+            evidence_dir=evidence_dir,
+            approvals=approvals,
+            sessions=sessions if sessions is not None else SessionSettings(),
+            shared_workers_allowed=shared_workers_allowed,
+            log=log.bind(run_id=run.id, flow=flow.name, worker_id=journal.worker, lease_epoch=journal.epoch),
+        )
+
     def step_context(
         self, page: Page, step_id: str, attempt: AttemptRecord | None, fingerprint: str, results: Mapping[str, Any]
     ) -> StepContext[Any]:

@@ -34,6 +34,8 @@ FACES = [
     "browserworker.prove",
     "browserworker.recording",
     "browserworker.runtime",
+    "browserworker.agent",
+    "browserworker.mcp",
 ]
 
 # Exceptions defined in the package with a public-looking name that no user meets, and why.
@@ -50,6 +52,7 @@ NEVER_MET = {
     ),
     "browserworker.store.sqlite._files.Locked": "restore words it as DatabaseInUse",
     "browserworker.store.postgres._restore.NotADump": "restore and backup word it (UsageError, StoreError)",
+    "browserworker.agent._service._RunLeft": "a ToolCallError: the agent meets it as a tool error",
 }
 
 # The demo shop is independent of the kit (an import contract says so): its exceptions belong

@@ -121,6 +121,7 @@ def test_every_python_snippet_of_the_docs_runs(tmp_path: Path, shop: Any) -> Non
         os.chdir(cwd)
     assert ran == {
         "README.md": 1,
+        "agents.md": 1,
         "approvals.md": 1,
         "budgets.md": 1,
         "fleet.md": 1,
@@ -128,7 +129,7 @@ def test_every_python_snippet_of_the_docs_runs(tmp_path: Path, shop: Any) -> Non
         "proving.md": 2,
         "sessions.md": 1,
     }
-    assert len(shop.orders()) == before + 1  # the Engine example placed one order
+    assert len(shop.orders()) == before + 2  # the Engine example and the agent played by a script: one order each
 
 
 @pytest.mark.browser

@@ -1,0 +1,234 @@
+"""(g) An agent's tool round trip: `snapshot` and `fill` through `browserworker mcp`'s tools (the
+SDK's in-memory client, so the MCP round trip is counted) against the same Playwright calls made
+directly (the same snapshot script, `locator.fill`) on a page of the same Chromium settings; and
+what a journaled, gated `submit` adds to clicking the same button directly.
+
+Each side makes its calls in blocks, alternating ABBA; the figure is the median time per call
+over the blocks, the spread the blocks' min-max. Both sides are signed in to the sandbox shop and
+on its order form; a submit places an order on each side (one block of a few orders).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from browser_bench import _abba
+
+from browserworker.agent import AgentService, click_and_settle
+from browserworker.agent._snapshot import take_snapshot
+from browserworker.runtime import BrowserProcess, BrowserSettings
+from browserworker.store import open_store
+
+CALLS = 40  # per block
+BLOCKS = 8
+SUBMITS = 6
+
+
+async def _time_block(call: Callable[[], Awaitable[Any]], n: int) -> float:
+    """Median milliseconds per call of ``n`` calls."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await call()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+async def _sign_in_directly(page: Any, base_url: str) -> None:
+    await page.goto(f"{base_url}/login?next=/orders/new")
+    await page.fill("#username", "demo")
+    await page.fill("#password", "demo")
+    await page.click("#login")
+    await page.wait_for_url("**/orders/new")
+
+
+def _plain_server(page: Any, refs: dict[str, int]) -> Any:
+    """A browser MCP server with no journal: its tools call Playwright and return (what a plain
+    browser MCP server does), for the share of the MCP round trip itself."""
+    from mcp.server.mcpserver import MCPServer
+
+    plain: Any = MCPServer("plain")
+
+    @plain.tool()
+    async def snapshot() -> str:
+        shot = await take_snapshot(page, refs["next"])
+        refs["next"] = shot.next_ref
+        return shot.text
+
+    @plain.tool()
+    async def fill(selector: str, value: str) -> dict[str, Any]:
+        await page.locator(selector).fill(value)
+        return {"url": page.url}
+
+    return plain
+
+
+async def _measure(base_url: str) -> dict[str, Any]:
+    from mcp import Client
+
+    from browserworker.mcp import build_server
+
+    settings = BrowserSettings.discover()
+    with tempfile.TemporaryDirectory() as tmp:
+        service = AgentService(open_store(Path(tmp) / "g.db"), browser=settings)
+        try:
+            async with Client(build_server(service)) as client, BrowserProcess(settings) as direct:
+                return await _compare(client, direct, base_url)
+        finally:
+            await service.aclose()
+
+
+async def _compare(client: Any, direct: BrowserProcess, base_url: str) -> dict[str, Any]:
+    from mcp import Client
+
+    async def tool(name: str, **args: Any) -> Any:
+        result = await client.call_tool(name, args)
+        assert not result.is_error, result.content
+        return result.structured_content
+
+    opened = await tool("open_session", site=f"{base_url}/login?next=/orders/new")
+    # an agent names elements by the refs of its last snapshot
+    run_id = opened["run_id"]
+    await tool("fill", run_id=run_id, selector="#username", value="demo")
+    await tool("fill", run_id=run_id, selector="#password", value="demo")
+    await tool("submit", run_id=run_id, selector="#login", idempotent=True)
+    async with direct.context() as context:
+        page = await context.new_page()
+        await _sign_in_directly(page, base_url)
+        refs = {"next": 1}
+
+        async def snapshot_directly() -> None:
+            shot = await take_snapshot(page, refs["next"])
+            refs["next"] = shot.next_ref
+
+        item_ref = {"ref": ""}
+
+        async def snapshot_ours() -> None:
+            text = (await tool("snapshot", run_id=run_id))["result"]
+            line = next(line for line in text.splitlines() if 'textbox "Item"' in line)
+            item_ref["ref"] = line.split("[ref=")[1].split("]")[0]
+
+        async with Client(_plain_server(page, refs)) as plain:
+            sides = {
+                "snapshot": [
+                    ("ours", snapshot_ours),
+                    ("playwright", snapshot_directly),
+                    ("plain_mcp", lambda: plain.call_tool("snapshot", {})),
+                ],
+                "fill": [
+                    ("ours", lambda: tool("fill", run_id=run_id, ref=item_ref["ref"], value="tea")),
+                    ("playwright", lambda: page.locator("#item").fill("tea")),
+                    ("plain_mcp", lambda: plain.call_tool("fill", {"selector": "#item", "value": "tea"})),
+                ],
+            }
+            out: dict[str, Any] = {what: await _blocks(three) for what, three in sides.items()}
+        out["submit"] = await _submits(tool, run_id, page, base_url)
+    return out
+
+
+async def _blocks(sides: list[tuple[str, Callable[[], Awaitable[Any]]]]) -> dict[str, Any]:
+    """Blocks of each side in ABBA order; medians, and our ratio to each other side per round."""
+    blocks: dict[str, list[float]] = {side: [] for side, _ in sides}
+    for _ in range(2):  # warm every side
+        for _, call in sides:
+            await call()
+    for rep in range(BLOCKS):
+        for side, call in _abba(sides, rep):
+            blocks[side].append(await _time_block(call, CALLS))
+    out: dict[str, Any] = {f"{side}_ms": statistics.median(times) for side, times in blocks.items()}
+    for other in ("playwright", "plain_mcp"):
+        ratios = [o / p for o, p in zip(blocks["ours"], blocks[other], strict=True)]
+        out[f"ratio_{other}"] = statistics.median(ratios)
+        out[f"ratio_{other}_range"] = [min(ratios), max(ratios)]
+    out["blocks"] = blocks
+    return out
+
+
+async def _submits(tool: Callable[..., Awaitable[Any]], run_id: str, page: Any, base_url: str) -> dict[str, Any]:
+    """A submit through the tool (intent, gate, outcome, screenshot) against clicking the same
+    button directly and waiting the same way (``click_and_settle``); each places an order."""
+    ours, plain = [], []
+    for i in range(SUBMITS):
+        for side in _abba(["ours", "playwright"], i):
+            reference = f"g-{side}-{i}-{os.getpid()}-{time.time_ns()}"
+            if side == "ours":
+                await tool("navigate", run_id=run_id, url=f"{base_url}/orders/new")
+                await tool("fill", run_id=run_id, selector="#item", value="tea")
+                await tool("fill", run_id=run_id, selector="#reference", value=reference)
+                start = time.perf_counter()
+                answer = await tool(
+                    "submit",
+                    run_id=run_id,
+                    selector="#submit",
+                    effect_key=reference,
+                    verify={"get": f"/api/orders?reference={reference}", "path": "orders"},
+                )
+                ours.append((time.perf_counter() - start) * 1000)
+                assert answer["status"] == "committed", answer
+            else:
+                await page.goto(f"{base_url}/orders/new")
+                await page.fill("#item", "tea")
+                await page.fill("#reference", reference)
+                start = time.perf_counter()
+                await click_and_settle(page, "#submit")
+                plain.append((time.perf_counter() - start) * 1000)
+    return {
+        "ours_ms": statistics.median(ours),
+        "playwright_ms": statistics.median(plain),
+        "added_ms": statistics.median(ours) - statistics.median(plain),
+        "ours_all": ours,
+        "playwright_all": plain,
+    }
+
+
+def agent_tools(base_url: str) -> dict[str, Any]:
+    """(g): the figures above, with the load during the measurement."""
+    load_before = os.getloadavg()[0]
+    out = asyncio.run(_measure(base_url))
+    out["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return out
+
+
+def _met(ratio: float, spread: list[float], target: float) -> str:
+    return "yes, every round" if spread[1] <= target else ("the median only" if ratio <= target else "no")
+
+
+def render(g: dict[str, Any]) -> str:
+    """The table rows of (g): our tool against the same Playwright call made directly, and (for
+    the share of the protocol itself) against a plain MCP tool making that call; each ratio with
+    the min-max of its rounds, and the load before and after."""
+    rows = []
+    for what, how in (("snapshot", "`snapshot` tool"), ("fill", "`fill` tool (by ref)")):
+        r = g[what]
+        direct, plain = r["ratio_playwright"], r["ratio_plain_mcp"]
+        dr, pr = r["ratio_playwright_range"], r["ratio_plain_mcp_range"]
+        rows.append(
+            f"| g | {how}, round trip through the MCP SDK (in memory), median of {BLOCKS} rounds of {CALLS}, "
+            f"load {g['load'][0]}-{g['load'][1]} | {r['ours_ms']:.1f} ms | Playwright direct {r['playwright_ms']:.1f} ms; "
+            f"a plain MCP tool {r['plain_mcp_ms']:.1f} ms | {direct:.2f}x ({dr[0]:.2f}-{dr[1]:.2f}); "
+            f"{plain:.2f}x ({pr[0]:.2f}-{pr[1]:.2f}) | <= 1.2x Playwright direct | {_met(direct, dr, 1.2)} "
+            f"(against a plain MCP tool: {_met(plain, pr, 1.2)}) |"
+        )
+    s = g["submit"]
+    rows.append(
+        f"| g | `submit` (call and intent journaled, gated, outcome, screenshot), median of {SUBMITS} orders | "
+        f"{s['ours_ms']:.0f} ms | click and settle directly {s['playwright_ms']:.0f} ms | +{s['added_ms']:.0f} ms "
+        f"| reported | - |"
+    )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python benchmarks/agent_tools.py URL
+    import json
+    import sys
+
+    result = agent_tools(sys.argv[1])
+    print(json.dumps(result, indent=2, default=str))
+    print(render(result))

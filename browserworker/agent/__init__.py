@@ -1,0 +1,32 @@
+"""Durable browser sessions for AI agents: each session a run, each tool call a journaled step,
+each ``submit`` an effect (intent journaled before the click, every request through the dispatch
+gate, a retry answered from the journal and the target, never by clicking again).
+
+:class:`AgentService` holds the sessions (``_service``); ``_calls`` turns journaled tool calls
+into the steps they replay as; ``_snapshot`` is the page as an agent reads it (refs);
+``_verify`` the verifiers an agent declares as data; ``_export`` writes a session as a flow
+file that runs with no model. ``browserworker.mcp`` serves it over MCP.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._calls import click_and_settle, settled
+    from ._export import export_flow
+    from ._service import AgentPolicy, AgentService, submit_status
+    from ._verify import VerifySpec, verifier
+
+__getattr__, __dir__ = face(__name__)
+
+__all__ = [
+    "AgentPolicy",
+    "AgentService",
+    "VerifySpec",
+    "click_and_settle",
+    "export_flow",
+    "settled",
+    "submit_status",
+    "verifier",
+]

@@ -1,0 +1,237 @@
+"""An agent's tool calls as journaled records, and the steps they replay as.
+
+Every call that changes the page is journaled as a ``tool_call`` event of the session's run:
+its sequence number, the tool, its arguments (a secret value sealed, never written in clear)
+and, for an element, the :class:`~browserworker.agent._snapshot.Target` its ref named. From
+these a session is replayed after a crash and exported as a flow file.
+
+The page-changing tools replay as actions (re-run on every pass): ``navigate``, ``click``,
+``fill``, ``select``, ``check``, ``press``, and a ``submit`` marked ``idempotent`` (a login, a
+search: safe to repeat). A plain ``submit`` is an effect, keyed by its ``effect_key``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from playwright.async_api import Page, Request
+
+from .._canonical import fingerprint_of
+from ..flow import Action, Effect, Step, StepContext
+from ._snapshot import Target
+from ._verify import VerifySpec, verifier
+
+__all__ = ["STAGING", "Call", "click_and_settle", "settled", "step_of"]
+
+STAGING = ("navigate", "click", "fill", "select", "check", "press")
+"""The tools that replay as actions (with ``submit``, the page-changing tools)."""
+
+SETTLE_QUIET = 0.3
+"""Seconds with no request in flight after which a click's consequences count as settled."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One journaled tool call (see the module docstring)."""
+
+    seq: int
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+    target: Target | None = None
+    key: str | None = None  # a submit's effect key
+    verify: VerifySpec | None = None
+    secret: str | None = None  # a secret value, sealed (never the value itself)
+    snapshot: str | None = None  # the snapshot the agent acted on (a submit's evidence)
+    page_url: str | None = None  # the page a submit was made on
+    epoch: int | None = None  # the lease epoch the call was journaled under (not journaled itself)
+
+    @property
+    def step_id(self) -> str:
+        return f"t{self.seq:04d}.{self.tool}"
+
+    @property
+    def idempotent(self) -> bool:
+        return bool(self.args.get("idempotent"))
+
+    @property
+    def is_effect(self) -> bool:
+        return self.tool == "submit" and not self.idempotent
+
+    def same_request(self, other: Call) -> bool:
+        """Whether ``other`` asks for what this call asked (a submit's retry, or a conflict)."""
+        return self.tool == other.tool and self.args == other.args and self.verify == other.verify
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(
+            {
+                "tool": self.tool,
+                "args": self.args,
+                "target": self.target.selector if self.target else None,
+                "verify": self.verify.to_dict() if self.verify else None,
+            }
+        )
+
+    def to_event(self) -> dict[str, Any]:
+        detail: dict[str, Any] = {"seq": self.seq, "tool": self.tool, "args": self.args}
+        if self.target is not None:
+            detail["target"] = self.target.to_dict()
+        if self.key is not None:
+            detail["effect_key"] = self.key
+        if self.verify is not None:
+            detail["verify"] = self.verify.to_dict()
+        if self.secret is not None:
+            detail["sealed"] = self.secret
+        if self.snapshot is not None:
+            detail["snapshot"] = self.snapshot
+        if self.page_url is not None:
+            detail["page_url"] = self.page_url
+        return detail
+
+    @classmethod
+    def from_event(cls, detail: dict[str, Any], epoch: int | None = None) -> Call:
+        target = detail.get("target")
+        verify = detail.get("verify")
+        return cls(
+            seq=int(detail["seq"]),
+            tool=str(detail["tool"]),
+            args=dict(detail.get("args") or {}),
+            target=Target.of(target) if target else None,
+            key=detail.get("effect_key"),
+            verify=VerifySpec.model_validate(verify) if verify else None,
+            secret=detail.get("sealed"),
+            snapshot=detail.get("snapshot"),
+            page_url=detail.get("page_url"),
+            epoch=epoch,
+        )
+
+
+async def click_and_settle(page: Page, selector: str, *, timeout: float = 30.0) -> dict[str, Any]:
+    """Click ``selector`` and wait until what the click set off has settled: every document,
+    fetch and XHR request it started answered (a form's POST, its redirect, the next page) and the
+    page loaded. Returns where the page is then (``url``, ``title``); raises ``ConnectionError``
+    when a request that may change the world got no answer (whether it landed is unknown)."""
+    return await settled(page, lambda: page.locator(selector).click(timeout=timeout * 1000), timeout=timeout)
+
+
+async def settled(page: Page, do: Callable[[], Awaitable[Any]], *, timeout: float = 30.0) -> dict[str, Any]:
+    """``await do()`` (a click, a key press), then wait as :func:`click_and_settle` does."""
+    pending: set[Request] = set()
+    quiet = asyncio.Event()
+    quiet.set()
+    kinds = ("document", "fetch", "xhr")
+    lost: list[str] = []
+
+    def started(request: Request) -> None:
+        if request.resource_type in kinds:
+            pending.add(request)
+            quiet.clear()
+
+    def ended(request: Request) -> None:
+        pending.discard(request)
+        if not pending:
+            quiet.set()
+
+    def failed(request: Request) -> None:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            lost.append(f"{request.method} {request.url}: {request.failure}")
+        ended(request)
+
+    page.on("request", started)
+    page.on("requestfinished", ended)
+    page.on("requestfailed", failed)
+    try:
+        await do()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            await asyncio.wait_for(quiet.wait(), max(0.01, deadline - loop.time()))
+            await asyncio.sleep(SETTLE_QUIET)  # a redirect's next request starts after its answer
+            if quiet.is_set():
+                break
+        await page.wait_for_load_state("load", timeout=timeout * 1000)
+    finally:
+        page.remove_listener("request", started)
+        page.remove_listener("requestfinished", ended)
+        page.remove_listener("requestfailed", failed)
+    if lost:  # sent, and no answer came back: whether it landed is for recovery to find out
+        raise ConnectionError(f"no answer to {'; '.join(lost)}")
+    return {"url": page.url, "title": await page.title()}
+
+
+def step_of(
+    call: Call,
+    value: Callable[[], str | None] = lambda: None,
+    *,
+    approve: bool = False,
+    live_selector: str | None = None,
+) -> Step:
+    """The step ``call`` runs as (see the module docstring). ``value`` gives a ``fill``'s secret
+    value (unsealed) when the call's own arguments do not hold it; ``approve``: a person approves
+    the submit's request first; ``live_selector`` finds the element the agent's ref named in the
+    live page (a replay finds it by the target's selector)."""
+    tool, args = call.tool, call.args
+
+    def _selector(call: Call) -> str:
+        if live_selector is not None:
+            return live_selector
+        if call.target is None:
+            raise ValueError(f"{call.tool} needs a target")
+        return call.target.selector
+
+    async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
+        response = await ctx.page.goto(args["url"])
+        return {"url": ctx.page.url, "status": response.status if response is not None else None}
+
+    async def click(ctx: StepContext[Any]) -> dict[str, Any]:
+        return await click_and_settle(ctx.page, _selector(call))
+
+    async def fill(ctx: StepContext[Any]) -> None:
+        text = args.get("value")
+        if text is None:
+            text = value()
+        if text is None:
+            raise ValueError(f"the secret value of {call.step_id} cannot be read back (no sealing key)")
+        await ctx.page.locator(_selector(call)).fill(text)
+
+    async def select(ctx: StepContext[Any]) -> list[str]:
+        return await ctx.page.locator(_selector(call)).select_option(args["values"])
+
+    async def check(ctx: StepContext[Any]) -> None:
+        await ctx.page.locator(_selector(call)).set_checked(bool(args.get("checked", True)))
+
+    async def press(ctx: StepContext[Any]) -> dict[str, Any]:
+        key = args["key"]
+        if call.target is not None or live_selector is not None:
+            return await settled(ctx.page, lambda: ctx.page.locator(_selector(call)).press(key))
+        return await settled(ctx.page, lambda: ctx.page.keyboard.press(key))
+
+    async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
+        return await click_and_settle(ctx.page, _selector(call))
+
+    fns = {
+        "navigate": navigate,
+        "click": click,
+        "fill": fill,
+        "select": select,
+        "check": check,
+        "press": press,
+        "submit": submit,
+    }
+    if tool not in fns:
+        raise ValueError(f"no step for tool {tool!r}")
+    if call.is_effect:
+        fp = call.fingerprint()
+        effect = Effect(
+            id=call.step_id,
+            fn=submit,
+            settle=call.verify.settle if call.verify is not None else 3.0,
+            fingerprint_fn=lambda inputs, results: fp,
+            approve=approve,
+        )
+        if call.verify is not None:
+            effect.verifier = verifier(call.verify)
+        return effect
+    return Action(id=call.step_id, fn=fns[tool], sends=tool == "submit")

@@ -1,0 +1,199 @@
+"""An agent's session written as a flow file that runs with no model (``browserworker mcp export``).
+
+Each page-changing call that succeeded becomes a step, in order: navigations, clicks, fills,
+selections and key presses as actions; an idempotent submit (a login) as an action that may
+send; each done ``submit`` as an effect with the verifier the agent declared. Read calls
+(snapshots, finds, extracts, screenshots) and calls that failed or were refused are left out.
+
+The values the agent typed become the flow's inputs, with what was typed as their defaults; a
+secret value (a password) becomes a required ``SecretStr`` input and is never written. A typed
+value the submit's verifier looks for is the submit's *proof*: a new run must not find the
+proof of an earlier one, so by default each run types its own run id there (give the input to
+type something else).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from typing import Any
+
+from ..errors import ToolCallError
+from ..states import AttemptState
+from ..store.base import Store
+from ._calls import STAGING, Call
+from ._verify import VerifySpec
+
+__all__ = ["export_flow"]
+
+TOOL_CALL = "tool_call"
+
+
+def _identifier(text: str, taken: set[str]) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", text).strip("_").lower() or "value"
+    if name[0].isdigit() or keyword.iskeyword(name):
+        name = f"field_{name}"
+    base, n = name, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    taken.add(name)
+    return name
+
+
+class _Writer:
+    def __init__(self, run_id: str, calls: list[Call], done: set[str]) -> None:
+        self.run_id = run_id
+        self.calls = calls
+        self.done = done
+        self.inputs: list[str] = []  # lines of the Inputs model
+        self.values: dict[str, str] = {}  # input name -> the typed value (non-secret)
+        self.proofs: set[str] = set()  # inputs a verifier looks for
+        self.taken: set[str] = {"ctx", "flow"}
+        self.steps: list[str] = []
+
+    def kept(self) -> list[Call]:
+        kept = []
+        for call in self.calls:
+            if call.is_effect:
+                if call.step_id in self.done:
+                    kept.append(call)
+            elif (call.tool in STAGING or call.tool == "submit") and call.args.get("ok"):
+                kept.append(call)
+        return kept
+
+    def _find_proofs(self, kept: list[Call]) -> None:
+        texts = [
+            str(v)
+            for c in kept
+            if c.verify is not None
+            for v in c.verify.model_dump(exclude_none=True).values()
+            if isinstance(v, str)
+        ]
+        for c in kept:
+            value = c.args.get("value")
+            if c.tool == "fill" and isinstance(value, str) and len(value) >= 3 and any(value in t for t in texts):
+                self.proofs.add(value)
+
+    def _input(self, call: Call) -> str:
+        """The input a fill types; returns the expression that reads it."""
+        target = call.target
+        name = _identifier(target.field or target.name if target else "value", self.taken)
+        if call.args.get("secret"):
+            self.inputs.append(f"    {name}: SecretStr  # typed as a secret: give it with --input {name}=...")
+            return f"ctx.inputs.{name}.get_secret_value()"
+        value = str(call.args.get("value"))
+        if value in self.proofs:
+            self.inputs.append(
+                f"    {name}: str | None = None  # the proof its verifier looks for (default: the run id)"
+            )
+            self.values[name] = value
+            return f"(ctx.inputs.{name} or ctx.run_id)"
+        self.inputs.append(f"    {name}: str = {value!r}")
+        self.values[name] = value
+        return f"ctx.inputs.{name}"
+
+    def _template(self, text: str) -> str:
+        """``text`` as a Python expression, the typed values in it read from the inputs."""
+        for name, value in self.values.items():
+            if len(value) >= 3 and value in text:
+                read = f"(ctx.inputs.{name} or ctx.run_id)" if value in self.proofs else f"ctx.inputs.{name}"
+                escaped = text.replace("{", "{{").replace("}", "}}")
+                return "f" + repr(escaped.replace(value, "\x00")).replace("\\x00", "{" + read + "}")
+        return repr(text)
+
+    def _verify(self, fn: str, spec: VerifySpec) -> list[str]:
+        fields = ", ".join(
+            f"{k!r}: {self._template(v) if isinstance(v, str) else repr(v)}"
+            for k, v in spec.model_dump(exclude_none=True).items()
+        )
+        return [
+            "",
+            "",
+            f"@{fn}.verify",
+            f"async def {fn}_landed(ctx: StepContext[Inputs]) -> Verdict:",
+            f"    return await verifier({{{fields}}})(ctx)",
+        ]
+
+    def step(self, call: Call) -> None:
+        fn = _identifier(call.step_id, self.taken)
+        selector = repr(call.target.selector) if call.target is not None else None
+        sig = f"async def {fn}(ctx: StepContext[Inputs])"
+        lines = ["", ""]
+        if call.is_effect:
+            settle = call.verify.settle if call.verify is not None else 3.0
+            lines += [f'@flow.effect(id="{call.step_id}", settle={settle})', f"{sig} -> dict[str, Any]:"]
+            lines.append(f"    return await click_and_settle(ctx.page, {selector})")
+            if call.verify is not None:
+                lines += self._verify(fn, call.verify)
+            self.steps += lines
+            return
+        sends = ", sends=True" if call.tool == "submit" else ""
+        lines += [f'@flow.step(id="{call.step_id}"{sends})', f"{sig} -> None:"]
+        args = call.args
+        if call.tool == "navigate":
+            lines.append(f"    await ctx.page.goto({self._template(str(args['url']))})")
+        elif call.tool in ("click", "submit"):
+            lines.append(f"    await click_and_settle(ctx.page, {selector})")
+        elif call.tool == "fill":
+            lines.append(f"    await ctx.page.locator({selector}).fill({self._input(call)})")
+        elif call.tool == "select":
+            lines.append(f"    await ctx.page.locator({selector}).select_option({args['values']!r})")
+        elif call.tool == "check":
+            lines.append(f"    await ctx.page.locator({selector}).set_checked({bool(args.get('checked', True))!r})")
+        elif call.tool == "press":
+            press = f"ctx.page.locator({selector})" if selector else "ctx.page.keyboard"
+            lines.append(f"    await settled(ctx.page, lambda: {press}.press({args['key']!r}))")
+        self.steps += lines
+
+    def source(self, flow_name: str) -> str:
+        kept = self.kept()
+        if not kept:
+            raise ToolCallError(f"session {self.run_id} has no step to export (no page-changing call succeeded)")
+        self._find_proofs(kept)
+        for call in kept:
+            self.step(call)
+        head = [
+            f'"""Flow exported from the agent session {self.run_id} (browserworker mcp export).',
+            "",
+            "Run it with no model: browserworker run THIS_FILE [--input NAME=VALUE ...]",
+            '"""',
+            "",
+            "from __future__ import annotations",
+            "",
+            "from typing import Any",
+            "",
+            "from pydantic import BaseModel, SecretStr",
+            "",
+            "from browserworker import Flow, StepContext, Verdict",
+            "from browserworker.agent import click_and_settle, settled, verifier",
+            "",
+            "",
+            "class Inputs(BaseModel):",
+            '    """What the agent typed (a secret is never written: give it as an input)."""',
+            "",
+        ]
+        body = self.inputs or ["    pass"]
+        flow = ["", "", f'flow = Flow("{flow_name}", inputs=Inputs, undeclared_effects="fail")']
+        return "\n".join(head + body + flow + self.steps) + "\n"
+
+
+def export_flow(store: Store, run_id: str, *, name: str | None = None) -> str:
+    """The source of a flow file that does what agent session ``run_id`` did (see the module docstring)."""
+    run = store.get_run(run_id)
+    if run is None or run.flow_name != "agent":
+        raise ToolCallError(f"no agent session {run_id!r}")
+    calls = sorted(
+        (
+            Call.from_event(e.detail, e.lease_epoch)
+            for e in store.events(run_id)
+            if e.kind == TOOL_CALL and isinstance(e.detail, dict)
+        ),
+        key=lambda c: c.seq,
+    )
+    latest: dict[str, Any] = {}
+    for a in store.attempts(run_id):
+        if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
+            latest[a.step_id] = a
+    done = {step for step, a in latest.items() if a.state == AttemptState.SUCCEEDED}
+    flow_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", f"agent-{run_id}")[:64]
+    return _Writer(run_id, calls, done).source(flow_name)

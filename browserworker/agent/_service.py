@@ -1,0 +1,671 @@
+"""Durable browser sessions for agents: each session a run, each tool call a journaled step.
+
+:class:`AgentService` is what ``browserworker mcp`` serves (the MCP wiring is
+:mod:`browserworker.mcp`; nothing here knows the protocol). A session is a run of the flow
+``agent`` on the queue ``agent`` (no worker takes it), leased by the server process that drives
+it. Its tools come in three kinds:
+
+- read (``snapshot``, ``find``, ``extract``, ``screenshot``; ``navigate`` changes only the page):
+  nothing they do can change the world;
+- staging (``click``, ``fill``, ``select``, ``check``, ``press``): run under the action guard in
+  fail mode: a request only an effect may send is held, reported and never sent;
+- effect (``submit``): the one tool that may change the world: its call is journaled, then its
+  intent, then every request it sends passes the dispatch gate; a retry of the same call (same
+  run, same effect key) is answered from the journal and the target, never by clicking again.
+
+Another server process takes a session up on its next call (its lease taken over once the old
+owner is provably gone or its lease ran out): the page is re-opened where it was (the actions
+replayed), the effects not redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import LeaseLost, SessionKeyError, ToolCallError, UsageError
+from ..flow import Extensions, Flow
+from ..journal import LeaseSettings, this_owner
+from ..logs import RunLog
+from ..runtime import (
+    ApprovalSettings,
+    BrowserProcess,
+    BrowserSettings,
+    LiveRun,
+    SessionSettings,
+    StepOutcome,
+    new_run_id,
+    sealer_for,
+)
+from ..states import AttemptState, RunState
+from ..store.aio import AsyncStore
+from ..store.base import Store
+from ..store.records import AttemptRecord, NewRun, RunRecord
+from ._calls import Call, step_of
+from ._session import (
+    EVIDENCE,
+    FLOW_NAME,
+    QUEUE,
+    SNAPSHOT_KEPT,
+    TOOL_CALL,
+    AgentInputs,
+    AgentSession,
+    agent_flow,
+)
+from ._snapshot import SECRET_ATTRIBUTE
+from ._verify import parse_verify
+
+__all__ = ["AgentPolicy", "AgentService", "submit_status"]
+
+
+class _RunLeft(ToolCallError):
+    """The session's run has left this server: it waits for a person, an approval, or has ended."""
+
+
+@dataclass(frozen=True)
+class AgentPolicy:
+    """What the server enforces, whatever the agent asks: submits a person approves first
+    (every one, or those on the listed hosts), how long a session waits for another owner's
+    lease, and where the console is (for the links in answers)."""
+
+    approve_all: bool = False
+    approve_hosts: tuple[str, ...] = ()
+    wait: float = 5.0
+    console_url: str | None = None
+
+    def approves(self, url: str) -> bool:
+        host = urlsplit(url).hostname or ""
+        netloc = urlsplit(url).netloc
+        return self.approve_all or host in self.approve_hosts or netloc in self.approve_hosts
+
+    def link(self, run_id: str) -> str:
+        if self.console_url:
+            return f"{self.console_url.rstrip('/')}/runs/{run_id}"
+        return f"browserworker show {run_id}"
+
+
+class AgentService:
+    """Agent sessions over one store and one browser (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        browser: BrowserSettings | None = None,
+        lease: LeaseSettings | None = None,
+        approvals: ApprovalSettings | None = None,
+        sessions: SessionSettings | None = None,
+        evidence_dir: Path | None = None,
+        policy: AgentPolicy | None = None,
+        extensions: tuple[object, ...] = (),
+    ) -> None:
+        self.store = store
+        self.astore = AsyncStore(store)
+        self.browser_settings = browser if browser is not None else BrowserSettings.discover()
+        self.lease = lease if lease is not None else LeaseSettings()
+        self.approvals = approvals if approvals is not None else ApprovalSettings.from_env()
+        self.sessions = sessions if sessions is not None else SessionSettings.from_env()
+        self.evidence_dir = evidence_dir
+        self.policy = policy if policy is not None else AgentPolicy()
+        self.extensions = Extensions([RunLog(), *extensions])
+        self.owner = this_owner("mcp")
+        self.live: dict[str, AgentSession] = {}
+        self._browser: BrowserProcess | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._attaching: dict[str, asyncio.Lock] = {}
+
+    async def browser(self) -> BrowserProcess:
+        if self._browser is None:
+            self._browser = await self._stack.enter_async_context(BrowserProcess(self.browser_settings))
+        return self._browser
+
+    async def aclose(self) -> None:
+        """Hand every live session back (QUEUED: the next call takes it up), close the browser."""
+        for session in list(self.live.values()):
+            with contextlib.suppress(Exception):
+                await session.flush()
+                await session.live.release("agent server stopped")
+        self.live.clear()
+        await self._stack.aclose()
+        self.astore.close()
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def open_session(
+        self, site: str, session_key: str | None = None, limit_key: str | None = None
+    ) -> dict[str, Any]:
+        """Start a session at ``site`` (a URL): a new run, leased here, its page opened there."""
+        parts = urlsplit(site)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ToolCallError(f"site must be an http(s) URL, not {site!r}")
+        inputs = AgentInputs(site=site, session_key=session_key or None)
+        try:
+            flow = agent_flow(inputs)
+        except UsageError as exc:
+            raise ToolCallError(str(exc)) from None
+        run = await self.astore.call(
+            self.store.create_run,
+            NewRun(
+                id=new_run_id(),
+                flow_name=FLOW_NAME,
+                inputs=inputs.model_dump(mode="json"),
+                queue=QUEUE,
+                limit_key=limit_key or parts.netloc,
+            ),
+        )
+        try:
+            session = await self._lease(run, flow, [])
+        except ToolCallError:  # its site's budget holds it: nothing is left waiting
+            await self.astore.call(self.store.cancel, run.id, who="agent server")
+            raise ToolCallError(
+                f"the budget of {run.limit_key} lets no new session start now (browserworker limits); try again later"
+            ) from None
+        await session.live.open()
+        loaded = "reused" if session.live.session is not None and session.live.session.loaded is not None else None
+        call = Call(seq=session.next_seq(), tool="navigate", args={"url": site, "ok": True})
+        outcome = await session.live.action(session.step(call))  # type: ignore[arg-type]
+        if outcome.kind != "done":
+            await session.live.end(RunState.FAILED, outcome.reason, "failed")
+            self.live.pop(run.id, None)
+            raise ToolCallError(f"could not open {site}: {outcome.reason or outcome.refused}")
+        await session.record(call)
+        answer = {
+            "run_id": run.id,
+            "url": session.page.url,
+            "title": await session.page.title(),
+            "limit_key": run.limit_key,
+        }
+        if session_key:
+            answer["saved_login"] = loaded or "none"
+        return answer
+
+    async def _lease(self, run: RunRecord, flow: Flow[Any], calls: list[Call]) -> AgentSession:
+        live = await LiveRun.lease(
+            self.astore,
+            run,
+            flow,
+            self.owner,
+            await self.browser(),
+            self.extensions,
+            lease=self.lease,
+            approvals=self.approvals,
+            sessions=self.sessions,
+            evidence_dir=self.evidence_dir,
+            wait=self.policy.wait,
+        )
+        if live is None:
+            current = await self.astore.call(self.store.get_run, run.id)
+            who = f"{current.owner} (pid {current.owner_pid} on {current.owner_host})" if current else "another owner"
+            raise ToolCallError(f"session {run.id} is held by {who}, or its site's budget holds it; try again shortly")
+        try:  # secrets typed in the session are sealed with the key of saved logins
+            sealer = await asyncio.to_thread(sealer_for, self.store, self.sessions)
+        except SessionKeyError:  # none here (PostgreSQL with no BROWSERWORKER_SESSION_KEY): kept in memory only
+            sealer = None
+        session = AgentSession(live, calls, approves=self.policy.approves, sealer=sealer)
+        self.live[run.id] = session
+        return session
+
+    async def session(self, run_id: str) -> tuple[AgentSession, list[str]]:
+        """The live session of ``run_id``, taken up here if another process drove it (its steps
+        replayed in a new page). Returns it and what its replay said."""
+        found = self.live.get(run_id)
+        if found is not None and found.live.journal.alive:
+            return found, []
+        lock = self._attaching.setdefault(run_id, asyncio.Lock())
+        async with lock:
+            found = self.live.get(run_id)
+            if found is not None and found.live.journal.alive:
+                return found, []
+            if found is not None:  # its lease was lost: let it go
+                self.live.pop(run_id, None)
+                with contextlib.suppress(Exception):
+                    await found.live.detach()
+            return await self._attach(run_id)
+
+    async def _attach(self, run_id: str) -> tuple[AgentSession, list[str]]:
+        run = await self.astore.call(self.store.get_run, run_id)
+        if run is None or run.flow_name != FLOW_NAME:
+            raise ToolCallError(f"no agent session {run_id!r} (open_session gives a run id)")
+        self._check_state(run)
+        calls = await self.calls_of(run_id)
+        inputs = AgentInputs.model_validate(run.inputs)
+        session = await self._lease(run, agent_flow(inputs), calls)
+        try:
+            steps = await session.history()
+            replayed = await session.live.open(steps)
+        except BaseException:
+            self.live.pop(run_id, None)
+            await session.live.detach()
+            raise
+        notes = [f"session taken up by this server: {len(replayed)} step(s) replayed, effects not redone"]
+        notes += [
+            f"replaying {st.id}: {o.kind} ({o.reason})"
+            for st, o in zip(steps, replayed, strict=False)
+            if o.kind != "done"
+        ]
+        last = replayed[-1] if replayed else None
+        if last is not None and last.kind in ("review", "approval", "cancelled"):
+            self.live.pop(run_id, None)
+            current = await self.astore.call(self.store.get_run, run_id)
+            assert current is not None
+            self._check_state(current)
+        if last is not None and last.kind != "done":  # the page is not where it was: touch nothing
+            self.live.pop(run_id, None)
+            await session.live.release("agent session could not be replayed")
+            step = steps[len(replayed) - 1].id
+            raise ToolCallError(
+                f"session {run_id} could not be re-opened where it was: replaying {step} {last.kind}"
+                f" ({last.reason or ', '.join(last.refused)}); nothing more was done, its submits stand as journaled"
+            )
+        return session, notes
+
+    def _check_state(self, run: RunRecord) -> None:
+        link = self.policy.link(run.id)
+        if run.state == RunState.NEEDS_REVIEW:
+            raise _RunLeft(f"session {run.id} waits for a person's review ({run.error}); see {link}")
+        if run.state == RunState.AWAITING_APPROVAL:
+            raise _RunLeft(f"session {run.id} waits for an approval; see {link} (call submit again to poll)")
+        if run.state in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED):
+            raise _RunLeft(f"session {run.id} has ended ({run.state}){': ' + run.error if run.error else ''}")
+
+    async def calls_of(self, run_id: str) -> list[Call]:
+        events = await self.astore.call(self.store.events, run_id)
+        calls = [
+            Call.from_event(e.detail, e.lease_epoch)
+            for e in events
+            if e.kind == TOOL_CALL and isinstance(e.detail, dict)
+        ]
+        return sorted(calls, key=lambda c: c.seq)  # a read call is journaled in the background: maybe later
+
+    async def call(self, run_id: str, work: Callable[[AgentSession], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Run one tool call on ``run_id``'s session, one at a time per session."""
+        session, notes = await self.session(run_id)
+        async with session.lock:
+            try:
+                answer = await work(session)
+            except LeaseLost as exc:
+                self.live.pop(run_id, None)
+                raise ToolCallError(f"session {run_id} was taken over by another owner: {exc}") from None
+        if session.live.between:
+            notes = [*notes, *(f"the page sent between calls: {sent}" for sent in session.live.between)]
+            session.live.between.clear()
+        if notes:
+            answer["notes"] = notes
+        return answer
+
+    # -- read tools --------------------------------------------------------------------------------
+
+    async def snapshot(self, run_id: str) -> dict[str, Any]:
+        async def work(s: AgentSession) -> dict[str, Any]:
+            shot = await s.take()
+            s.note(Call(seq=s.next_seq(), tool="snapshot"))
+            return {"run_id": run_id, "snapshot": shot.text}
+
+        return await self.call(run_id, work)
+
+    async def find(self, run_id: str, text: str) -> dict[str, Any]:
+        if not text:
+            raise ToolCallError("find needs the text to look for")
+
+        async def work(s: AgentSession) -> dict[str, Any]:
+            shot = await s.take()
+            needle = text.lower()
+            lines = [line.strip() for line in shot.text.splitlines()[3:] if needle in line.lower()]
+            s.note(Call(seq=s.next_seq(), tool="find", args={"text": text}))
+            return {"run_id": run_id, "matches": lines}
+
+        return await self.call(run_id, work)
+
+    async def extract(self, run_id: str, ref: str | None = None, selector: str | None = None) -> dict[str, Any]:
+        async def work(s: AgentSession) -> dict[str, Any]:
+            if ref is None and selector is None:
+                texts = [await s.page.locator("body").inner_text()]
+            else:
+                target, live = await s.target(ref, selector)
+                texts = await s.page.locator(live).all_inner_texts()
+            s.note(Call(seq=s.next_seq(), tool="extract", args={"ref": ref, "selector": selector}))
+            return {"run_id": run_id, "url": s.page.url, "texts": [t[:SNAPSHOT_KEPT] for t in texts[:50]]}
+
+        return await self.call(run_id, work)
+
+    async def screenshot(self, run_id: str) -> bytes:
+        shots: list[bytes] = []
+
+        async def work(s: AgentSession) -> dict[str, Any]:
+            shots.append(await s.page.screenshot(full_page=False, mask=[s.page.locator(f"[{SECRET_ATTRIBUTE}]")]))
+            s.note(Call(seq=s.next_seq(), tool="screenshot"))
+            return {}
+
+        await self.call(run_id, work)
+        return shots[0]
+
+    # -- page-changing tools ------------------------------------------------------------------------
+
+    async def navigate(self, run_id: str, url: str) -> dict[str, Any]:
+        async def work(s: AgentSession) -> dict[str, Any]:
+            absolute = _absolute(s.page.url, url)
+            call = Call(seq=s.next_seq(), tool="navigate", args={"url": absolute})
+            return await self._staged(s, call, await s.live.action(step_of(call)))  # type: ignore[arg-type]
+
+        return await self.call(run_id, work)
+
+    async def stage(
+        self,
+        run_id: str,
+        tool: str,
+        args: dict[str, Any],
+        ref: str | None,
+        selector: str | None,
+        *,
+        secret: bool = False,
+    ) -> dict[str, Any]:
+        """``click``, ``fill``, ``select``, ``check`` or ``press`` (``press`` may name no element)."""
+
+        async def work(s: AgentSession) -> dict[str, Any]:
+            aimed = None if tool == "press" and ref is None and selector is None else s.aim(ref, selector)
+            call = Call(seq=s.next_seq(), tool=tool, args=dict(args, ref=ref, selector=selector))
+            step = step_of(call, lambda: args.get("value"), live_selector=aimed[0] if aimed else None)
+            target, outcome = await s.act(step, aimed, ref)
+            call = replace(call, target=target)
+            hidden = tool == "fill" and (secret or (target is not None and target.secret))
+            if hidden:  # never journaled in clear: sealed, to be typed again by a replay
+                call = replace(call, args=dict(call.args, value=None, secret=True), secret=s.seal(str(args["value"])))
+            answer = await self._staged(s, call, outcome)
+            if hidden and aimed is not None:  # masked in snapshots and screenshots from now on
+                await s.page.eval_on_selector_all(
+                    aimed[0], f"els => els.forEach(e => e.setAttribute('{SECRET_ATTRIBUTE}', ''))"
+                )
+            return answer
+
+        return await self.call(run_id, work)
+
+    async def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
+        """Journal a page-changing call as it ended (``ok``: it did what it was asked) and answer."""
+        recorded = replace(call, args=dict(call.args, ok=outcome.kind == "done"), epoch=s.live.journal.epoch)
+        await s.record(recorded)
+        if outcome.kind == "refused":
+            restored = await _restore(s)
+            held = "; ".join(outcome.refused)
+            leaked = (
+                f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
+            )
+            raise ToolCallError(
+                f"{call.tool} was stopped: this would send {held}, which only submit may send; "
+                f"use submit for the element that sends it{leaked}{restored}"
+            )
+        if outcome.kind == "failed":
+            raise ToolCallError(f"{call.tool} failed: {outcome.reason}")
+        return {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
+
+    # -- submit --------------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        run_id: str,
+        ref: str | None = None,
+        selector: str | None = None,
+        effect_key: str | None = None,
+        verify: dict[str, Any] | None = None,
+        idempotent: bool = False,
+    ) -> dict[str, Any]:
+        """The one tool that may change the world (see the module docstring)."""
+        try:
+            spec = parse_verify(verify) if verify is not None else None
+        except ValueError as exc:
+            raise ToolCallError(str(exc)) from None
+        if effect_key is not None and not (0 < len(effect_key) <= 200):
+            raise ToolCallError("effect_key must be 1-200 characters")
+        if idempotent and effect_key is not None:
+            raise ToolCallError("an idempotent submit (safe to repeat) takes no effect_key")
+        asked = Call(0, "submit", {"ref": ref, "selector": selector, "idempotent": idempotent}, verify=spec)
+        answered = await self._answer_from_journal(run_id, effect_key, asked)
+        if answered is not None:
+            return answered
+
+        async def work(s: AgentSession) -> dict[str, Any]:
+            prior = _retried(s.calls, effect_key, asked)
+            if prior is not None and not _same(prior, asked):
+                return {
+                    "run_id": run_id,
+                    "status": "conflict",
+                    "effect_key": effect_key,
+                    "reason": f"effect key {effect_key!r} was used by call {prior.seq} with other arguments; nothing was done",
+                }
+            if prior is not None:
+                return await self._retry(s, prior)
+            return await self._first(s, asked, effect_key)
+
+        try:
+            return await self.call(run_id, work)
+        except _RunLeft:
+            answered = await self._answer_from_journal(run_id, effect_key, asked)
+            if answered is not None:
+                return answered
+            raise
+
+    async def _first(self, s: AgentSession, asked: Call, effect_key: str | None) -> dict[str, Any]:
+        target, live = await s.target(asked.args["ref"], asked.args["selector"])
+        seq = s.next_seq()
+        try:
+            resolved = asked.verify.resolved(s.page.url) if asked.verify is not None else None
+        except ValueError as exc:
+            raise ToolCallError(f"invalid verify: {exc}") from None
+        call = Call(
+            seq=seq,
+            tool="submit",
+            args=asked.args,
+            target=target,
+            key=None if asked.idempotent else (effect_key or f"{s.run_id}#{seq}"),
+            verify=resolved,
+            snapshot=(s.snapshot or "")[:SNAPSHOT_KEPT] or None,
+            page_url=s.page.url,
+            epoch=s.live.journal.epoch,
+        )
+        if asked.idempotent:
+            return await self._staged(s, call, await s.live.action(step_of(call, live_selector=live)))  # type: ignore[arg-type]
+        await s.flush()
+        await s.record(call)  # before the intent: recovery needs the call and its verifier
+        outcome = await s.live.effect(s.step(call, live_selector=live), lambda: [])  # type: ignore[arg-type]
+        return await self._answer(s, call, outcome)
+
+    async def _retry(self, s: AgentSession, call: Call) -> dict[str, Any]:
+        latest = (await s.latest_attempts()).get(call.step_id)
+        if latest is not None and latest.state == AttemptState.SUCCEEDED:
+            return await self._answer(s, call, StepOutcome("done"))
+        if (
+            latest is not None
+            and latest.state not in (AttemptState.INTENT, AttemptState.UNKNOWN)
+            and not (latest.decided_by or "").startswith("approval_")
+        ):
+            return {
+                "run_id": s.run_id,
+                "status": "failed",
+                "effect_key": call.key,
+                "seq": call.seq,
+                "reason": latest.error,
+            }
+        history = await s.history(upto=call.seq)
+        outcome = await s.live.effect(s.step(call), lambda: history)  # type: ignore[arg-type]
+        return await self._answer(s, call, outcome)
+
+    async def _answer(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
+        base: dict[str, Any] = {"run_id": s.run_id, "effect_key": call.key, "seq": call.seq}
+        if outcome.kind in ("review", "cancelled", "approval"):
+            self.live.pop(s.run_id, None)
+        if outcome.kind == "review":
+            return base | {"status": "needs_review", "reason": outcome.reason, "review": self.policy.link(s.run_id)}
+        if outcome.kind == "approval":
+            return base | {
+                "status": "awaiting_approval",
+                "approval": outcome.approval,
+                "approve_at": self.policy.link(s.run_id),
+                "reason": "a person approves this request first; nothing was sent. Call submit again (same arguments) to poll",
+            }
+        if outcome.kind in ("cancelled", "failed"):
+            return base | {"status": outcome.kind, "reason": outcome.reason}
+        attempts = [a for a in await s.live.journal.attempts() if a.step_id == call.step_id]
+        attempts.sort(key=lambda a: a.attempt_no)
+        answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
+        if s.live.is_open:
+            answer["url"] = s.page.url
+            shot = await s.live.scope.screenshot(s.page, f"{call.step_id}-after")
+            if shot is not None:
+                await s.live.journal.record(EVIDENCE, step_id=call.step_id, detail={"screenshot": shot})
+                answer["screenshot"] = shot
+        return answer
+
+    async def _answer_from_journal(self, run_id: str, key: str | None, asked: Call) -> dict[str, Any] | None:
+        """A retried submit whose answer the journal has (done; or its run waits for a person, or
+        has ended): answered from the store alone, no page needed. None: the session must act."""
+        run = await self.astore.call(self.store.get_run, run_id)
+        if run is None or run.flow_name != FLOW_NAME:
+            return None
+        prior = _retried(await self.calls_of(run.id), key, asked)
+        if prior is None:
+            return None
+        base = {"run_id": run.id, "effect_key": prior.key, "seq": prior.seq}
+        if not _same(prior, asked):
+            return base | {
+                "status": "conflict",
+                "reason": f"effect key {key!r} was used with other arguments; nothing was done",
+            }
+        attempts = sorted(
+            (a for a in await self.astore.call(self.store.attempts, run.id) if a.step_id == prior.step_id),
+            key=lambda a: a.attempt_no,
+        )
+        if attempts and attempts[-1].state == AttemptState.SUCCEEDED:
+            return base | {"status": submit_status(attempts, prior.epoch), "result": attempts[-1].result}
+        if run.state == RunState.NEEDS_REVIEW:
+            return base | {"status": "needs_review", "reason": run.error, "review": self.policy.link(run.id)}
+        if run.state == RunState.AWAITING_APPROVAL:
+            return base | {"status": "awaiting_approval", "approve_at": self.policy.link(run.id)}
+        if run.state in (RunState.FAILED, RunState.CANCELLED):
+            return base | {"status": str(run.state).lower(), "reason": run.error}
+        return None
+
+    # -- the session as a whole ----------------------------------------------------------------------
+
+    async def resume(self, run_id: str) -> dict[str, Any]:
+        async def work(s: AgentSession) -> dict[str, Any]:
+            return {"run_id": run_id, "url": s.page.url, "title": await s.page.title(), "calls": len(s.calls)}
+
+        return await self.call(run_id, work)
+
+    async def save_login(self, run_id: str) -> dict[str, Any]:
+        async def work(s: AgentSession) -> dict[str, Any]:
+            if s.live.session is None:
+                raise ToolCallError("this session has no session_key: open it with one to save its login")
+            call = Call(seq=s.next_seq(), tool="save_login", args={"ok": True})
+            value = await s.live.save_login(call.step_id)
+            await s.record(call)
+            return {"run_id": run_id, "saved": value}
+
+        return await self.call(run_id, work)
+
+    async def close_session(self, run_id: str) -> dict[str, Any]:
+        session, _ = await self.session(run_id)
+        async with session.lock:
+            await session.flush()
+            final = await session.live.end(RunState.SUCCEEDED, None, "agent closed the session")
+        self.live.pop(run_id, None)
+        return {"run_id": run_id, "state": str(final.state)}
+
+    async def status(self, run_id: str) -> dict[str, Any]:
+        run = await self.astore.call(self.store.get_run, run_id)
+        if run is None or run.flow_name != FLOW_NAME:
+            raise ToolCallError(f"no agent session {run_id!r}")
+        calls = await self.calls_of(run_id)
+        latest: dict[str, AttemptRecord] = {}
+        for a in await self.astore.call(self.store.attempts, run_id):
+            if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
+                latest[a.step_id] = a
+        submits = [
+            {
+                "seq": c.seq,
+                "effect_key": c.key,
+                "state": str(latest[c.step_id].state) if c.step_id in latest else "not_started",
+            }
+            for c in calls
+            if c.is_effect
+        ]
+        return {
+            "run_id": run_id,
+            "state": str(run.state),
+            "error": run.error,
+            "calls": len(calls),
+            "submits": submits,
+            "link": self.policy.link(run_id),
+        }
+
+
+async def _restore(s: AgentSession) -> str:
+    """After a refused navigation the page shows the browser's error page: go back to the page
+    it was refused on (what was typed there may be gone)."""
+    if not s.page.url.startswith("chrome-error://"):
+        return ""
+    try:
+        await s.page.go_back()
+    except Exception:  # the page stays as it is; the answer says where it is
+        return f"; the page is {s.page.url}"
+    return f"; the page is back at {s.page.url} (fill its fields again if they are empty)"
+
+
+def _absolute(base: str, url: str) -> str:
+    from urllib.parse import urljoin
+
+    absolute = urljoin(base, url)
+    if urlsplit(absolute).scheme not in ("http", "https"):
+        raise ToolCallError(f"navigate takes an http(s) URL, not {url!r}")
+    return absolute
+
+
+def _retried(calls: list[Call], key: str | None, asked: Call) -> Call | None:
+    """The journaled submit ``asked`` repeats: the one with its effect key; or, with no key given,
+    the session's last call when that was a submit asking exactly this (a retry after a lost
+    answer). To do the same thing twice on purpose, give two keys."""
+    if key is not None:
+        return next((c for c in calls if c.tool == "submit" and c.key == key), None)
+    last = calls[-1] if calls else None
+    if last is not None and last.is_effect and _same(last, asked):
+        return last
+    return None
+
+
+def _same(prior: Call, asked: Call) -> bool:
+    """Whether ``asked`` asks what ``prior`` (journaled) asked: the same arguments and verifier."""
+    if prior.args.get("ref") != asked.args.get("ref") or prior.args.get("selector") != asked.args.get("selector"):
+        return False
+    if bool(prior.args.get("idempotent")) != asked.idempotent:
+        return False
+    if (prior.verify is None) != (asked.verify is None):
+        return False
+    if prior.verify is None or asked.verify is None:
+        return True
+    try:
+        return asked.verify.resolved(prior.page_url or "") == prior.verify
+    except ValueError:
+        return False
+
+
+def submit_status(attempts: list[AttemptRecord], call_epoch: int | None) -> str:
+    """What a done submit's answer says, read from its attempts (oldest first) alone, so that
+    every retry is answered alike: ``verified`` (a verifier found it landed), ``committed`` (done
+    by the attempt the call began, or proven by its recorded answer), ``not_applied`` (the call's
+    first attempt provably never landed, and it was done once since, under a fresh lease)."""
+    latest = attempts[-1]
+    if latest.decided_by == "verifier":
+        return "verified"
+    if latest.decided_by == "outbox":
+        return "committed"
+    earlier = attempts[:-1]
+    if any((a.decided_by or "").startswith("approval_") for a in earlier):
+        return "committed"
+    redone = any(a.decided_by == "recovery:no_dispatch" or a.state == AttemptState.NOT_DONE for a in earlier)
+    if redone or (call_epoch is not None and latest.lease_epoch != call_epoch):
+        return "not_applied"
+    return "committed"

@@ -1,0 +1,226 @@
+"""One agent session: its live run, its journaled calls, the refs of its last snapshot.
+
+What it knows of itself: the next call's number, how to journal a call (fenced), how a secret
+typed in it is sealed and read back, the steps a new pass replays (each page-changing call that
+succeeded, each effect done or in doubt), and which element a ref or selector names now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import ToolCallError
+from ..flow import Flow, Step
+from ..runtime import LiveRun, StepOutcome
+from ..states import AttemptState
+from ..store.records import AttemptRecord
+from ._calls import Call, step_of
+from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
+
+__all__ = ["EVIDENCE", "FLOW_NAME", "QUEUE", "SNAPSHOT_KEPT", "TOOL_CALL", "AgentInputs", "AgentSession", "agent_flow"]
+
+FLOW_NAME = "agent"
+QUEUE = "agent"
+TOOL_CALL = "tool_call"
+EVIDENCE = "tool_evidence"
+PROBE_AFTER = 0.2
+"""Seconds an action by ref may take before the page is asked whether its element is still there."""
+SNAPSHOT_KEPT = 20_000
+"""Characters of the snapshot an agent acted on kept with a submit (its evidence)."""
+
+_ELEMENT_INFO = """els => els.slice(0, 1).map(e => ({tag: e.tagName.toLowerCase(),
+    type: (e.type || '').toLowerCase(), field: e.name || e.id || '', secret: e.type === 'password'}))"""
+
+
+class AgentInputs(BaseModel):
+    """A session's run inputs: where it started, and the key of its saved login, if any."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    site: str
+    session_key: str | None = None
+
+
+def agent_flow(inputs: AgentInputs) -> Flow[Any]:
+    """The flow a session's run is of: its steps are given one at a time; an action sending what
+    only an effect may is refused (fail mode); the saved login of its session key, if any."""
+    return Flow(FLOW_NAME, inputs=AgentInputs, undeclared_effects="fail", session=inputs.session_key)
+
+
+@dataclass
+class AgentSession:
+    """One agent session this server drives: its live run, its journaled calls, its refs."""
+
+    live: LiveRun
+    calls: list[Call]
+    approves: Callable[[str], bool] = lambda url: False  # the server's policy: a person approves a submit on url
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    refs: dict[str, Target] = field(default_factory=dict)
+    next_ref: int = 1
+    snapshot: str | None = None
+    sealer: Any = None
+    notes: set[asyncio.Future[None]] = field(default_factory=set)
+
+    @property
+    def run_id(self) -> str:
+        return self.live.run.id
+
+    @property
+    def page(self) -> Any:
+        return self.live.page
+
+    # -- the journal -------------------------------------------------------------------------
+
+    def next_seq(self) -> int:
+        return (self.calls[-1].seq if self.calls else 0) + 1
+
+    async def record(self, call: Call) -> None:
+        """Journal ``call`` (fenced: a session taken over writes nothing)."""
+        await self.live.journal.record(TOOL_CALL, step_id=call.step_id, detail=call.to_event())
+        self.calls.append(call)
+
+    def note(self, call: Call) -> None:
+        """Journal a read call in the background: the answer does not wait for it (a read changed
+        nothing; a crash may lose its record, never a step). :meth:`flush` waits for them."""
+        self.calls.append(call)
+        task = asyncio.ensure_future(self.live.journal.record(TOOL_CALL, step_id=call.step_id, detail=call.to_event()))
+        self.notes.add(task)
+        task.add_done_callback(self._noted)
+
+    def _noted(self, task: asyncio.Future[None]) -> None:
+        self.notes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.live.scope.log.warning("a read call was not journaled", error=repr(task.exception()))
+
+    async def flush(self) -> None:
+        """Wait for the read calls still being journaled."""
+        if self.notes:
+            await asyncio.gather(*self.notes, return_exceptions=True)
+
+    def seal(self, value: str) -> str | None:
+        if self.sealer is None:
+            return None
+        sealed: bytes = self.sealer.seal({"value": value}, self.run_id)
+        return base64.b64encode(sealed).decode()
+
+    def unseal(self, call: Call) -> str | None:
+        if self.sealer is None or call.secret is None:
+            return None
+        return str(self.sealer.open(base64.b64decode(call.secret), self.run_id)["value"])
+
+    def step(self, call: Call, live_selector: str | None = None) -> Step:
+        return step_of(
+            call,
+            lambda: self.unseal(call),
+            approve=call.is_effect and self.approves(self.calls_url(call)),
+            live_selector=live_selector,
+        )
+
+    def calls_url(self, call: Call) -> str:
+        return call.page_url or str(self.live.run.inputs.get("site", ""))
+
+    async def history(self, *, upto: int | None = None) -> list[Step]:
+        """The steps a new pass replays: each page-changing call that succeeded, in order (a call
+        refused or failed changed nothing), each effect that is done or in doubt."""
+        latest = await self.latest_attempts()
+        steps: list[Step] = []
+        for call in self.calls:
+            if upto is not None and call.seq >= upto:
+                break
+            if call.tool not in ("navigate", "click", "fill", "select", "check", "press", "submit"):
+                continue
+            if not call.args.get("ok", call.is_effect):
+                continue
+            attempt = latest.get(call.step_id)
+            if call.is_effect and (
+                attempt is None
+                or attempt.state not in (AttemptState.SUCCEEDED, AttemptState.INTENT, AttemptState.UNKNOWN)
+            ):
+                continue
+            steps.append(self.step(call))
+        return steps
+
+    async def latest_attempts(self) -> dict[str, AttemptRecord]:
+        latest: dict[str, AttemptRecord] = {}
+        for a in await self.live.journal.attempts():
+            if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
+                latest[a.step_id] = a
+        return latest
+
+    # -- refs ---------------------------------------------------------------------------------
+
+    async def take(self) -> Snapshot:
+        shot = await take_snapshot(self.page, self.next_ref)
+        self.refs, self.next_ref = shot.refs, shot.next_ref
+        self.snapshot = shot.text
+        return shot
+
+    def aim(self, ref: str | None, selector: str | None) -> tuple[str, Target | None]:
+        """What a call names, checked without the page: ``(selector to act on now, the ref's
+        target)``. An unknown ref, or one of an older snapshot, is refused here."""
+        if (ref is None) == (selector is None):
+            raise ToolCallError("give either ref (from snapshot) or selector")
+        if selector is not None:
+            return selector, None
+        assert ref is not None
+        number = ref[1:] if ref.startswith("e") else ""
+        if not number.isdigit() or int(number) >= self.next_ref:
+            raise ToolCallError(
+                f"unknown ref {ref!r}: refs come from snapshot (the last one gave up to e{self.next_ref - 1})"
+            )
+        if ref not in self.refs:
+            raise _stale(ref)
+        return f'[{REF_ATTRIBUTE}="{ref}"]', self.refs[ref]
+
+    async def probe(self, live: str, ref: str | None, known: Target | None) -> Target:
+        """The element ``live`` finds on the page now (one round trip): the target to journal."""
+        try:
+            found = await self.page.eval_on_selector_all(live, _ELEMENT_INFO)
+        except Exception as exc:
+            raise ToolCallError(f"selector {live!r} is not valid: {str(exc).splitlines()[0]}") from None
+        if not found:
+            raise (
+                _stale(ref)
+                if ref is not None
+                else ToolCallError(f"selector {live!r} matches nothing on {self.page.url}")
+            )
+        if known is not None:
+            return known
+        return Target(selector=live, **found[0])
+
+    async def act(
+        self, step: Step, aimed: tuple[str, Target | None] | None, ref: str | None
+    ) -> tuple[Target | None, StepOutcome]:
+        """Run a page-changing action; the element it names is probed beside it, not before it
+        (one round trip less). When the probe finds nothing the action is stopped: it could
+        only be waiting for the element. A ref's target is known from its snapshot: it is
+        probed only if the action has not ended within :data:`PROBE_AFTER` (it waits for it)."""
+        acting = asyncio.ensure_future(self.live.action(step))  # type: ignore[arg-type]
+        if aimed is None:
+            return None, await acting
+        if aimed[1] is not None:
+            done, _ = await asyncio.wait({acting}, timeout=PROBE_AFTER)
+            if done:
+                return aimed[1], acting.result()
+        try:
+            target = await self.probe(aimed[0], ref, aimed[1])
+        except BaseException:
+            acting.cancel()
+            await asyncio.gather(acting, return_exceptions=True)
+            raise
+        return target, await acting
+
+    async def target(self, ref: str | None, selector: str | None) -> tuple[Target, str]:
+        """The element a call names: ``(target to journal, selector to act on now)``."""
+        live, known = self.aim(ref, selector)
+        return await self.probe(live, ref, known), live
+
+
+def _stale(ref: str) -> ToolCallError:
+    return ToolCallError(f"ref {ref!r} is stale: the page changed since the snapshot that gave it; take a new snapshot")

@@ -1,0 +1,123 @@
+"""Verifiers an agent declares as data: stored with a submit's intent, so that recovery can run
+them with no agent (and a flow exported from the session runs them the same way).
+
+Two kinds::
+
+    {"url": "/orders?reference=R-1", "text": "R-1"}          # open a page; the text (or selector) proves it
+    {"url": "...", "selector": "#order-R-1"}
+    {"url": "...", "text": "R-1", "absent_text": "No orders"}  # ... and this text proves it did not land
+    {"get": "/api/orders?reference=R-1", "path": "orders"}   # a GET whose JSON answer proves it
+
+A page or answer that proves neither (an error status, neither text) is *unknown*: the submit
+goes to a person, never to a retry. Relative URLs are resolved against the page the submit was
+made on, when the submit is recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..flow import StepContext, Verdict
+
+__all__ = ["VerifySpec", "parse_verify", "verifier"]
+
+
+class VerifySpec(BaseModel):
+    """How to tell whether a submit landed (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str | None = Field(default=None, description="a page to open (absolute, or relative to the submit's page)")
+    text: str | None = Field(default=None, description="text on that page that proves the submit landed")
+    selector: str | None = Field(default=None, description="an element on that page that proves it landed")
+    absent_text: str | None = Field(default=None, description="text on that page that proves it did not land")
+    get: str | None = Field(default=None, description="a URL to GET whose JSON answer proves it")
+    path: str | None = Field(
+        default=None, description="a dotted path in that JSON; landed if the value there is non-empty / true"
+    )
+    settle: float = Field(default=3.0, ge=0, le=600, description="seconds after a crash before the check may run")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> VerifySpec:
+        if (self.url is None) == (self.get is None):
+            raise ValueError("give either url (with text or selector) or get (with path)")
+        if self.url is not None and not (self.text or self.selector):
+            raise ValueError("url needs text or selector: what on the page proves the submit landed")
+        if self.get is not None and (self.text or self.selector or self.absent_text):
+            raise ValueError("get takes path, not text or selector")
+        return self
+
+    def resolved(self, base: str) -> VerifySpec:
+        """The spec with its URL made absolute against ``base`` (the page the submit is made on)."""
+        changes: dict[str, Any] = {}
+        for name in ("url", "get"):
+            value = getattr(self, name)
+            if value is not None:
+                absolute = urljoin(base, value)
+                if urlsplit(absolute).scheme not in ("http", "https"):
+                    raise ValueError(f"{name} must be an http(s) URL, not {value!r}")
+                changes[name] = absolute
+        return self.model_copy(update=changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True, exclude_defaults=True) | {"settle": self.settle}
+
+
+def parse_verify(data: Any) -> VerifySpec:
+    """A :class:`VerifySpec` from an agent's JSON; ``ValueError`` says what is wrong."""
+    if isinstance(data, VerifySpec):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError("verify must be an object, e.g. {'url': '/orders', 'text': 'R-1'}")
+    try:
+        return VerifySpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'verify'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid verify: {problems}") from None
+
+
+def _at(data: Any, path: str | None) -> Any:
+    for part in (path or "").split(".") if path else []:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    return data
+
+
+def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
+    """The verifier function (``@effect.verify``) that ``spec`` describes."""
+    checked = parse_verify(spec)
+
+    async def verify(ctx: StepContext[Any]) -> Verdict:
+        if checked.get is not None:
+            reply = await ctx.page.request.get(checked.get)
+            if not reply.ok:
+                return Verdict.unknown(f"GET {checked.get} answered {reply.status}")
+            try:
+                found = _at(await reply.json(), checked.path)
+            except ValueError:
+                return Verdict.unknown(f"GET {checked.get} did not answer JSON")
+            return Verdict.done({"verified": found}) if found else Verdict.not_done(f"nothing at {checked.path!r}")
+        assert checked.url is not None
+        response = await ctx.page.goto(checked.url)
+        if response is not None and not response.ok:
+            return Verdict.unknown(f"{checked.url} answered {response.status}")
+        page = ctx.page
+        if checked.selector and await page.locator(checked.selector).count() > 0:
+            return Verdict.done({"verified": checked.selector})
+        body = await page.locator("body").inner_text()
+        if checked.text and checked.text in body:
+            return Verdict.done({"verified": checked.text})
+        if checked.absent_text is not None:
+            if checked.absent_text in body:
+                return Verdict.not_done(f"{checked.absent_text!r} is on {checked.url}")
+            return Verdict.unknown(f"neither the proof nor {checked.absent_text!r} is on {checked.url}")
+        return Verdict.not_done(f"no sign of the submit on {checked.url}")
+
+    return verify

@@ -1,0 +1,104 @@
+"""``mcp``: the durable browser tools for AI agents, served over MCP; ``mcp export``: an agent's
+session written as a flow file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .app import main
+from .invocation import invocation
+from .options import db_option
+
+
+@main.group("mcp", invoke_without_command=True)
+@db_option
+@click.option("--http", is_flag=True, help="Serve streamable HTTP on --host:--port instead of stdio.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on with --http (beyond loopback, requests need the console's operator token).",
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port for --http.")
+@click.option("--approve-submits", is_flag=True, help="A person approves every submit before it is sent.")
+@click.option(
+    "--approve-site",
+    "approve_sites",
+    multiple=True,
+    metavar="HOST",
+    help="A person approves every submit on this host (host or host:port; repeatable).",
+)
+@click.option(
+    "--console-url", metavar="URL", help="The console's address, for the links in answers (needs_review, approvals)."
+)
+@click.pass_context
+def mcp_command(
+    ctx: click.Context,
+    http: bool,
+    host: str,
+    port: int,
+    approve_submits: bool,
+    approve_sites: tuple[str, ...],
+    console_url: str | None,
+) -> None:
+    """Serve durable browser tools to an AI agent over MCP (stdio by default).
+
+    Each session is a run (see `runs`, `show`, the console); each submit is an effect whose
+    intent is journaled before the click, and a retried submit is answered from the journal,
+    never clicked again. Needs the extra: pip install 'browserworker[mcp]'.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        from ..mcp import start  # loads the SDK: a missing extra is said before anything starts
+    except ImportError as exc:  # the SDK is an extra
+        raise click.ClickException(
+            f"the MCP server needs the extra: pip install 'browserworker[mcp]' ({exc})"
+        ) from None
+    from ..agent import AgentPolicy
+
+    s = invocation()
+    policy = AgentPolicy(approve_all=approve_submits, approve_hosts=approve_sites, console_url=console_url)
+    start(s.store, db=s.db, evidence_dir=s.evidence_dir, policy=policy, http=http, host=host, port=port, say=_say)
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _export_db(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # else the group's --db (or $BROWSERWORKER_DB) stands
+        invocation().db = value
+
+
+@mcp_command.command("export")
+@click.argument("run_id")
+@click.option(
+    "--db",
+    metavar="PATH|URL",
+    expose_value=False,
+    callback=_export_db,
+    help="The journal database the session is in (as `mcp --db`).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The flow file to write (refused if it exists, unless --force).",
+)
+@click.option("--name", help="The flow's name (default: agent-RUN_ID).")
+@click.option("--force", is_flag=True, help="Overwrite the output file.")
+def export_command(run_id: str, output: Path, name: str | None, force: bool) -> None:
+    """Write an agent's session RUN_ID as a flow file that runs with no model."""
+    from ..agent import export_flow
+
+    if output.exists() and not force:
+        raise click.ClickException(f"{output} exists (use --force to overwrite it)")
+    source = export_flow(invocation().store(create=False), run_id, name=name)
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(source)
+    tmp.replace(output)
+    click.echo(f"wrote {output}: run it with browserworker run {output}", err=True)

@@ -1,0 +1,199 @@
+"""The MCP server (``browserworker mcp``): the agent tools of :mod:`browserworker.agent` on the
+official MCP SDK, over stdio (what desktop and IDE clients launch) or streamable HTTP.
+
+Every tool but ``open_session`` takes the ``run_id`` that ``open_session`` gave. Each tool's
+annotations say what it may do: read tools are read-only; staging tools change only the page
+(``destructiveHint`` false) and are refused any request that would change the world; ``submit``
+is the one destructive tool, and it is idempotent per effect key (a retry is answered from the
+journal). A failed call answers a tool error that says why, with nothing half-done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.types import Image
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from ..agent import AgentService
+from ..errors import BrowserworkerError
+
+__all__ = ["INSTRUCTIONS", "build_server"]
+
+T = TypeVar("T")
+
+INSTRUCTIONS = """Durable browser tools: each session is a journaled run that survives a crash of this
+server. Start with open_session(site) and pass its run_id to every other tool. Read the page with
+snapshot (element refs like e12), prepare it with navigate/click/fill/select/check/press (they
+never send a form: a click that would POST is stopped and you are told to use submit), and change
+the world only with submit(ref, effect_key, verify). If a submit call fails in transit, call it
+again with the same arguments: the answer comes from the journal (committed, verified,
+not_applied, needs_review, awaiting_approval), never from a second click."""
+
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
+STAGING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
+EFFECT = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True)
+SESSION = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+
+RunId = Annotated[str, Field(description="the run id open_session gave")]
+Ref = Annotated[str | None, Field(description="an element ref from the last snapshot, e.g. e12")]
+Selector = Annotated[str | None, Field(description="a CSS or Playwright selector, instead of a ref")]
+
+
+async def _answer(work: Awaitable[T]) -> T:
+    """A browserworker error is the tool's error, said as it is."""
+    try:
+        return await work
+    except BrowserworkerError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def build_server(service: AgentService, *, name: str = "browserworker") -> MCPServer[Any]:
+    """An MCP server whose tools drive ``service``'s sessions (the caller closes the service)."""
+
+    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS)
+    _session_tools(server, service)
+    _read_tools(server, service)
+    _staging_tools(server, service)
+    _effect_tools(server, service)
+    return server
+
+
+def _session_tools(server: MCPServer[Any], service: AgentService) -> None:
+    @server.tool(annotations=SESSION)
+    async def open_session(
+        site: Annotated[str, Field(description="the URL to start at")],
+        session_key: Annotated[
+            str | None, Field(description="a saved login to start from (and save_login to save under)")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Open a durable browser session at `site`: a new run. Returns its run_id."""
+        return await _answer(service.open_session(site, session_key))
+
+    @server.tool(annotations=SESSION)
+    async def resume(run_id: RunId) -> dict[str, Any]:
+        """Come back to a session after a reconnect or a server restart: its page re-opened where it
+        was (its actions replayed), its submits not redone."""
+        return await _answer(service.resume(run_id))
+
+    @server.tool(annotations=READ)
+    async def status(run_id: RunId) -> dict[str, Any]:
+        """The session's state and each submit's, from the journal."""
+        return await _answer(service.status(run_id))
+
+    @server.tool(annotations=SESSION)
+    async def save_login(run_id: RunId) -> dict[str, Any]:
+        """Save the signed-in state under the session's session_key (sealed) for later sessions."""
+        return await _answer(service.save_login(run_id))
+
+    @server.tool(annotations=SESSION)
+    async def close_session(run_id: RunId) -> dict[str, Any]:
+        """End the session: its run SUCCEEDED, its browser context closed."""
+        return await _answer(service.close_session(run_id))
+
+
+def _read_tools(server: MCPServer[Any], service: AgentService) -> None:
+    @server.tool(annotations=READ)
+    async def snapshot(run_id: RunId) -> str:
+        """The page as text: roles, names and element refs (refs of older snapshots go stale)."""
+        answer = await _answer(service.snapshot(run_id))
+        return f"run_id: {run_id}\n{answer['snapshot']}" + "".join(f"\n- note: {n}" for n in answer.get("notes", []))
+
+    @server.tool(annotations=READ)
+    async def find(run_id: RunId, text: Annotated[str, Field(description="text to look for")]) -> dict[str, Any]:
+        """The snapshot lines (with refs) that contain `text`."""
+        return await _answer(service.find(run_id, text))
+
+    @server.tool(annotations=READ)
+    async def extract(run_id: RunId, ref: Ref = None, selector: Selector = None) -> dict[str, Any]:
+        """The text of an element (or of the whole page, given neither ref nor selector)."""
+        return await _answer(service.extract(run_id, ref, selector))
+
+    @server.tool(annotations=READ)
+    async def screenshot(run_id: RunId) -> Image:
+        """A PNG of the page as it is."""
+        return Image(data=await _answer(service.screenshot(run_id)), format="png")
+
+    @server.tool(annotations=STAGING)
+    async def navigate(
+        run_id: RunId, url: Annotated[str, Field(description="absolute, or relative to the page")]
+    ) -> dict[str, Any]:
+        """Go to `url` (a GET)."""
+        return await _answer(service.navigate(run_id, url))
+
+
+def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
+    stage: Callable[..., Awaitable[dict[str, Any]]] = service.stage
+
+    @server.tool(annotations=STAGING)
+    async def click(run_id: RunId, ref: Ref = None, selector: Selector = None) -> dict[str, Any]:
+        """Click an element that changes only the page (a link, a tab, a menu). A click that would
+        send a form is stopped, nothing sent: use submit for it."""
+        return await _answer(stage(run_id, "click", {}, ref, selector))
+
+    @server.tool(annotations=STAGING)
+    async def fill(
+        run_id: RunId,
+        value: Annotated[str, Field(description="the text to type")],
+        ref: Ref = None,
+        selector: Selector = None,
+        secret: Annotated[bool, Field(description="a secret: sealed in the journal, never shown")] = False,
+    ) -> dict[str, Any]:
+        """Type `value` into a field (a password field's value is kept secret whatever `secret` says)."""
+        return await _answer(stage(run_id, "fill", {"value": value}, ref, selector, secret=secret))
+
+    @server.tool(annotations=STAGING)
+    async def select(
+        run_id: RunId,
+        values: Annotated[list[str], Field(description="option values or labels")],
+        ref: Ref = None,
+        selector: Selector = None,
+    ) -> dict[str, Any]:
+        """Choose options of a select element."""
+        return await _answer(stage(run_id, "select", {"values": values}, ref, selector))
+
+    @server.tool(annotations=STAGING)
+    async def check(run_id: RunId, ref: Ref = None, selector: Selector = None, checked: bool = True) -> dict[str, Any]:
+        """Check (or, with checked=false, uncheck) a checkbox or radio button."""
+        return await _answer(stage(run_id, "check", {"checked": checked}, ref, selector))
+
+    @server.tool(annotations=STAGING)
+    async def press(
+        run_id: RunId,
+        key: Annotated[str, Field(description="a key, e.g. Enter, Tab, ArrowDown, Control+A")],
+        ref: Ref = None,
+        selector: Selector = None,
+    ) -> dict[str, Any]:
+        """Press a key (in an element, or the page). A key that would send a form is stopped: use submit."""
+        return await _answer(stage(run_id, "press", {"key": key}, ref, selector))
+
+
+def _effect_tools(server: MCPServer[Any], service: AgentService) -> None:
+    @server.tool(annotations=EFFECT)
+    async def submit(
+        run_id: RunId,
+        ref: Ref = None,
+        selector: Selector = None,
+        effect_key: Annotated[
+            str | None,
+            Field(description="your key for this effect (default: derived from the run and the call's position)"),
+        ] = None,
+        verify: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description='how to tell it landed after a crash: {"url": ..., "text"|"selector": ...} or '
+                '{"get": ..., "path": ...}; without one an uncertain submit goes to a person'
+            ),
+        ] = None,
+        idempotent: Annotated[
+            bool, Field(description="safe to repeat (a login, a search): re-run on replay, no effect key")
+        ] = False,
+    ) -> dict[str, Any]:
+        """Click the element that changes the world (places the order, sends the form), exactly once.
+        The answer's status: committed, verified, not_applied (it had not gone out; done now, once),
+        needs_review, awaiting_approval, conflict (the key was used with other arguments), failed."""
+        return await _answer(service.submit(run_id, ref, selector, effect_key, verify, idempotent))

@@ -1,0 +1,143 @@
+"""The rules of agent sessions that need no browser: verifiers as data, which journaled submit a
+call repeats, and what a done submit's answer says (read from its attempts alone)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from browserworker.agent import AgentPolicy, VerifySpec, submit_status
+from browserworker.agent._calls import Call
+from browserworker.agent._service import _retried, _same
+from browserworker.agent._snapshot import Target
+from browserworker.agent._verify import parse_verify
+from browserworker.states import AttemptState
+from browserworker.store.records import AttemptRecord
+
+
+def test_a_verify_is_a_page_with_its_proof_or_a_get_with_a_path() -> None:
+    """Either url (with text or selector, and optionally the text that proves it did not land) or
+    get (with path); anything else is refused with what is wrong."""
+    assert parse_verify({"url": "/orders", "text": "R-1"}).text == "R-1"
+    assert parse_verify({"get": "/api/orders?reference=R-1", "path": "orders"}).path == "orders"
+    for bad, said in (
+        ({"url": "/orders"}, "text or selector"),
+        ({"get": "/x", "text": "y"}, "get takes path"),
+        ({"url": "/a", "get": "/b", "text": "t"}, "either url"),
+        ({}, "either url"),
+        ({"url": "/a", "text": "t", "colour": "red"}, "colour"),
+        ({"url": "/a", "text": "t", "settle": -1}, "settle"),
+        ("/orders", "must be an object"),
+    ):
+        with pytest.raises(ValueError, match="verify") as raised:
+            parse_verify(bad)
+        assert said in str(raised.value), (bad, str(raised.value))
+
+
+def test_a_verify_url_is_made_absolute_against_the_submits_page() -> None:
+    """Relative URLs resolve against the page the submit is made on; a non-http one is refused."""
+    spec = parse_verify({"get": "/api/orders?reference=R", "path": "orders"}).resolved("http://shop.test/orders/new")
+    assert spec.get == "http://shop.test/api/orders?reference=R"
+    with pytest.raises(ValueError, match="http"):
+        parse_verify({"url": "javascript:alert(1)", "text": "x"}).resolved("http://shop.test/")
+
+
+def test_a_call_survives_the_journal() -> None:
+    """A call written as a journal event reads back the same (its epoch is the event's own)."""
+    call = Call(
+        seq=7,
+        tool="submit",
+        args={"ref": "e18", "selector": None, "idempotent": False},
+        target=Target(selector="#submit", role="button", name="Place order", tag="button", type="submit"),
+        key="order-1",
+        verify=VerifySpec(get="http://shop.test/api/orders", path="orders"),
+        snapshot="- button [ref=e18]",
+        page_url="http://shop.test/orders/new",
+    )
+    back = Call.from_event(call.to_event(), epoch=3)
+    assert back == Call(**{**call.__dict__, "epoch": 3})
+    assert back.step_id == "t0007.submit" and back.is_effect
+    assert not Call(1, "submit", {"idempotent": True}).is_effect
+
+
+def _asked(verify: dict[str, Any] | None = None, ref: str = "e18") -> Call:
+    spec = parse_verify(verify) if verify is not None else None
+    return Call(0, "submit", {"ref": ref, "selector": None, "idempotent": False}, verify=spec)
+
+
+def test_which_journaled_submit_a_call_repeats() -> None:
+    """With a key: the submit journaled under it (same arguments: a retry; others: a conflict).
+    Without: the session's last call, if it was this very submit (a lost answer retried); a
+    relative verify URL matches the absolute one it was journaled as."""
+    verify = {"get": "/api/orders?reference=R", "path": "orders"}
+    journaled = Call(
+        5,
+        "submit",
+        {"ref": "e18", "selector": None, "idempotent": False},
+        key="k",
+        verify=parse_verify(verify).resolved("http://shop.test/orders/new"),
+        page_url="http://shop.test/orders/new",
+    )
+    fill = Call(6, "fill", {"value": "x"})
+    assert _retried([journaled], "k", _asked(verify)) is journaled and _same(journaled, _asked(verify))
+    assert not _same(journaled, _asked(verify, ref="e19")), "other arguments under the same key: a conflict"
+    assert not _same(journaled, _asked({"get": "/api/orders?reference=S", "path": "orders"}))
+    assert _retried([journaled], "other", _asked(verify)) is None
+    assert _retried([journaled], None, _asked(verify)) is journaled, "keyless: the last call, repeated"
+    assert _retried([journaled, fill], None, _asked(verify)) is None, "something happened since: a new submit"
+    assert _retried([journaled], None, _asked(verify, ref="e19")) is None
+
+
+def _attempt(no: int, state: AttemptState, decided_by: str, epoch: int = 1) -> AttemptRecord:
+    return AttemptRecord(
+        id=no,
+        run_id="r",
+        step_id="t0007.submit",
+        kind="effect",
+        attempt_no=no,
+        request_key="r/t0007.submit",
+        request_fingerprint="fp",
+        state=state,
+        lease_epoch=epoch,
+        worker="w",
+        intent_at=1.0,
+        dispatched_at=2.0,
+        finished_at=3.0,
+        result={"url": "/orders/1"},
+        decided_by=decided_by,
+        evidence=None,
+        error=None,
+    )
+
+
+S, F, N = AttemptState.SUCCEEDED, AttemptState.FAILED_BEFORE_SEND, AttemptState.NOT_DONE
+
+
+@pytest.mark.parametrize(
+    ("attempts", "call_epoch", "status"),
+    [
+        ([_attempt(1, S, "return")], 1, "committed"),  # done by the call itself
+        ([_attempt(1, S, "outbox")], 1, "committed"),  # its recorded answer proved it
+        ([_attempt(1, S, "verifier")], 1, "verified"),  # the verifier found it landed
+        ([_attempt(1, F, "recovery:no_dispatch"), _attempt(2, S, "return", 2)], 1, "not_applied"),
+        ([_attempt(1, N, "verifier"), _attempt(2, S, "return", 2)], 1, "not_applied"),
+        ([_attempt(1, S, "return", 2)], 1, "not_applied"),  # the first server never got to its intent
+        ([_attempt(1, F, "approval_pending"), _attempt(2, S, "return", 3)], 1, "committed"),
+    ],
+)
+def test_a_done_submit_is_answered_from_its_attempts_alone(
+    attempts: list[AttemptRecord], call_epoch: int, status: str
+) -> None:
+    """Every retry reads the same journal, so every retry is told the same thing."""
+    assert submit_status(attempts, call_epoch) == status
+
+
+def test_the_server_decides_which_submits_a_person_approves() -> None:
+    """Every submit, or those on the listed hosts (host or host:port); the link names the console."""
+    assert AgentPolicy(approve_all=True).approves("http://a.test/x")
+    assert AgentPolicy(approve_hosts=("shop.test",)).approves("https://shop.test/orders")
+    assert AgentPolicy(approve_hosts=("shop.test:8800",)).approves("http://shop.test:8800/orders")
+    assert not AgentPolicy(approve_hosts=("shop.test",)).approves("http://other.test/")
+    assert AgentPolicy(console_url="http://c.test/").link("r-1") == "http://c.test/runs/r-1"
+    assert AgentPolicy().link("r-1") == "browserworker show r-1"

@@ -1,0 +1,121 @@
+"""An agent's session as the kit's other runs are: its site's budget applies, its login is saved
+and reused under a session key, and it is taken up again after a reconnect (``resume``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from browserworker.agent import AgentPolicy, AgentService
+from browserworker.mcp import build_server
+from browserworker.states import RunState
+from browserworker.store import Store, open_store
+from tests.support.agent import Agent, order_verify
+from tests.support.bw import BW
+
+pytestmark = pytest.mark.browser
+
+
+@asynccontextmanager
+async def server(store: Store, policy: AgentPolicy | None = None) -> AsyncIterator[Agent]:
+    """One server process's worth: its service, its browser, its sessions (handed back on exit)."""
+    service = AgentService(store, policy=policy)
+    try:
+        async with Client(build_server(service)) as client:
+            yield Agent(client)
+    finally:
+        await service.aclose()
+
+
+def test_a_sites_budget_holds_a_new_session_and_leaves_nothing_waiting(tmp_path: Path, shop: Any) -> None:
+    """With the site's limit key at one session at a time, a second session is refused with what
+    holds it, its run cancelled (nothing left in a queue); once the first ends, a new one opens."""
+    store = open_store(tmp_path / "browserworker.db")
+    key = shop.url.split("://", 1)[1]
+    store.set_limit(key, concurrency=1)
+
+    async def scenario() -> None:
+        async with server(store, AgentPolicy(wait=0.5)) as agent:
+            first = await agent.call("open_session", site=f"{shop.url}/")
+            assert first["limit_key"] == key
+            said = await agent.error("open_session", site=f"{shop.url}/orders")
+            assert f"the budget of {key}" in said
+            await agent.call("close_session", run_id=first["run_id"])
+            third = await agent.call("open_session", site=f"{shop.url}/")
+            await agent.call("close_session", run_id=third["run_id"])
+
+    asyncio.run(scenario())
+    states = sorted(str(r.state) for r in store.list_runs(None, limit=10))
+    assert states == ["CANCELLED", "SUCCEEDED", "SUCCEEDED"]
+
+
+def test_a_saved_login_is_reused_by_the_next_session_of_its_key(tmp_path: Path, shop: Any) -> None:
+    """A session opened with a session key signs in and saves its login (sealed); the next session
+    of that key starts signed in: no login page, no second login at the shop."""
+    store = open_store(tmp_path / "browserworker.db")
+    logins = shop.logins("demo")
+
+    async def scenario() -> None:
+        async with server(store) as agent:
+            opened = await agent.call("open_session", site=f"{shop.url}/login?next=/orders/new", session_key="shop")
+            assert opened["saved_login"] == "none"
+            run_id = opened["run_id"]
+            await agent.call("fill", run_id=run_id, selector="#username", value="demo")
+            await agent.call("fill", run_id=run_id, selector="#password", value="demo")
+            await agent.call("submit", run_id=run_id, selector="#login", idempotent=True)
+            saved = await agent.call("save_login", run_id=run_id)
+            assert saved["saved"] is not None
+            await agent.call("close_session", run_id=run_id)
+            again = await agent.call("open_session", site=f"{shop.url}/orders/new", session_key="shop")
+            assert again["saved_login"] == "reused" and again["url"].endswith("/orders/new"), again
+            await agent.call("close_session", run_id=again["run_id"])
+            plain = await agent.call("open_session", site=f"{shop.url}/")
+            assert "no session_key" in await agent.error("save_login", run_id=plain["run_id"])
+            await agent.call("close_session", run_id=plain["run_id"])
+
+    asyncio.run(scenario())
+    assert shop.logins("demo") == logins + 1
+
+
+def test_resume_reopens_the_page_where_it_was_and_redoes_no_submit(tmp_path: Path, shop: Any) -> None:
+    """A server goes away with a session open (its run handed back); the agent reconnects to
+    another and calls resume: the page is where it was (the form filled again, the login
+    replayed), the order placed before is not placed again, and the session goes on."""
+    store = open_store(tmp_path / "browserworker.db")
+    first_ref, second_ref = f"resume-1-{tmp_path.name}", f"resume-2-{tmp_path.name}"
+    state: dict[str, Any] = {}
+
+    async def before() -> None:
+        async with server(store) as agent:
+            run_id = state["run_id"] = await agent.sign_in(shop.url)
+            await agent.fill_order(run_id, first_ref)
+            done = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(first_ref))
+            assert done["status"] == "committed"
+            await agent.call("navigate", run_id=run_id, url="/orders/new")
+            await agent.fill_order(run_id, second_ref, item="cake")
+
+    async def after() -> None:
+        async with server(store) as agent:
+            run_id = state["run_id"]
+            resumed = await agent.call("resume", run_id=run_id)
+            assert resumed["url"].endswith("/orders/new") and resumed["calls"] == 10
+            assert any("replayed" in note for note in resumed["notes"])
+            snap = await agent.call("snapshot", run_id=run_id)
+            assert 'textbox "Reference" [ref=' in snap and second_ref in snap and "cake" in snap
+            done = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(second_ref))
+            assert done["status"] == "committed"
+            await agent.call("close_session", run_id=run_id)
+
+    asyncio.run(before())
+    run = store.get_run(state["run_id"])
+    assert run is not None and run.state == RunState.QUEUED, "handed back when its server stopped"
+    asyncio.run(after())
+    assert len(shop.orders(first_ref)) == 1 and len(shop.orders(second_ref)) == 1
+    shown = BW(db=tmp_path / "browserworker.db").run("show", state["run_id"])
+    assert "tool calls" in shown.stdout and "#3 fill #password [secret]" in shown.stdout, shown.stdout

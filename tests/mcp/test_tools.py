@@ -1,0 +1,216 @@
+"""The agent tools' semantics through the MCP SDK's in-memory client, against the sandbox shop
+in real Chromium: a test plays the agent (no model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from browserworker.agent import AgentPolicy, AgentService
+from browserworker.mcp import build_server
+from browserworker.states import RunState
+from browserworker.store import Store, open_store
+from tests.support.agent import Agent, order_verify
+
+pytestmark = pytest.mark.browser
+
+
+@asynccontextmanager
+async def in_memory(store: Store, tmp: Path, policy: AgentPolicy | None = None) -> AsyncIterator[Agent]:
+    service = AgentService(store, evidence_dir=tmp / "evidence", policy=policy)
+    try:
+        async with Client(build_server(service)) as client:
+            yield Agent(client)
+    finally:
+        await service.aclose()
+
+
+def play(tmp_path: Path, scenario: Callable[[Agent, Store], Awaitable[None]], **kw: Any) -> Store:
+    store = open_store(tmp_path / "browserworker.db")
+
+    async def go() -> None:
+        async with in_memory(store, tmp_path, **kw) as agent:
+            await scenario(agent, store)
+
+    asyncio.run(go())
+    return store
+
+
+def test_tools_tell_the_truth_in_their_annotations(tmp_path: Path) -> None:
+    """Read tools are read-only; staging tools change the page but nothing destructive; submit
+    is the one destructive tool, idempotent per effect key."""
+    seen: dict[str, Any] = {}
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        for tool in (await agent.client.list_tools()).tools:
+            seen[tool.name] = tool.annotations
+
+    play(tmp_path, scenario)
+    for name in ("snapshot", "find", "extract", "screenshot", "status"):
+        assert seen[name].read_only_hint is True and seen[name].destructive_hint is False, name
+    for name in ("navigate", "click", "fill", "select", "check", "press"):
+        assert seen[name].read_only_hint is False and seen[name].destructive_hint is False, name
+    assert seen["submit"].destructive_hint is True and seen["submit"].idempotent_hint is True
+    assert {"open_session", "resume", "close_session", "save_login"} <= set(seen)
+
+
+def test_a_session_is_a_run_and_a_submit_lands_once(tmp_path: Path, shop: Any) -> None:
+    """A session is a run (visible in the store like any other), every call a journaled step; a
+    submit is committed, and the same call again (or the same key, no matter the arguments
+    passed again) is answered from the journal: one order. The same key with other arguments is a
+    conflict and changes nothing."""
+    reference = f"mem-{tmp_path.name}"
+    state: dict[str, Any] = {}
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = state["run_id"] = await agent.sign_in(shop.url)
+        snap = await agent.call("snapshot", run_id=run_id)
+        assert 'textbox "Item"' in snap and "[ref=e" in snap
+        ref = next(line for line in snap.splitlines() if 'button "Place order"' in line).split("ref=")[1].rstrip("]")
+        await agent.fill_order(run_id, reference)
+        first = await agent.call("submit", run_id=run_id, ref=ref, effect_key="order-1", verify=order_verify(reference))
+        assert first["status"] == "committed" and "/orders/" in first["result"]["url"]
+        again = await agent.call("submit", run_id=run_id, ref=ref, effect_key="order-1", verify=order_verify(reference))
+        assert again["status"] == "committed" and again["result"] == first["result"]
+        other = await agent.call("submit", run_id=run_id, selector="#submit", effect_key="order-1")
+        assert other["status"] == "conflict"
+        status = await agent.call("status", run_id=run_id)
+        assert status["state"] == "RUNNING" and status["submits"] == [
+            {"seq": first["seq"], "effect_key": "order-1", "state": "SUCCEEDED"}
+        ]
+        assert Path(first["screenshot"]).exists(), "the submit's page is kept"
+        closed = await agent.call("close_session", run_id=run_id)
+        assert closed["state"] == "SUCCEEDED"
+
+    store = play(tmp_path, scenario)
+    assert len(shop.orders(reference)) == 1
+    run = store.get_run(state["run_id"])
+    assert run is not None and run.state == RunState.SUCCEEDED and run.flow_name == "agent" and run.queue == "agent"
+    calls = [e.detail for e in store.events(run.id) if e.kind == "tool_call"]
+    assert [c["tool"] for c in calls] == ["navigate", "fill", "fill", "submit", "snapshot", "fill", "fill", "submit"]
+    assert [c["seq"] for c in calls] == list(range(1, 9))
+    submit = calls[-1]
+    assert submit["effect_key"] == "order-1" and submit["verify"]["get"].startswith(shop.url)
+    assert 'button "Place order"' in submit["snapshot"], "the snapshot the agent acted on is kept"
+    effect = [a for a in store.attempts(run.id) if a.step_id == "t0008.submit"]
+    assert len(effect) == 1 and effect[0].state.name == "SUCCEEDED" and effect[0].dispatched_at is not None
+
+
+def test_a_secret_is_never_written_in_clear(tmp_path: Path, shop: Any) -> None:
+    """A password field's value (and a value marked secret) is sealed in the journal: neither the
+    database, the evidence nor a snapshot holds it; the snapshot shows that a value is there."""
+    secret = f"s3cret-{tmp_path.name}"
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        opened = await agent.call("open_session", site=f"{shop.url}/login")
+        run_id = opened["run_id"]
+        await agent.call("fill", run_id=run_id, selector="#password", value=secret)
+        await agent.call("fill", run_id=run_id, selector="#username", value=secret, secret=True)
+        snap = await agent.call("snapshot", run_id=run_id)
+        assert secret not in snap and 'textbox "Password" [ref=e7]: ***' in snap
+        await agent.call("close_session", run_id=run_id)
+
+    store = play(tmp_path, scenario)
+    store.close()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path: Path, shop: Any) -> None:
+    """A click (or a key press) on a button that posts a form sends nothing: the agent is told
+    what it would have sent and to use submit; the shop sees no order, the page is back on the form."""
+    reference = f"held-{tmp_path.name}"
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = await agent.sign_in(shop.url)
+        await agent.fill_order(run_id, reference)
+        said = await agent.error("click", run_id=run_id, selector="#submit")
+        assert f"would send POST {shop.url}/orders" in said and "use submit" in said
+        said = await agent.error("press", run_id=run_id, selector="#reference", key="Enter")
+        assert "would send POST" in said and "use submit" in said
+        page = await agent.call("extract", run_id=run_id, selector="h1")
+        assert page["url"].endswith("/orders/new") and page["texts"] == ["New order"]
+        await agent.fill_order(run_id, reference)
+        done = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+        assert done["status"] == "committed"
+        calls = [e.detail for e in store.events(run_id) if e.kind == "tool_call"]
+        held = [c for c in calls if c["tool"] in ("click", "press")]
+        assert [c["args"]["ok"] for c in held] == [False, False]
+
+    play(tmp_path, scenario)
+    assert len(shop.orders(reference)) == 1
+
+
+def test_bad_input_is_a_clear_tool_error_and_writes_nothing(tmp_path: Path, shop: Any) -> None:
+    """An unknown run, an unknown ref, a stale ref (the page changed), a verify that is not valid,
+    a site that is not a URL: each a tool error that says so, with nothing journaled."""
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        assert "no agent session 'r-nope'" in await agent.error("snapshot", run_id="r-nope")
+        assert "site must be an http(s) URL" in await agent.error("open_session", site="file:///etc/passwd")
+        run_id = await agent.sign_in(shop.url)
+        await agent.call("snapshot", run_id=run_id)
+        before = len(store.events(run_id))
+        assert "unknown ref 'e999'" in await agent.error("fill", run_id=run_id, ref="e999", value="x")
+        await agent.call("navigate", run_id=run_id, url="/orders")
+        before = len(store.events(run_id))
+        assert "is stale" in await agent.error("fill", run_id=run_id, ref="e3", value="x")
+        said = await agent.error("submit", run_id=run_id, selector="#nav-home", verify={"url": "/orders"})
+        assert "invalid verify" in said and "text or selector" in said
+        said = await agent.error("submit", run_id=run_id, selector="#nav-home", verify={"get": "/x", "text": "y"})
+        assert "invalid verify" in said
+        assert "matches nothing" in await agent.error("fill", run_id=run_id, selector="#nope", value="x")
+        assert len(store.events(run_id)) == before, "a refused call journals nothing"
+        assert not [a for a in store.attempts(run_id) if a.kind == "effect"]
+
+    play(tmp_path, scenario)
+
+
+def test_export_writes_a_flow_without_secrets(tmp_path: Path, shop: Any) -> None:
+    """`export_flow` writes each page-changing call that succeeded as a step and the submit as an
+    effect with its verifier; the password is a required SecretStr input, never its value; the
+    reference the verifier looks for defaults to the run id."""
+    from browserworker.agent import export_flow
+    from browserworker.flow import Effect, load_flow
+
+    reference = f"exp-{tmp_path.name}"
+    state: dict[str, Any] = {}
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = state["run_id"] = await agent.sign_in(shop.url)
+        await agent.fill_order(run_id, reference)
+        await agent.error("click", run_id=run_id, selector="#submit")  # refused: left out
+        await agent.call("fill", run_id=run_id, selector="#reference", value=reference)
+        await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+
+    store = play(tmp_path, scenario)
+    source = export_flow(store, state["run_id"])
+    assert "demo" in source.split("password")[0], "the username is a default"
+    assert "password: SecretStr  #" in source and "'demo'" not in source.split("password: SecretStr")[1].split("\n")[0]
+    path = tmp_path / "exported.py"
+    path.write_text(source)
+    flow = load_flow(path).flow
+    kinds = [(s.id, type(s).__name__) for s in flow.steps]
+    assert kinds == [
+        ("t0001.navigate", "Action"),
+        ("t0002.fill", "Action"),
+        ("t0003.fill", "Action"),
+        ("t0004.submit", "Action"),
+        ("t0005.fill", "Action"),
+        ("t0006.fill", "Action"),
+        ("t0008.fill", "Action"),
+        ("t0009.submit", "Effect"),
+    ]
+    effect = flow.steps[-1]
+    assert isinstance(effect, Effect) and effect.verifier is not None
+    assert json.dumps(sorted(flow.inputs_model.model_fields)) == json.dumps(
+        ["item", "password", "reference", "reference_2", "username"]
+    )
