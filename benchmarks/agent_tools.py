@@ -56,7 +56,7 @@ def _plain_server(page: Any, refs: dict[str, int]) -> Any:
 
     plain: Any = MCPServer("plain")
 
-    @plain.tool()
+    @plain.tool(structured_output=False)
     async def snapshot() -> str:
         shot = await take_snapshot(page, refs["next"])
         refs["next"] = shot.next_ref
@@ -111,7 +111,8 @@ async def _compare(client: Any, direct: BrowserProcess, base_url: str) -> dict[s
         item_ref = {"ref": ""}
 
         async def snapshot_ours() -> None:
-            text = (await tool("snapshot", run_id=run_id))["result"]
+            result = await client.call_tool("snapshot", {"run_id": run_id})
+            text = result.content[0].text
             line = next(line for line in text.splitlines() if 'textbox "Item"' in line)
             item_ref["ref"] = line.split("[ref=")[1].split("]")[0]
 

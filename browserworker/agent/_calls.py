@@ -13,18 +13,24 @@ search: safe to repeat). A plain ``submit`` is an effect, keyed by its ``effect_
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from playwright.async_api import Page, Request
 
 from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext
+from ..store.records import EventRecord
 from ._snapshot import Target
 from ._verify import VerifySpec, verifier
 
-__all__ = ["STAGING", "Call", "click_and_settle", "settled", "step_of"]
+__all__ = ["STAGING", "TOOL_CALL", "UNDONE", "Call", "click_and_settle", "journaled_calls", "settled", "step_of"]
+
+TOOL_CALL = "tool_call"
+"""The event a call is journaled as."""
+UNDONE = "tool_call_undone"
+"""The event that marks a journaled call as not done (refused, failed, stopped, or not redone by a replay)."""
 
 STAGING = ("navigate", "click", "fill", "select", "check", "press")
 """The tools that replay as actions (with ``submit``, the page-changing tools)."""
@@ -106,6 +112,16 @@ class Call:
             page_url=detail.get("page_url"),
             epoch=epoch,
         )
+
+
+def journaled_calls(events: Iterable[EventRecord]) -> list[Call]:
+    """A session's calls from its run's events, in order, each marked undone that was."""
+    undone = {e.detail.get("seq") for e in events if e.kind == UNDONE and isinstance(e.detail, dict)}
+    calls = [
+        Call.from_event(e.detail, e.lease_epoch) for e in events if e.kind == TOOL_CALL and isinstance(e.detail, dict)
+    ]
+    calls = [replace(c, args=dict(c.args, ok=False)) if c.seq in undone else c for c in calls]
+    return sorted(calls, key=lambda c: c.seq)  # a read call is journaled in the background: maybe later
 
 
 async def click_and_settle(page: Page, selector: str, *, timeout: float = 30.0) -> dict[str, Any]:

@@ -21,12 +21,10 @@ from typing import Any
 from ..errors import ToolCallError
 from ..states import AttemptState
 from ..store.base import Store
-from ._calls import STAGING, Call
+from ._calls import STAGING, Call, journaled_calls
 from ._verify import VerifySpec
 
 __all__ = ["export_flow"]
-
-TOOL_CALL = "tool_call"
 
 
 def _identifier(text: str, taken: set[str]) -> str:
@@ -182,14 +180,7 @@ def export_flow(store: Store, run_id: str, *, name: str | None = None) -> str:
     run = store.get_run(run_id)
     if run is None or run.flow_name != "agent":
         raise ToolCallError(f"no agent session {run_id!r}")
-    calls = sorted(
-        (
-            Call.from_event(e.detail, e.lease_epoch)
-            for e in store.events(run_id)
-            if e.kind == TOOL_CALL and isinstance(e.detail, dict)
-        ),
-        key=lambda c: c.seq,
-    )
+    calls = journaled_calls(store.events(run_id))
     latest: dict[str, Any] = {}
     for a in store.attempts(run_id):
         if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import LeaseLost, SessionKeyError, ToolCallError, UsageError
-from ..flow import Extensions, Flow
+from ..flow import Extensions, Flow, Step
 from ..journal import LeaseSettings, this_owner
 from ..logs import RunLog
 from ..runtime import (
@@ -46,13 +46,12 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
-from ._calls import Call, step_of
+from ._calls import Call, journaled_calls, step_of
 from ._session import (
     EVIDENCE,
     FLOW_NAME,
     QUEUE,
     SNAPSHOT_KEPT,
-    TOOL_CALL,
     AgentInputs,
     AgentSession,
     agent_flow,
@@ -254,6 +253,14 @@ class AgentService:
             current = await self.astore.call(self.store.get_run, run_id)
             assert current is not None
             self._check_state(current)
+        if last is not None and last.kind in ("refused", "failed") and _is_last(session, steps[len(replayed) - 1]):
+            # the session's last call, journaled beside its action: the crash may have come before
+            # it was done, or before it was marked undone; the page is as the calls before it left it
+            await session.undo(session.calls[-1])
+            notes.append(
+                f"the last call, {session.calls[-1].step_id}, was not redone ({last.kind}): do it again if it is needed"
+            )
+            last = None
         if last is not None and last.kind != "done":  # the page is not where it was: touch nothing
             self.live.pop(run_id, None)
             await session.live.release("agent session could not be replayed")
@@ -275,12 +282,7 @@ class AgentService:
 
     async def calls_of(self, run_id: str) -> list[Call]:
         events = await self.astore.call(self.store.events, run_id)
-        calls = [
-            Call.from_event(e.detail, e.lease_epoch)
-            for e in events
-            if e.kind == TOOL_CALL and isinstance(e.detail, dict)
-        ]
-        return sorted(calls, key=lambda c: c.seq)  # a read call is journaled in the background: maybe later
+        return journaled_calls(events)
 
     async def call(self, run_id: str, work: Callable[[AgentSession], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         """Run one tool call on ``run_id``'s session, one at a time per session."""
@@ -350,7 +352,7 @@ class AgentService:
         async def work(s: AgentSession) -> dict[str, Any]:
             absolute = _absolute(s.page.url, url)
             call = Call(seq=s.next_seq(), tool="navigate", args={"url": absolute})
-            return await self._staged(s, call, await s.live.action(step_of(call)))  # type: ignore[arg-type]
+            return await self._unstaged(s, call, step_of(call))
 
         return await self.call(run_id, work)
 
@@ -370,13 +372,9 @@ class AgentService:
             aimed = None if tool == "press" and ref is None and selector is None else s.aim(ref, selector)
             call = Call(seq=s.next_seq(), tool=tool, args=dict(args, ref=ref, selector=selector))
             step = step_of(call, lambda: args.get("value"), live_selector=aimed[0] if aimed else None)
-            target, outcome = await s.act(step, aimed, ref)
-            call = replace(call, target=target)
-            hidden = tool == "fill" and (secret or (target is not None and target.secret))
-            if hidden:  # never journaled in clear: sealed, to be typed again by a replay
-                call = replace(call, args=dict(call.args, value=None, secret=True), secret=s.seal(str(args["value"])))
-            answer = await self._staged(s, call, outcome)
-            if hidden and aimed is not None:  # masked in snapshots and screenshots from now on
+            call, outcome = await s.act(call, step, aimed, secret=secret)
+            answer = self._staged(s, call, outcome, await _restore(s) if outcome.kind == "refused" else "")
+            if call.args.get("secret") and aimed is not None:  # masked in snapshots and screenshots from now on
                 await s.page.eval_on_selector_all(
                     aimed[0], f"els => els.forEach(e => e.setAttribute('{SECRET_ATTRIBUTE}', ''))"
                 )
@@ -384,12 +382,9 @@ class AgentService:
 
         return await self.call(run_id, work)
 
-    async def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
-        """Journal a page-changing call as it ended (``ok``: it did what it was asked) and answer."""
-        recorded = replace(call, args=dict(call.args, ok=outcome.kind == "done"), epoch=s.live.journal.epoch)
-        await s.record(recorded)
+    def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome, restored: str = "") -> dict[str, Any]:
+        """The answer to a page-changing call, journaled already as it ended."""
         if outcome.kind == "refused":
-            restored = await _restore(s)
             held = "; ".join(outcome.refused)
             leaked = (
                 f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
@@ -401,6 +396,11 @@ class AgentService:
         if outcome.kind == "failed":
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}")
         return {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
+
+    async def _unstaged(self, s: AgentSession, call: Call, step: Step) -> dict[str, Any]:
+        """A page-changing call whose element needs no probe (a navigation, an idempotent submit)."""
+        call, outcome = await s.act(call, step, None)
+        return self._staged(s, call, outcome, await _restore(s) if outcome.kind == "refused" else "")
 
     # -- submit --------------------------------------------------------------------------------------
 
@@ -467,7 +467,7 @@ class AgentService:
             epoch=s.live.journal.epoch,
         )
         if asked.idempotent:
-            return await self._staged(s, call, await s.live.action(step_of(call, live_selector=live)))  # type: ignore[arg-type]
+            return await self._unstaged(s, call, step_of(call, live_selector=live))
         await s.flush()
         await s.record(call)  # before the intent: recovery needs the call and its verifier
         outcome = await s.live.effect(s.step(call, live_selector=live), lambda: [])  # type: ignore[arg-type]
@@ -613,6 +613,11 @@ async def _restore(s: AgentSession) -> str:
     except Exception:  # the page stays as it is; the answer says where it is
         return f"; the page is {s.page.url}"
     return f"; the page is back at {s.page.url} (fill its fields again if they are empty)"
+
+
+def _is_last(session: AgentSession, step: Step) -> bool:
+    """Whether ``step`` replays the session's last journaled call."""
+    return bool(session.calls) and session.calls[-1].step_id == step.id and not session.calls[-1].is_effect
 
 
 def _absolute(base: str, url: str) -> str:

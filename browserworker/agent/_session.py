@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -20,14 +20,21 @@ from ..flow import Flow, Step
 from ..runtime import LiveRun, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
-from ._calls import Call, step_of
+from ._calls import TOOL_CALL, UNDONE, Call, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
 
-__all__ = ["EVIDENCE", "FLOW_NAME", "QUEUE", "SNAPSHOT_KEPT", "TOOL_CALL", "AgentInputs", "AgentSession", "agent_flow"]
+__all__ = [
+    "EVIDENCE",
+    "FLOW_NAME",
+    "QUEUE",
+    "SNAPSHOT_KEPT",
+    "AgentInputs",
+    "AgentSession",
+    "agent_flow",
+]
 
 FLOW_NAME = "agent"
 QUEUE = "agent"
-TOOL_CALL = "tool_call"
 EVIDENCE = "tool_evidence"
 PROBE_AFTER = 0.2
 """Seconds an action by ref may take before the page is asked whether its element is still there."""
@@ -66,6 +73,7 @@ class AgentSession:
     snapshot: str | None = None
     sealer: Any = None
     notes: set[asyncio.Future[None]] = field(default_factory=set)
+    _watched: Any = None  # the page whose navigations make refs stale
 
     @property
     def run_id(self) -> str:
@@ -156,10 +164,19 @@ class AgentSession:
     # -- refs ---------------------------------------------------------------------------------
 
     async def take(self) -> Snapshot:
-        shot = await take_snapshot(self.page, self.next_ref)
+        page = self.page
+        if page is not self._watched:  # a new page (a new pass): forget the old one's refs when it navigates
+            page.on("framenavigated", self._navigated)
+            self._watched = page
+        shot = await take_snapshot(page, self.next_ref)
         self.refs, self.next_ref = shot.refs, shot.next_ref
         self.snapshot = shot.text
         return shot
+
+    def _navigated(self, frame: Any) -> None:
+        """The page's document was replaced: every ref of its last snapshot is stale."""
+        if self._watched is not None and frame == self._watched.main_frame:
+            self.refs = {}
 
     def aim(self, ref: str | None, selector: str | None) -> tuple[str, Target | None]:
         """What a call names, checked without the page: ``(selector to act on now, the ref's
@@ -195,26 +212,55 @@ class AgentSession:
         return Target(selector=live, **found[0])
 
     async def act(
-        self, step: Step, aimed: tuple[str, Target | None] | None, ref: str | None
-    ) -> tuple[Target | None, StepOutcome]:
-        """Run a page-changing action; the element it names is probed beside it, not before it
-        (one round trip less). When the probe finds nothing the action is stopped: it could
-        only be waiting for the element. A ref's target is known from its snapshot: it is
-        probed only if the action has not ended within :data:`PROBE_AFTER` (it waits for it)."""
+        self, call: Call, step: Step, aimed: tuple[str, Target | None] | None, *, secret: bool = False
+    ) -> tuple[Call, StepOutcome]:
+        """Run a page-changing action and journal it beside it, not after it: the call is
+        journaled as done while the action runs, and marked undone if it ends otherwise, before
+        the agent is answered. Only the session's last call can be journaled done and not be (a
+        crash in between): a replay that cannot redo it drops it (see :meth:`drop_last`).
+
+        The element the call names is probed beside the action too: a selector's at once (its
+        target is journaled), a ref's (known from its snapshot) only if the action has not ended
+        within :data:`PROBE_AFTER`. An element that is not there stops the action: it could
+        only be waiting for it; nothing of the call is left journaled as done."""
+        ref = call.args.get("ref")
         acting = asyncio.ensure_future(self.live.action(step))  # type: ignore[arg-type]
-        if aimed is None:
-            return None, await acting
-        if aimed[1] is not None:
-            done, _ = await asyncio.wait({acting}, timeout=PROBE_AFTER)
-            if done:
-                return aimed[1], acting.result()
+        recording: asyncio.Future[None] | None = None
         try:
-            target = await self.probe(aimed[0], ref, aimed[1])
+            target = aimed[1] if aimed is not None else call.target
+            if aimed is not None and target is None:
+                target = await self.probe(aimed[0], ref, None)
+            call = self._journaled(replace(call, target=target), secret)
+            recording = asyncio.ensure_future(self.record(replace(call, args=dict(call.args, ok=True))))
+            if aimed is not None and aimed[1] is not None:
+                done, _ = await asyncio.wait({acting}, timeout=PROBE_AFTER)
+                if not done:
+                    await self.probe(aimed[0], ref, aimed[1])
+            outcome = await acting
         except BaseException:
             acting.cancel()
             await asyncio.gather(acting, return_exceptions=True)
+            if recording is not None:
+                await recording
+                await self.undo(call)
             raise
-        return target, await acting
+        await recording
+        if outcome.kind != "done":
+            await self.undo(call)
+        return call, outcome
+
+    def _journaled(self, call: Call, secret: bool) -> Call:
+        """``call`` as the journal keeps it: a value typed into a password field (or marked
+        secret) sealed, never in clear."""
+        if call.tool != "fill" or not (secret or (call.target is not None and call.target.secret)):
+            return call
+        value = str(call.args["value"])
+        return replace(call, args=dict(call.args, value=None, secret=True), secret=self.seal(value))
+
+    async def undo(self, call: Call) -> None:
+        """Journal that ``call`` did not do what it asked (it was refused, failed or stopped)."""
+        await self.live.journal.record(UNDONE, step_id=call.step_id, detail={"seq": call.seq})
+        self.calls = [replace(c, args=dict(c.args, ok=False)) if c.seq == call.seq else c for c in self.calls]
 
     async def target(self, ref: str | None, selector: str | None) -> tuple[Target, str]:
         """The element a call names: ``(target to journal, selector to act on now)``."""

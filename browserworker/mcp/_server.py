@@ -97,7 +97,7 @@ def _session_tools(server: MCPServer[Any], service: AgentService) -> None:
 
 
 def _read_tools(server: MCPServer[Any], service: AgentService) -> None:
-    @server.tool(annotations=READ)
+    @server.tool(annotations=READ, structured_output=False)  # the text is the answer: sent once
     async def snapshot(run_id: RunId) -> str:
         """The page as text: roles, names and element refs (refs of older snapshots go stale)."""
         answer = await _answer(service.snapshot(run_id))

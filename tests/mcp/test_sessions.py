@@ -119,3 +119,44 @@ def test_resume_reopens_the_page_where_it_was_and_redoes_no_submit(tmp_path: Pat
     assert len(shop.orders(first_ref)) == 1 and len(shop.orders(second_ref)) == 1
     shown = BW(db=tmp_path / "browserworker.db").run("show", state["run_id"])
     assert "tool calls" in shown.stdout and "#3 fill #password [secret]" in shown.stdout, shown.stdout
+
+
+def test_a_last_call_journaled_done_that_a_replay_cannot_redo_is_dropped_not_fatal(tmp_path: Path, shop: Any) -> None:
+    """A staging call is journaled beside its action; a crash between that record and the mark
+    that it was refused leaves it journaled as done. Taken up, the session replays it, sees it
+    refused again (nothing sent), marks it undone and goes on: one note, no order."""
+    store = open_store(tmp_path / "browserworker.db")
+    reference = f"last-{tmp_path.name}"
+    state: dict[str, Any] = {}
+
+    async def before() -> None:
+        async with server(store) as agent:
+            run_id = state["run_id"] = await agent.sign_in(shop.url)
+            await agent.fill_order(run_id, reference)
+            seq = (await agent.call("status", run_id=run_id))["calls"] + 1
+            state["seq"] = seq
+            # what a server killed right after journaling a click, before marking it refused, leaves
+            store.record_event(
+                run_id,
+                "tool_call",
+                step_id=f"t{seq:04d}.click",
+                detail={
+                    "seq": seq,
+                    "tool": "click",
+                    "args": {"selector": "#submit", "ok": True},
+                    "target": {"selector": "#submit"},
+                },
+            )
+
+    async def after() -> None:
+        async with server(store) as agent:
+            resumed = await agent.call("resume", run_id=state["run_id"])
+            assert any(f"t{state['seq']:04d}.click, was not redone (refused)" in n for n in resumed["notes"]), resumed
+            assert resumed["url"].endswith("/orders/new")
+            await agent.call("close_session", run_id=state["run_id"])
+
+    asyncio.run(before())
+    asyncio.run(after())
+    assert shop.orders(reference) == []
+    kinds = [e.kind for e in store.events(state["run_id"]) if e.kind.startswith("tool_call")]
+    assert kinds[-1] == "tool_call_undone"

@@ -14,6 +14,7 @@ import pytest
 from mcp import Client
 
 from browserworker.agent import AgentPolicy, AgentService
+from browserworker.agent._calls import journaled_calls
 from browserworker.mcp import build_server
 from browserworker.states import RunState
 from browserworker.store import Store, open_store
@@ -141,9 +142,8 @@ def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path:
         await agent.fill_order(run_id, reference)
         done = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
         assert done["status"] == "committed"
-        calls = [e.detail for e in store.events(run_id) if e.kind == "tool_call"]
-        held = [c for c in calls if c["tool"] in ("click", "press")]
-        assert [c["args"]["ok"] for c in held] == [False, False]
+        held = [c for c in journaled_calls(store.events(run_id)) if c.tool in ("click", "press")]
+        assert [c.args["ok"] for c in held] == [False, False], "journaled, and marked undone"
 
     play(tmp_path, scenario)
     assert len(shop.orders(reference)) == 1
