@@ -136,6 +136,7 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
                     await action(run.id, epoch, f"s{i}")
                 else:
                     await effect(run.id, epoch, f"s{i}")
+            lease.ending = True  # as RunJournal.end: a heartbeat racing the end is not a lost lease
             await astore.call(store.set_run_state, run.id, epoch, RunState.SUCCEEDED, worker=owner.worker)
         finally:
             await lease.stop()
