@@ -66,6 +66,10 @@ class _RunLeft(ToolCallError):
     """The session's run has left this server: it waits for a person, an approval, or has ended."""
 
 
+ALERTS = "[role=alert], [role=status], .error, .errors, .alert, .flash"
+"""What counts as a message the page shows after a submit."""
+
+
 @dataclass(frozen=True)
 class AgentPolicy:
     """What the server enforces, whatever the agent asks: submits a person approves first
@@ -511,8 +515,18 @@ class AgentService:
         attempts = [a for a in await s.live.journal.attempts() if a.step_id == call.step_id]
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
+        sent = (attempts[-1].evidence or {}).get("responses") or []
+        if sent:
+            answer["responses"] = [{k: r.get(k) for k in ("method", "url", "status")} for r in sent]
         if s.live.is_open:
             answer["url"] = s.page.url
+            alerts = await _alerts(s.page)
+            if alerts:  # a form re-rendered with its errors: the site took nothing, though the key is done
+                answer["alerts"] = alerts
+                answer["note"] = (
+                    "the page shows these messages; if the site refused what was sent, fix the form "
+                    "and submit with a new effect_key (this one is done)"
+                )
             shot = await s.live.scope.screenshot(s.page, f"{call.step_id}-after")
             if shot is not None:
                 await s.live.journal.record(EVIDENCE, step_id=call.step_id, detail={"screenshot": shot})
@@ -601,6 +615,15 @@ class AgentService:
             "submits": submits,
             "link": self.policy.link(run_id),
         }
+
+
+async def _alerts(page: Any) -> list[str]:
+    """The messages a page shows after a submit (alerts, status lines, error texts), best effort."""
+    try:
+        texts = await page.locator(ALERTS).all_inner_texts()
+    except Exception:  # the page is gone or navigating: nothing to report
+        return []
+    return [t.strip()[:300] for t in texts if t.strip()][:10]
 
 
 async def _restore(s: AgentSession) -> str:

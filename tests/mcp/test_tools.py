@@ -104,6 +104,31 @@ def test_a_session_is_a_run_and_a_submit_lands_once(tmp_path: Path, shop: Any) -
     assert len(effect) == 1 and effect[0].state.name == "SUCCEEDED" and effect[0].dispatched_at is not None
 
 
+def test_a_form_re_rendered_with_errors_is_told_and_a_new_key_sends_the_fix(tmp_path: Path, shop: Any) -> None:
+    """The shop answers an invalid order with its form again (200, an alert): the submit is done as
+    far as the journal knows, and its answer carries the response's status and the page's alert,
+    saying to submit the fix with a new key; that key's submit places the one order."""
+    reference = f"rerender-{tmp_path.name}"
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = await agent.sign_in(shop.url)
+        await agent.fill_order(run_id, reference)
+        await agent.call("fill", run_id=run_id, selector="#quantity", value="0")
+        refused = await agent.call("submit", run_id=run_id, selector="#submit", effect_key="try-1")
+        assert refused["status"] == "committed" and refused["responses"][0]["status"] == 200, refused
+        assert any("Quantity must be" in a for a in refused["alerts"]) and "new effect_key" in refused["note"]
+        again = await agent.call("submit", run_id=run_id, selector="#submit", effect_key="try-1")
+        assert again["status"] == "committed", "the same key is answered from the journal, not sent again"
+        assert shop.orders(reference) == []
+        await agent.call("fill", run_id=run_id, selector="#quantity", value="2")
+        fixed = await agent.call("submit", run_id=run_id, selector="#submit", effect_key="try-2")
+        assert fixed["status"] == "committed" and fixed["responses"][0]["status"] == 303 and "alerts" not in fixed
+
+    play(tmp_path, scenario)
+    [order] = shop.orders(reference)
+    assert order["quantity"] == 2
+
+
 def test_a_secret_is_never_written_in_clear(tmp_path: Path, shop: Any) -> None:
     """A password field's value (and a value marked secret) is sealed in the journal: neither the
     database, the evidence nor a snapshot holds it; the snapshot shows that a value is there."""
