@@ -21,11 +21,21 @@ from playwright.async_api import Page, Request
 
 from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext
-from ..store.records import EventRecord
+from ..store.records import AttemptRecord, EventRecord
 from ._snapshot import Target
 from ._verify import VerifySpec, verifier
 
-__all__ = ["STAGING", "TOOL_CALL", "UNDONE", "Call", "click_and_settle", "journaled_calls", "settled", "step_of"]
+__all__ = [
+    "STAGING",
+    "TOOL_CALL",
+    "UNDONE",
+    "Call",
+    "click_and_settle",
+    "journaled_calls",
+    "latest_by_step",
+    "settled",
+    "step_of",
+]
 
 TOOL_CALL = "tool_call"
 """The event a call is journaled as."""
@@ -112,6 +122,15 @@ class Call:
             page_url=detail.get("page_url"),
             epoch=epoch,
         )
+
+
+def latest_by_step(attempts: Iterable[AttemptRecord]) -> dict[str, AttemptRecord]:
+    """Each step's latest attempt."""
+    latest: dict[str, AttemptRecord] = {}
+    for a in attempts:
+        if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
+            latest[a.step_id] = a
+    return latest
 
 
 def journaled_calls(events: Iterable[EventRecord]) -> list[Call]:

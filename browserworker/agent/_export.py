@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Any
 
 from ..errors import ToolCallError
 from ..states import AttemptState
 from ..store.base import Store
-from ._calls import STAGING, Call, journaled_calls
+from ._calls import STAGING, Call, journaled_calls, latest_by_step
 from ._verify import VerifySpec
 
 __all__ = ["export_flow"]
@@ -181,10 +180,6 @@ def export_flow(store: Store, run_id: str, *, name: str | None = None) -> str:
     if run is None or run.flow_name != "agent":
         raise ToolCallError(f"no agent session {run_id!r}")
     calls = journaled_calls(store.events(run_id))
-    latest: dict[str, Any] = {}
-    for a in store.attempts(run_id):
-        if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
-            latest[a.step_id] = a
-    done = {step for step, a in latest.items() if a.state == AttemptState.SUCCEEDED}
+    done = {step for step, a in latest_by_step(store.attempts(run_id)).items() if a.state == AttemptState.SUCCEEDED}
     flow_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", f"agent-{run_id}")[:64]
     return _Writer(run_id, calls, done).source(flow_name)

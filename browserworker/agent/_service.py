@@ -46,7 +46,7 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
-from ._calls import Call, journaled_calls, step_of
+from ._calls import Call, journaled_calls, latest_by_step, step_of
 from ._session import (
     EVIDENCE,
     FLOW_NAME,
@@ -377,7 +377,7 @@ class AgentService:
             call = Call(seq=s.next_seq(), tool=tool, args=dict(args, ref=ref, selector=selector))
             step = step_of(call, lambda: args.get("value"), live_selector=aimed[0] if aimed else None)
             call, outcome = await s.act(call, step, aimed, secret=secret)
-            answer = self._staged(s, call, outcome, await _restore(s) if outcome.kind == "refused" else "")
+            answer = self._staged(s, call, outcome)
             if call.args.get("secret") and aimed is not None:  # masked in snapshots and screenshots from now on
                 await s.page.eval_on_selector_all(
                     aimed[0], f"els => els.forEach(e => e.setAttribute('{SECRET_ATTRIBUTE}', ''))"
@@ -386,7 +386,7 @@ class AgentService:
 
         return await self.call(run_id, work)
 
-    def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome, restored: str = "") -> dict[str, Any]:
+    def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
         """The answer to a page-changing call, journaled already as it ended."""
         if outcome.kind == "refused":
             held = "; ".join(outcome.refused)
@@ -395,7 +395,7 @@ class AgentService:
             )
             raise ToolCallError(
                 f"{call.tool} was stopped: this would send {held}, which only submit may send; "
-                f"use submit for the element that sends it{leaked}{restored}"
+                f"use submit for the element that sends it{leaked}"
             )
         if outcome.kind == "failed":
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}")
@@ -404,7 +404,7 @@ class AgentService:
     async def _unstaged(self, s: AgentSession, call: Call, step: Step) -> dict[str, Any]:
         """A page-changing call whose element needs no probe (a navigation, an idempotent submit)."""
         call, outcome = await s.act(call, step, None)
-        return self._staged(s, call, outcome, await _restore(s) if outcome.kind == "refused" else "")
+        return self._staged(s, call, outcome)
 
     # -- submit --------------------------------------------------------------------------------------
 
@@ -594,10 +594,7 @@ class AgentService:
         if run is None or run.flow_name != FLOW_NAME:
             raise ToolCallError(f"no agent session {run_id!r}")
         calls = await self.calls_of(run_id)
-        latest: dict[str, AttemptRecord] = {}
-        for a in await self.astore.call(self.store.attempts, run_id):
-            if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
-                latest[a.step_id] = a
+        latest = latest_by_step(await self.astore.call(self.store.attempts, run_id))
         submits = [
             {
                 "seq": c.seq,
@@ -624,18 +621,6 @@ async def _alerts(page: Any) -> list[str]:
     except Exception:  # the page is gone or navigating: nothing to report
         return []
     return [t.strip()[:300] for t in texts if t.strip()][:10]
-
-
-async def _restore(s: AgentSession) -> str:
-    """After a refused navigation the page shows the browser's error page: go back to the page
-    it was refused on (what was typed there may be gone)."""
-    if not s.page.url.startswith("chrome-error://"):
-        return ""
-    try:
-        await s.page.go_back()
-    except Exception:  # the page stays as it is; the answer says where it is
-        return f"; the page is {s.page.url}"
-    return f"; the page is back at {s.page.url} (fill its fields again if they are empty)"
 
 
 def _is_last(session: AgentSession, step: Step) -> bool:

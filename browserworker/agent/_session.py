@@ -20,7 +20,7 @@ from ..flow import Flow, Step
 from ..runtime import LiveRun, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
-from ._calls import TOOL_CALL, UNDONE, Call, step_of
+from ._calls import STAGING, TOOL_CALL, UNDONE, Call, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
 
 __all__ = [
@@ -141,7 +141,7 @@ class AgentSession:
         for call in self.calls:
             if upto is not None and call.seq >= upto:
                 break
-            if call.tool not in ("navigate", "click", "fill", "select", "check", "press", "submit"):
+            if call.tool not in (*STAGING, "submit"):
                 continue
             if not call.args.get("ok", call.is_effect):
                 continue
@@ -155,11 +155,7 @@ class AgentSession:
         return steps
 
     async def latest_attempts(self) -> dict[str, AttemptRecord]:
-        latest: dict[str, AttemptRecord] = {}
-        for a in await self.live.journal.attempts():
-            if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
-                latest[a.step_id] = a
-        return latest
+        return latest_by_step(await self.live.journal.attempts())
 
     # -- refs ---------------------------------------------------------------------------------
 
