@@ -86,6 +86,23 @@ class Tx(Protocol):
         """Every row of a read inside the transaction."""
         ...
 
+    # One named query run once per parameter set, for the calls of a batch that the store runs
+    # together (:mod:`browserworker.store.coalesce`): each run's own result, in order, read back
+    # before the method returns. A dialect whose statements are round trips sends them all at
+    # once (PostgreSQL: a pipeline); one that runs in-process loops.
+
+    def execute_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int]:
+        """:meth:`execute` once per parameter set: the rows each changed."""
+        ...
+
+    def insert_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int | None]:
+        """:meth:`insert` once per parameter set: each new id, or None."""
+        ...
+
+    def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
+        """:meth:`one` once per parameter set: each first row, or None."""
+        ...
+
 
 @runtime_checkable
 class Connector(Protocol):
@@ -132,6 +149,10 @@ class Connector(Protocol):
 
     def read_one(self, query: str, params: Mapping[str, Any]) -> Row | None:
         """The first row of a named read-only query, or None."""
+        ...
+
+    def read_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
+        """:meth:`read_one` once per parameter set (see ``Tx.execute_each``)."""
         ...
 
     @property

@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from .._canonical import canonical_json
 from ..errors import OverBudget, QueueFull, UsageError
 from ..states import RunState
+from .coalesce import coalesced
 from .connector import Connector, Row, Tx
 from .limits import admit
 from .manager import Manager, read_only
 from .records import NewRun, Owner, RunRecord, WorkerRecord
 from .runs import RunManager
 
-__all__ = ["FleetManager"]
+__all__ = ["Claim", "FleetManager"]
 
 _ADMISSION_TRIES = 8  # candidates a claim may find over budget under their key's lock before it gives up
 _BUSY = object()
+
+
+class Claim(NamedTuple):
+    """One call of :meth:`FleetManager.claim_next`."""
+
+    owner: Owner
+    queues: Sequence[str]
+    ttl: float
+
+
+def _claim_key(claim: Claim) -> object:
+    """Claims act on no run the caller knows: a key of its own, so many share one call."""
+    return object()
 
 
 class FleetManager(Manager):
@@ -58,54 +73,99 @@ class FleetManager(Manager):
     def queue_limits(self) -> dict[str, int | None]:
         return {r["name"]: r["max_depth"] for r in self.c.read("list_queues", {})}
 
+    @coalesced(Claim, "claim_each", key=_claim_key)
     def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
         """Atomically lease the next run of ``queues``: highest priority, then oldest, of the
         runs whose limit key's budget lets them start (:mod:`browserworker.store.limit_rules`)."""
+        return self.claim_each([Claim(owner, queues, ttl)])[0]
+
+    def claim_each(self, claims: list[Claim]) -> list[RunRecord | None]:
+        """:meth:`claim_next` for many slots in one transaction: each the next run or None.
+        Claims of one owner, queue and TTL read their runs in one statement when none of them
+        has a budget; a budget is admitted one run at a time, under its key's lock."""
+        out: list[RunRecord | None] = [None] * len(claims)
+        slots: dict[tuple[Owner, tuple[str, ...], float], list[int]] = {}
+        for at, claim in enumerate(claims):
+            slots.setdefault((claim.owner, tuple(claim.queues), claim.ttl), []).append(at)
         with self.c.transaction() as tx:
             # the clock read inside the transaction: a claim that waited for a connection (the
             # database unreachable for a while) must not store a lease that is already over
             now = self.c.now()
-            who = {
-                "owner": owner.worker,
-                "host": owner.host,
-                "pid": owner.pid,
-                "pid_start": owner.pid_start,
-                "now": now,
-                "ttl": ttl,
-            }
-            for _ in range(_ADMISSION_TRIES):
-                run_id = self._candidate(tx, queues, now)
-                if run_id is None:
-                    return None
-                if run_id is not _BUSY:
-                    break
-            else:
+            for (owner, queues, ttl), ats in slots.items():
+                who = {
+                    "owner": owner.worker,
+                    "host": owner.host,
+                    "pid": owner.pid,
+                    "pid_start": owner.pid_start,
+                    "now": now,
+                    "ttl": ttl,
+                }
+                ids = self._unlimited_next(tx, queues, now, len(ats))
+                if ids is not None:
+                    runs = self._claim_ids(tx, who, ids)
+                else:
+                    runs = []
+                    for _ in ats:
+                        run = self._claim_admitted(tx, who, queues)
+                        if run is None:
+                            break
+                        runs.append(run)
+                for at, run in zip(ats, runs, strict=False):
+                    out[at] = run
+        return out
+
+    def _unlimited_next(self, tx: Tx, queues: Sequence[str], now: float, n: int) -> list[str] | None:
+        """The ids of the next ``n`` runs of a single queue if no budget applies to any of them;
+        None if one does (or there are several queues): then they are taken one at a time."""
+        if len(queues) != 1:
+            return None
+        rows = tx.rows("next_queued_ids", {"queue": queues[0], "now": now, "n": n})
+        if any(row["limited"] for row in rows):
+            return None
+        return [row["id"] for row in rows]
+
+    def _claim_admitted(self, tx: Tx, who: dict[str, object], queues: Sequence[str]) -> RunRecord | None:
+        """Lease the next run its budget admits, or None."""
+        now: float = who["now"]  # type: ignore[assignment]
+        for _ in range(_ADMISSION_TRIES):
+            run_id = self._candidate(tx, queues, now)
+            if run_id is None:
                 return None
-            # the update is conditioned on QUEUED: it takes the run only if nobody did meanwhile
-            if tx.execute("claim_queued_by_id", {**who, "id": run_id}) != 1:
-                return None
-            row = tx.one("get_run", {"id": run_id})
-            assert row is not None
+            if isinstance(run_id, str):
+                claimed = self._claim_ids(tx, who, [run_id])
+                return claimed[0] if claimed else None
+        return None
+
+    def _claim_ids(self, tx: Tx, who: dict[str, object], ids: list[str]) -> list[RunRecord]:
+        """Lease the QUEUED runs ``ids`` (each update conditioned on QUEUED: a run somebody took
+        meanwhile is left out) and journal each claim."""
+        taken = tx.execute_each("claim_queued_by_id", [{**who, "id": run_id} for run_id in ids])
+        claimed = [run_id for run_id, n in zip(ids, taken, strict=True) if n == 1]
+        now: float = who["now"]  # type: ignore[assignment]
+        runs = []
+        for row in tx.one_each("get_run", [{"id": run_id} for run_id in claimed]):
+            assert row is not None  # leased by this transaction
             self._event(
                 tx,
                 row["id"],
                 "lease_claimed",
                 now=now,
-                worker=owner.worker,
+                worker=row["owner"],
                 epoch=row["lease_epoch"],
                 from_state=RunState.QUEUED,
                 to_state=RunState.LEASED,
                 decision="claimed",
-                detail={"ttl": ttl, "waited": now - row["created_at"]},
+                detail={"ttl": who["ttl"], "waited": now - row["created_at"]},
             )
-            return RunRecord.from_row(row)
+            runs.append(RunRecord.from_row(row))
+        return runs
 
     def _candidate(self, tx: Tx, queues: Sequence[str], now: float) -> str | None | object:
         """The id of the next run to claim (None: none eligible); :data:`_BUSY` when its key's
         budget, re-checked under the key's lock, was taken by a concurrent claim meanwhile
         (the next query no longer offers that key)."""
         if len(queues) == 1:
-            best = tx.one("next_queued_id", {"queue": queues[0], "now": now})
+            best = tx.one("next_queued_ids", {"queue": queues[0], "now": now, "n": 1})
         else:
             best = None
             for queue in queues:

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from .._canonical import canonical_json
 from ..states import RUN_TRANSITIONS, RunState, check_run_transition
+from .coalesce import coalesced
 from .connector import Tx
 from .limits import admit
 from .manager import Manager, read_only
 from .records import NewRun, Owner, RunRecord
 
-__all__ = ["RunManager"]
+__all__ = ["Beat", "Move", "RunManager"]
+
+
+class Move(NamedTuple):
+    """One call of :meth:`RunManager.set_run_state` or :meth:`RunManager.advance_run`."""
+
+    run_id: str
+    epoch: int
+    state: RunState
+    worker: str | None = None
+    error: str | None = None
+    decision: str | None = None
+
+
+class Beat(NamedTuple):
+    """One call of :meth:`RunManager.heartbeat`."""
+
+    run_id: str
+    epoch: int
+    ttl: float
+
+
+def _run_of(call: Move | Beat) -> str:
+    return call.run_id
+
 
 # set_run_state's narrow updates (the generic query sets every column, so rewrites every index)
 _STATE_QUERY = {
@@ -154,11 +181,20 @@ class RunManager(Manager):
             )
         return self.get_run(run_id)
 
+    @coalesced(Beat, "heartbeats", key=_run_of)
     def heartbeat(self, run_id: str, epoch: int, ttl: float) -> None:
         """Extend the lease; :class:`LeaseLost` if it is no longer ours or already expired."""
+        self.heartbeats([Beat(run_id, epoch, ttl)])
+
+    def heartbeats(self, beats: list[Beat]) -> list[None]:
+        """:meth:`heartbeat` of many leases in one transaction (raises for the first one lost)."""
         with self.c.transaction() as tx:
-            if tx.execute("heartbeat", {"id": run_id, "epoch": epoch, "now": self.c.now(), "ttl": ttl}) != 1:
-                raise self._lease_lost(run_id, epoch, 0.0, "heartbeat")
+            now = self.c.now()
+            params = [{"id": b.run_id, "epoch": b.epoch, "now": now, "ttl": b.ttl} for b in beats]
+            for beat, n in zip(beats, tx.execute_each("heartbeat", params), strict=True):
+                if n != 1:
+                    raise self._lease_lost(beat.run_id, beat.epoch, 0.0, "heartbeat")
+        return [None] * len(beats)
 
     @read_only
     def cancel_requested(self, run_id: str) -> bool:
@@ -166,6 +202,7 @@ class RunManager(Manager):
         row = self.c.read_one("run_cancel_requested", {"id": run_id})
         return bool(row and row["cancel_requested"])
 
+    @coalesced(Move, "set_run_states", key=_run_of)
     def set_run_state(
         self,
         run_id: str,
@@ -177,12 +214,20 @@ class RunManager(Manager):
         decision: str | None = None,
     ) -> RunRecord:
         """Move the run to ``state`` (fenced by ``epoch``); returns the run as it is now."""
-        with self.c.transaction() as tx:
-            self._move_run(tx, run_id, epoch, state, worker, error, decision)
-            row = tx.one("get_run", {"id": run_id})
-        assert row is not None
-        return RunRecord.from_row(row)
+        return self.set_run_states([Move(run_id, epoch, state, worker, error, decision)])[0]
 
+    def set_run_states(self, moves: list[Move]) -> list[RunRecord]:
+        """:meth:`set_run_state` of many runs in one transaction (raises for the first that fails)."""
+        with self.c.transaction() as tx:
+            self._move_runs(tx, moves)
+            rows = tx.one_each("get_run", [{"id": m.run_id} for m in moves])
+        records = []
+        for row in rows:
+            assert row is not None  # it was just updated, in this transaction
+            records.append(RunRecord.from_row(row))
+        return records
+
+    @coalesced(Move, "advance_runs", key=_run_of)
     def advance_run(
         self,
         run_id: str,
@@ -195,57 +240,66 @@ class RunManager(Manager):
     ) -> None:
         """:meth:`set_run_state` for a caller that does not use the run afterwards (the
         executor's RUNNING transition): the same write, without reading 25 columns back."""
-        with self.c.transaction() as tx:
-            self._move_run(tx, run_id, epoch, state, worker, error, decision)
+        self.advance_runs([Move(run_id, epoch, state, worker, error, decision)])
 
-    def _move_run(
-        self,
-        tx: Tx,
-        run_id: str,
-        epoch: int,
-        state: RunState,
-        worker: str | None,
-        error: str | None,
-        decision: str | None,
-    ) -> None:
-        """The fenced transition and its event, in the caller's transaction.
+    def advance_runs(self, moves: list[Move]) -> list[None]:
+        """:meth:`advance_run` of many runs in one transaction (raises for the first that fails)."""
+        with self.c.transaction() as tx:
+            self._move_runs(tx, moves)
+        return [None] * len(moves)
+
+    def _move_runs(self, tx: Tx, moves: list[Move]) -> None:
+        """The fenced transitions and their events, in the caller's transaction.
 
         A state with one legal predecessor (RUNNING, SUCCEEDED: the happy path) is tried as a
         single update conditioned on that predecessor; only when it matches nothing is the run
         read, to tell an illegal transition (ValueError) from a lost lease.
         """
         now = self.c.now()
-        only_from = _ONLY_FROM.get(state)
-        params = {
-            "id": run_id,
-            "epoch": epoch,
-            "state": str(state),
-            "error": error,
-            "now": now,
-            "from_state": only_from,
-        }
-        query = _STATE_QUERY.get(state, "set_run_state")
-        from_state = only_from
-        if only_from is None or tx.execute(query, params) != 1:
-            before = tx.one("run_fence", {"id": run_id})
-            if before is not None and before["lease_epoch"] == epoch:
-                check_run_transition(RunState(before["state"]), state)
-            from_state = before["state"] if before else None
-            params["from_state"] = None
-            if tx.execute(query, params) != 1:
-                raise self._lease_lost(run_id, epoch, 0.0, f"set run state {state}")
-        self._event(
-            tx,
-            run_id,
-            "run_state",
-            now=now,
-            worker=worker,
-            epoch=epoch,
-            from_state=from_state,
-            to_state=state,
-            decision=decision,
-            detail={"error": error} if error else None,
-        )
+        params: list[dict[str, Any]] = [
+            {
+                "id": m.run_id,
+                "epoch": m.epoch,
+                "state": str(m.state),
+                "error": m.error,
+                "now": now,
+                "from_state": _ONLY_FROM.get(m.state),
+            }
+            for m in moves
+        ]
+        moved = [False] * len(moves)
+        by_query: dict[str, list[int]] = {}
+        for at, m in enumerate(moves):
+            if params[at]["from_state"] is not None:
+                by_query.setdefault(_STATE_QUERY.get(m.state, "set_run_state"), []).append(at)
+        for query, ats in by_query.items():
+            for at, n in zip(ats, tx.execute_each(query, [params[at] for at in ats]), strict=True):
+                moved[at] = n == 1
+        for at, m in enumerate(moves):
+            from_state = params[at]["from_state"] if moved[at] else self._move_checked(tx, m, params[at])
+            self._event(
+                tx,
+                m.run_id,
+                "run_state",
+                now=now,
+                worker=m.worker,
+                epoch=m.epoch,
+                from_state=from_state,
+                to_state=m.state,
+                decision=m.decision,
+                detail={"error": m.error} if m.error else None,
+            )
+
+    def _move_checked(self, tx: Tx, move: Move, params: dict[str, Any]) -> str | None:
+        """A transition its single update did not make: the run read (ValueError for an illegal
+        transition), then updated from whatever state it is in; its state before."""
+        before = tx.one("run_fence", {"id": move.run_id})
+        if before is not None and before["lease_epoch"] == move.epoch:
+            check_run_transition(RunState(before["state"]), move.state)
+        params = {**params, "from_state": None}
+        if tx.execute(_STATE_QUERY.get(move.state, "set_run_state"), params) != 1:
+            raise self._lease_lost(move.run_id, move.epoch, 0.0, f"set run state {move.state}")
+        return None if before is None else str(before["state"])
 
     def clear_reconcile(self, run_id: str, epoch: int) -> None:
         with self.c.transaction() as tx:

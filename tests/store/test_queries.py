@@ -53,7 +53,7 @@ def test_postgres_fills_every_fragment_and_binds_every_parameter_by_name() -> No
         == "SELECT %(a)s, ':b', '%', x LIKE 'a%' OR y %% 2 = %(a)s"
     )
     assert "clock_timestamp()" in PG_QUERIES["heartbeat"] and "clock_timestamp()" in PG_QUERIES["mark_dispatched"]
-    assert "FOR UPDATE SKIP LOCKED" in PG_QUERIES["next_queued_id"]
+    assert "FOR UPDATE SKIP LOCKED" in PG_QUERIES["next_queued_ids"]
 
 
 def test_every_lease_decision_is_judged_by_the_dialects_clock() -> None:

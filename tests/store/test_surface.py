@@ -79,13 +79,15 @@ def test_nothing_on_the_class_stands_before_a_bound_member() -> None:
 
 def test_every_store_call_of_a_flat_manager_is_in_the_protocol() -> None:
     """A public method of a manager with flat members is a store call, so flat, unless it joins
-    a caller's transaction (its first parameter is ``tx``: one manager helping another)."""
+    a caller's transaction (its first parameter is ``tx``: one manager helping another) or is
+    the many form of a flat call (``@coalesced``: a batch of AsyncStore reaches it, not a caller)."""
     owners = {member.owner for member in FLAT.values()} - {Connector}
     assert all(issubclass(owner, Manager) for owner in owners)
     missing = []
     for owner in sorted(owners, key=lambda c: c.__name__):
+        many = {fn.coalesce.many for fn in vars(owner).values() if hasattr(fn, "coalesce")}
         for name, fn in vars(owner).items():
-            if name.startswith("_") or not inspect.isfunction(fn):
+            if name.startswith("_") or not inspect.isfunction(fn) or name in many:
                 continue
             if [p.name for p in _parameters(fn)[1:2]] == ["tx"]:
                 continue

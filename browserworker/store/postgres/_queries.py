@@ -13,7 +13,7 @@ from typing import Any
 
 from ..connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
 
-__all__ = ["DB_NOW", "FRAGMENTS", "QUERIES", "Deferred", "Tx", "flush_before", "to_pyformat"]
+__all__ = ["DB_NOW", "FRAGMENTS", "QUERIES", "Deferred", "Tx", "each", "flush_before", "to_pyformat"]
 
 #: the database's clock, in seconds since the epoch (``extract`` gives numeric: cast it)
 DB_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
@@ -143,3 +143,40 @@ class Tx:
     def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         flush_before(self._deferred, query)
         return list(self._conn.execute(QUERIES[query], params).fetchall())
+
+    # a batch's runs of one query: one pipeline, every result read back before returning
+
+    def execute_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int]:
+        if len(params) == 1:
+            return [self.execute(query, params[0])]
+        flush_before(self._deferred, query)
+        return [len(rows) for rows in each(self._conn, QUERIES[query] + " RETURNING 1", params)]
+
+    def insert_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int | None]:
+        if len(params) == 1:
+            return [self.insert(query, params[0])]
+        flush_before(self._deferred, query)
+        return [
+            int(rows[0]["id"]) if rows else None for rows in each(self._conn, QUERIES[query] + " RETURNING id", params)
+        ]
+
+    def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
+        if len(params) == 1:
+            return [self.one(query, params[0])]
+        flush_before(self._deferred, query)
+        return [rows[0] if rows else None for rows in each(self._conn, QUERIES[query], params)]
+
+
+def each(conn: Any, sql: str, params: Sequence[Mapping[str, Any]]) -> list[list[Row]]:
+    """``sql`` run once per parameter set in one pipeline (one round trip, not one each), and
+    every run's rows, in order. psycopg reads every result, up to the pipeline's sync, before
+    it returns: no row count is taken from a result not yet received."""
+    if not params:
+        return []
+    cursor = conn.cursor()
+    cursor.executemany(sql, params, returning=True)
+    out: list[list[Row]] = []
+    while True:
+        out.append(cursor.fetchall())
+        if not cursor.nextset():
+            return out

@@ -52,7 +52,7 @@ from ._conninfo import (
     redact_url,
     schema_name,
 )
-from ._queries import DB_NOW, QUERIES, Deferred, Tx, flush_before
+from ._queries import DB_NOW, QUERIES, Deferred, Tx, each, flush_before
 from ._schema import SCHEMA_VERSION, migrate, require_schema, schema_version
 from ._watchdog import Watchdog
 
@@ -339,6 +339,16 @@ class PostgresConnector:
                 flush_before(getattr(self._local, "deferred", None), query)
                 row: Row | None = conn.execute(QUERIES[query], params).fetchone()
                 return row
+            except self._psycopg.Error as exc:
+                raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
+
+    def read_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
+        if len(params) == 1:
+            return [self.read_one(query, params[0])]
+        with self._borrowed() as conn:
+            try:
+                flush_before(getattr(self._local, "deferred", None), query)
+                return [rows[0] if rows else None for rows in each(conn, QUERIES[query], params)]
             except self._psycopg.Error as exc:
                 raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
 

@@ -250,12 +250,13 @@ WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before 
 ORDER BY priority DESC, created_at, id
 LIMIT 1 {skip_locked}
 
--- name: next_queued_id
--- The next run of one queue (priority, then age) that its budget lets start; claimed by claim_queued_by_id.
+-- name: next_queued_ids
+-- The next :n runs of one queue (priority, then age) that their budgets let start; claimed by
+-- claim_queued_by_id (a worker with several free slots takes several in one claim).
 SELECT id, limit_key, (SELECT COUNT(*) FROM limits WHERE limits.key = runs.limit_key) AS limited FROM runs
 WHERE queue = :queue AND state = 'QUEUED' AND (not_before IS NULL OR not_before <= :now) AND {_limit_open}
 ORDER BY priority DESC, created_at, id
-LIMIT 1 {skip_locked}
+LIMIT :n {skip_locked}
 
 -- name: claim_queued_by_id
 UPDATE runs

@@ -269,6 +269,9 @@ class SQLiteConnector:
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: read failed: {exc}") from exc
 
+    def read_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
+        return [self.read_one(query, p) for p in params]
+
     # -- schema, integrity, backup ------------------------------------------------
 
     @property
@@ -345,6 +348,17 @@ class _Tx:
 
     def rows(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         return list(self._conn.execute(QUERIES[query], params).fetchall())
+
+    # in-process statements: a batch's runs of one query cost no round trip, so they loop
+
+    def execute_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int]:
+        return [self.execute(query, p) for p in params]
+
+    def insert_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int | None]:
+        return [self.insert(query, p) for p in params]
+
+    def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
+        return [self.one(query, p) for p in params]
 
 
 class _PositionalQueries(dict[str, str]):

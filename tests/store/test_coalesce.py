@@ -1,0 +1,280 @@
+"""A batch's calls of one method run as one call of its many form (``store/coalesce.py``):
+what may join what, and that the journal a worker's batch writes is the journal single calls
+write, fences included, on every store implementation."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from browserworker.errors import LeaseLost
+from browserworker.states import AttemptState, RunState
+from browserworker.store import NewRun, Owner, SQLStore, open_store
+from browserworker.store.aio import AsyncStore
+from browserworker.store.coalesce import coalesced, plan
+from browserworker.store.manager import Manager
+from browserworker.store.testing import backdate
+
+A = Owner("worker-a", "host", 1)
+B = Owner("worker-b", "host", 2)
+
+
+def _coalesced_methods() -> list[tuple[type, str, Any]]:
+    found = []
+    for cls in Manager.__subclasses__():
+        for name, fn in vars(cls).items():
+            if hasattr(fn, "coalesce"):
+                found.append((cls, name, fn))
+    return found
+
+
+def test_every_coalesced_method_reads_its_calls_with_its_spec() -> None:
+    """A coalesced method's item type has the method's parameters, in order, with its defaults,
+    so an item built from a call's arguments is that call; its many form is on the same class."""
+    methods = _coalesced_methods()
+    assert {name for _, name, _ in methods} >= {
+        "claim_next",
+        "advance_run",
+        "set_run_state",
+        "heartbeat",
+        "begin_attempt",
+        "mark_dispatched",
+        "record_response",
+        "finish_attempt",
+        "effect_boundary",
+    }
+    for cls, name, fn in methods:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        spec = fn.coalesce.spec
+        assert [p.name for p in params] == list(spec._fields), name
+        defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        assert defaults == spec._field_defaults, name
+        assert callable(getattr(cls, fn.coalesce.many)), name
+
+
+class _Fake:
+    """A manager with two coalesced methods, ``a`` and ``b``, and one that is not, ``c``."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, list[str]]] = []
+
+    @coalesced(lambda run: run, "a_each", key=lambda run: run)
+    def a(self, run: str) -> str:
+        return self.a_each([run])[0]
+
+    def a_each(self, runs: list[str]) -> list[str]:
+        self.log.append(("a", runs))
+        return runs
+
+    @coalesced(lambda run: run, "b_each", key=lambda run: run)
+    def b(self, run: str) -> str:
+        return self.b_each([run])[0]
+
+    def b_each(self, runs: list[str]) -> list[str]:
+        self.log.append(("b", runs))
+        return runs
+
+    def c(self, run: str) -> str:
+        return run
+
+
+def _shape(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[list[int]]:
+    return [entry.calls for entry in plan([(fn, args, {}) for fn, args in calls])]
+
+
+def test_calls_of_one_method_join_past_other_runs_only() -> None:
+    """Calls of one method on other runs share an entry; a call never joins past a call of its
+    own run, past a call of a method that is not coalesced, nor beside a call of its run."""
+    f = _Fake()
+    assert _shape([(f.a, ("r1",)), (f.a, ("r2",)), (f.b, ("r3",)), (f.a, ("r4",))]) == [[0, 1, 3], [2]]
+    # a(r2) may not pass b(r2): r2's calls keep their order
+    assert _shape([(f.a, ("r1",)), (f.b, ("r2",)), (f.a, ("r2",)), (f.a, ("r3",))]) == [[0], [1], [2, 3]]
+    # nothing passes a call that is not coalesced
+    assert _shape([(f.a, ("r1",)), (f.c, ("r9",)), (f.a, ("r2",))]) == [[0], [1], [2]]
+    # two calls of one run never share a many call
+    assert _shape([(f.a, ("r1",)), (f.a, ("r1",))]) == [[0], [1]]
+    # a call the method cannot take runs alone (and raises there), and nothing passes it
+    assert _shape([(f.a, ("r1",)), (f.a, ()), (f.a, ("r2",))]) == [[0], [1], [2]]
+
+
+def _held(astore: AsyncStore) -> tuple[Callable[[], Awaitable[None]], threading.Event]:
+    """A call that holds the store's thread until the event is set: calls made meanwhile queue
+    up and run as one batch."""
+    entered, hold = threading.Event(), threading.Event()
+
+    def holding() -> None:
+        entered.set()
+        hold.wait(30)
+
+    async def start() -> None:
+        asyncio.ensure_future(astore.call(holding))
+        assert await asyncio.to_thread(entered.wait, 30)
+
+    return start, hold
+
+
+def _spy(store: SQLStore, manager: Manager, many: str) -> list[int]:
+    """Record the size of each call of ``manager``'s many form (the instance's attribute)."""
+    sizes: list[int] = []
+    real = getattr(manager, many)
+
+    def counted(items: list[Any]) -> Any:
+        sizes.append(len(items))
+        return real(items)
+
+    setattr(manager, many, counted)
+    return sizes
+
+
+async def _one_run(astore: AsyncStore, s: SQLStore) -> bool:
+    """The store calls a worker makes for a run of one effect sending one request, in order."""
+    run = await astore.call(s.claim_next, A, ["default"], 60.0)
+    if run is None:
+        return False
+    epoch = run.lease_epoch
+    await astore.call(s.advance_run, run.id, epoch, RunState.RUNNING, worker=A.worker, decision="started")
+    cancelled, latest = await astore.call(s.effect_boundary, run.id, "pay")
+    assert not cancelled and latest is None
+    attempt = await astore.call(
+        s.begin_attempt, run.id, epoch, "pay", "effect", f"{run.id}/pay", "fp", worker=A.worker, margin=5.0
+    )
+    outbox = await astore.call(s.mark_dispatched, attempt, epoch, "POST", "http://shop/pay", margin=5.0)
+    await astore.call(s.record_response, outbox, 200, "http://shop/paid", {"content-type": "text/html"})
+    await astore.call(s.heartbeat, run.id, epoch, 60.0)
+    done = await astore.call(
+        s.finish_attempt, attempt, epoch, AttemptState.SUCCEEDED, decided_by="return", result={"n": 1}
+    )
+    assert done.dispatched_at is not None and done.result == {"n": 1}
+    ended = await astore.call(s.set_run_state, run.id, epoch, RunState.SUCCEEDED, worker=A.worker)
+    assert ended.state == RunState.SUCCEEDED
+    return True
+
+
+def _drain(target: str, prefix: str, runs: int, *, max_batch: int) -> dict[str, Any]:
+    """Drain ``runs`` new runs with all of them in flight; what each run's journal holds."""
+    s = open_store(target)
+    assert isinstance(s, SQLStore)
+    for i in range(runs):
+        s.create_run(NewRun(id=f"{prefix}{i:03d}", flow_name="f", inputs={}))
+    sizes = _spy(s, s.journal, "begin_attempts")
+    astore = AsyncStore(s, max_batch=max_batch)
+
+    async def lane() -> None:
+        while await _one_run(astore, s):
+            pass
+
+    async def main() -> None:
+        await asyncio.gather(*(lane() for _ in range(runs)))
+
+    asyncio.run(main())
+    astore.close()
+    journal: dict[str, Any] = {}
+    for run in s.list_runs(limit=1000):
+        if not run.id.startswith(prefix):
+            continue
+        events = [(e.kind, e.step_id, e.attempt_no, e.lease_epoch, e.from_state, e.to_state) for e in s.events(run.id)]
+        attempts = [(a.step_id, a.attempt_no, a.state, a.dispatched_at is not None) for a in s.attempts(run.id)]
+        outbox = [(o.method, o.url, o.status, o.response_url) for a in s.attempts(run.id) for o in s.outbox(a.id)]
+        journal[run.id.removeprefix(prefix)] = (run.state, run.lease_epoch, run.owner, events, attempts, outbox)
+    s.close()
+    return {"journal": journal, "coalesced": max(sizes, default=0)}
+
+
+def test_a_batch_of_many_runs_journals_what_single_calls_journal(store_target: str) -> None:
+    """Forty runs in flight, their calls coalesced, leave each run's journal (states, epochs,
+    events in order, attempts, outbox rows) exactly as forty runs made one call at a time."""
+    batched = _drain(store_target, "b", 40, max_batch=256)
+    singles = _drain(store_target, "s", 40, max_batch=1)
+    assert batched["coalesced"] > 1 and singles["coalesced"] == 1
+    assert batched["journal"] == singles["journal"]
+    assert all(j[0] == RunState.SUCCEEDED for j in batched["journal"].values())
+
+
+def test_a_lost_lease_in_a_coalesced_batch_fails_only_its_own_call(any_store: SQLStore) -> None:
+    """Six intents in one batch, one of them under an epoch another claim has moved on: that
+    call raises LeaseLost and journals nothing; the other five are journaled."""
+    s = any_store
+    for i in range(6):
+        s.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={}))
+        assert s.claim_next(A, ["default"], 30.0) is not None
+    backdate(s, "r3", 120)
+    taken = s.claim_run("r3", B, 30.0)
+    assert taken is not None and taken.lease_epoch == 2
+    sizes = _spy(s, s.journal, "begin_attempts")
+    astore = AsyncStore(s)
+
+    async def main() -> list[Any]:
+        start, hold = _held(astore)
+        await start()
+        calls = [
+            asyncio.ensure_future(astore.call(s.begin_attempt, f"r{i}", 1, "pay", "effect", f"r{i}/pay", "fp"))
+            for i in range(6)
+        ]
+        await asyncio.sleep(0)  # every call is queued behind the held one
+        hold.set()
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    outcome = asyncio.run(main())
+    astore.close()
+    assert sizes[0] == 6  # tried as one many call first
+    assert isinstance(outcome[3], LeaseLost)
+    assert [o.run_id for i, o in enumerate(outcome) if i != 3] == ["r0", "r1", "r2", "r4", "r5"]
+    assert s.attempts("r3") == []
+    assert all(len(s.attempts(f"r{i}")) == 1 for i in (0, 1, 2, 4, 5))
+    assert [e.kind for e in s.events("r0")][-1] == "intent"
+
+
+def test_claims_of_many_slots_take_each_run_once(store_target: str) -> None:
+    """Two workers, each with 60 free slots claiming in one batch, on 100 queued runs: every run
+    is leased once, by one of them, and 20 claims find nothing."""
+    first = open_store(store_target)
+    for i in range(100):
+        first.create_run(NewRun(id=f"q{i:03d}", flow_name="f", inputs={}))
+    second = open_store(store_target)
+    stores = [(first, AsyncStore(first), A), (second, AsyncStore(second), B)]
+
+    async def main() -> list[Any]:
+        calls = [astore.call(s.claim_next, owner, ["default"], 30.0) for s, astore, owner in stores for _ in range(60)]
+        return await asyncio.gather(*calls)
+
+    claimed = asyncio.run(main())
+    for _, astore, _ in stores:
+        astore.close()
+    ids = [r.id for r in claimed if r is not None]
+    assert sorted(ids) == [f"q{i:03d}" for i in range(100)]
+    assert claimed.count(None) == 20
+    runs = first.list_runs(limit=200)
+    assert all(r.state == RunState.LEASED and r.lease_epoch == 1 for r in runs)
+    assert {r.owner for r in runs} <= {A.worker, B.worker}
+    assert all(len([e for e in first.events(r.id) if e.kind == "lease_claimed"]) == 1 for r in runs)
+    second.close()
+    first.close()
+
+
+def test_claims_in_one_batch_admit_a_budget_one_run_at_a_time(any_store: SQLStore) -> None:
+    """Eight claims in one batch, on five runs of a key allowed two at a time and three of no
+    budget: the key gets its two, the others all three, and three claims find nothing."""
+    s = any_store
+    s.set_limit("shop", concurrency=2)
+    for i in range(5):
+        s.create_run(NewRun(id=f"k{i}", flow_name="f", inputs={}, limit_key="shop", priority=1))
+    for i in range(3):
+        s.create_run(NewRun(id=f"u{i}", flow_name="f", inputs={}))
+    astore = AsyncStore(s)
+
+    async def main() -> list[Any]:
+        start, hold = _held(astore)
+        await start()
+        calls = [asyncio.ensure_future(astore.call(s.claim_next, A, ["default"], 30.0)) for _ in range(8)]
+        await asyncio.sleep(0)
+        hold.set()
+        return await asyncio.gather(*calls)
+
+    claimed = asyncio.run(main())
+    astore.close()
+    ids = sorted(r.id for r in claimed if r is not None)
+    assert ids == ["k0", "k1", "u0", "u1", "u2"]
+    assert claimed.count(None) == 3
