@@ -313,5 +313,15 @@ def test_a_bare_groups_event_rows_are_written_at_its_commit_yet_read_inside_it(p
                 store.create_run(NewRun(id="r2", flow_name="f", inputs={}))
                 store.heartbeat("r1", 99, ttl=30)  # fails: spoils the group
         assert store.get_run("r2") is None and store.events("r2") == []
+        # the deferred rows go out by COPY: text that COPY's own format escapes reads back as written
+        awkward = {"text": "tab\there\nline\\slash \\N \u00e9", "none": None}
+        with store.group(isolate=False):
+            store.record_event("r1", "note", step_id="s\t1", decision="\\N", detail=awkward)
+            store.record_event("r1", "note", worker=None, detail=None)
+        notes = [e for e in store.events("r1") if e.kind == "note"]
+        assert [(e.step_id, e.decision, e.detail) for e in notes] == [
+            ("s\t1", "\\N", awkward),
+            (None, None, None),
+        ]
     finally:
         store.close()

@@ -84,8 +84,24 @@ class Deferred:
     def flush(self) -> None:
         if self.rows:
             rows, self.rows = self.rows, []
-            sql, _ = _positional_query("insert_event")
-            self._conn.cursor().executemany(sql, rows)
+            with self._conn.cursor().copy(_copy_events()) as copy:
+                for row in rows:
+                    copy.write_row(row)
+
+
+def _copy_events() -> str:
+    """``insert_event``'s rows as a ``COPY`` (one statement for all, not one per row): its
+    columns in the order its values are given in (:meth:`Tx.insert_values`)."""
+    global _COPY_EVENTS
+    if _COPY_EVENTS is None:
+        match = re.match(r"INSERT INTO events \(([^)]*)\)", QUERIES["insert_event"])
+        assert match is not None
+        columns = ", ".join(column.strip() for column in match.group(1).split(","))
+        _COPY_EVENTS = f"COPY events ({columns}) FROM STDIN"
+    return _COPY_EVENTS
+
+
+_COPY_EVENTS: str | None = None
 
 
 #: the queries that read the events table (a group's deferred event rows are written first)
