@@ -235,24 +235,31 @@ class Worker:
 
     async def _fill_slots(self, astore: AsyncStore, session: BrowserProcess) -> bool:
         """Claim runs while a slot is free; whether any was claimed. A browser that died is
-        started again first: until it is back, runs would only crash (and lose their leases)."""
+        started again first: until it is back, runs would only crash (and lose their leases).
+        The free slots claim together: their claims are one statement (the store's batch)."""
         s = self.settings
         if session.gone:
             await self._relaunch(session)
         claimed_any = False
-        while self._busy() < s.concurrency and not self._stop.is_set() and not session.gone:
-            try:
-                run = await astore.call(self.store.claim_next, self.owner, s.queues, self.engine.lease.ttl)
-            except StoreError as exc:
+        while (free := s.concurrency - self._busy()) > 0 and not self._stop.is_set() and not session.gone:
+            claims = await asyncio.gather(
+                *(astore.call(self.store.claim_next, self.owner, s.queues, self.engine.lease.ttl) for _ in range(free)),
+                return_exceptions=True,
+            )
+            runs = [run for run in claims if isinstance(run, RunRecord)]
+            for run in runs:
+                claimed_any = True
+                self.stats.claimed += 1
+                task = asyncio.create_task(self._execute(astore, session, run), name=f"run-{run.id}")
+                self._active[task] = None
+                task.add_done_callback(self._active.pop)
+            failed = [exc for exc in claims if isinstance(exc, BaseException)]
+            for exc in failed:
+                if not isinstance(exc, StoreError):
+                    raise exc
                 self.log.warning("claim failed", error=str(exc))
+            if failed or len(runs) < free:  # a claim failed, or the queue has no more for now
                 break
-            if run is None:
-                break
-            claimed_any = True
-            self.stats.claimed += 1
-            task = asyncio.create_task(self._execute(astore, session, run), name=f"run-{run.id}")
-            self._active[task] = None
-            task.add_done_callback(self._active.pop)
         return claimed_any
 
     async def _relaunch(self, session: BrowserProcess) -> None:
