@@ -154,7 +154,8 @@ def owner_is_gone(run: RunRecord, host: str | None = None) -> bool:
 
 
 class Lease:
-    """A held lease on one run; a background task heartbeats it every TTL/3.
+    """A held lease on one run; a background task heartbeats it every TTL/3 (the first one
+    sooner: on the process's shared ticks).
 
     The task does not depend on the page. When a heartbeat is refused (the epoch moved on),
     or none got through before the lease ran out by the local clock (the database unreachable,
@@ -197,8 +198,12 @@ class Lease:
                 self.extensions.later.lease_lost(self.run_id, exc)
 
     async def _beat(self) -> None:
+        every = self.settings.heartbeat_every
         while True:
-            await asyncio.sleep(self.settings.heartbeat_every)
+            # on a grid of this process's clock, every lease of one TTL on the same ticks: the
+            # heartbeats of all of a worker's leases reach its store in one batch (one round
+            # trip). The next tick is never more than ``every`` away, so no beat comes later.
+            await asyncio.sleep(every - time.monotonic() % every)
             started = time.monotonic()
             try:
                 # a heartbeat still unanswered when the lease runs out (by the local clock) is
