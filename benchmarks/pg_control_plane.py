@@ -103,6 +103,54 @@ def _worker_child(dsn: str, concurrency: int) -> None:
     print(json.dumps({**out, "cpu_s": time.process_time() - cpu}))
 
 
+def statements_pg(runs: int = 2000, concurrency: int = 64) -> dict[str, Any]:
+    """What the drain of :func:`ours_pg` sends the server per run, counted in this process (not
+    timed: the counting costs CPU): statements (each execution: a pipeline of 64 is 64, a COPY
+    is one) and round trips (each ``execute``, pipeline or ``COPY`` waited for is one)."""
+    import control_plane
+    import psycopg
+
+    from browserworker.store import open_store
+
+    counts = {"statements": 0, "round_trips": 0}
+    cursor = psycopg.Cursor
+    execute, executemany, copy = cursor.execute, cursor.executemany, cursor.copy
+
+    def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["statements"] += 1
+        counts["round_trips"] += 1
+        return execute(self, query, *args, **kwargs)
+
+    def counted_executemany(self: Any, query: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
+        params = list(params)
+        counts["statements"] += len(params)
+        counts["round_trips"] += 1
+        return executemany(self, query, params, *args, **kwargs)
+
+    def counted_copy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["statements"] += 1
+        counts["round_trips"] += 1
+        return copy(self, *args, **kwargs)
+
+    with pg_peers.fresh_database("statements") as dsn:
+        control_plane.seed(dsn, runs)  # type: ignore[arg-type]
+        store = open_store(dsn)
+        store.now()  # the pool's first connection and the clock's reading: not per run
+        cursor.execute, cursor.executemany, cursor.copy = counted_execute, counted_executemany, counted_copy  # type: ignore[method-assign]
+        try:
+            out = asyncio.run(control_plane.drain_store(store, concurrency))
+        finally:
+            cursor.execute, cursor.executemany, cursor.copy = execute, executemany, copy  # type: ignore[method-assign]
+    assert out["runs"] == runs
+    return {
+        "runs": runs,
+        "concurrency": concurrency,
+        "statements_per_run": counts["statements"] / runs,
+        "round_trips_per_run": counts["round_trips"] / runs,
+        "store_calls_per_run": out["calls"] / runs,
+    }
+
+
 # --- (c) on PostgreSQL -------------------------------------------------------------------------
 
 

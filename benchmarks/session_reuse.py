@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from browser_bench import PY, ROOT, _abba, _env
+from figures import load_range, pair_ratios, spread, verdict
 
 from browserworker.control import enqueue
 from browserworker.flow import load_flow
@@ -83,11 +84,14 @@ def session_reuse(shop: Any, runs: int = 16, n: int = 2, reps: int = 4) -> dict[
 
 
 def render(row: dict[str, Any]) -> str:
-    """Its line of the results table."""
+    """Its line of the results table: the ratio with its ABBA pairs' min-max and the load."""
+    d = row["detail"]
+    # runs/min over runs/min in each pair: the other side's seconds over ours
+    pairs = pair_ratios([r["seconds"] for r in d["login_each_run"]], [r["seconds"] for r in d["reuse"]])
     return (
         f"| f | login + effect flow, {row['runs']} runs, worker -n {row['concurrency']}, median of "
         f"{row['reps']}: reused session (logins per drain {row['reuse_logins']:g}) vs logging in every run "
-        f"({row['login_each_run_logins']:g}) | {row['reuse_runs_per_min']:.0f} runs/min | "
-        f"{row['login_each_run_runs_per_min']:.0f} runs/min | {row['ratio']:.2f}x | > 1x | "
-        f"{'yes' if row['ratio'] > 1 else 'no'} |"
+        f"({row['login_each_run_logins']:g}), {load_range(row)} | {row['reuse_runs_per_min']:.0f} runs/min | "
+        f"{row['login_each_run_runs_per_min']:.0f} runs/min | {row['ratio']:.2f}x ({spread(pairs)}) | > 1x | "
+        f"{verdict(pairs, lambda v: v > 1)} |"
     )

@@ -1,0 +1,61 @@
+"""What each line of ``make bench`` states besides its figure, so a reader can trust it on a
+noisy machine: the spread of its ABBA pairs (min-max), the load while it was measured, and
+whether its target was met in every pair or only by the median."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["load_range", "loaded", "pair_ratios", "spread", "verdict", "with_load"]
+
+
+def with_load(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``measure()`` with the machine's 1-minute load average before and after it (``load``)."""
+    before = os.getloadavg()[0]
+    row = measure()
+    return {**row, "load": [before, os.getloadavg()[0]]}
+
+
+def loaded(measure: Callable[[], Any]) -> Any:
+    """``measure()`` of a whole line (a dict, or a list of its rows), each row given the load
+    average before and after the line (``load``)."""
+    before = os.getloadavg()[0]
+    out = measure()
+    load = [before, os.getloadavg()[0]]
+    if isinstance(out, list):
+        return [{**row, "load": load} for row in out]
+    return {**out, "load": load}
+
+
+def load_range(rows: list[dict[str, Any]] | dict[str, Any]) -> str:
+    """The load averages seen around ``rows``' measurements: ``load 1.2-3.4``."""
+    rows = [rows] if isinstance(rows, dict) else rows
+    seen = [x for row in rows for x in row.get("load", [])]
+    return f"load {min(seen):.1f}-{max(seen):.1f}" if seen else "load not recorded"
+
+
+def pair_ratios(ours: list[float], theirs: list[float]) -> list[float]:
+    """Ours over theirs in each ABBA pair (repetition i of each side)."""
+    return [a / b for a, b in zip(ours, theirs, strict=False) if b]
+
+
+def verdict(values: list[float], met: Callable[[float], bool], *, what: str = "pairs") -> str:
+    """Whether a target was met in every pair (or repetition), only by the median, or not."""
+    if not values:
+        return "no"
+    hits = sum(1 for v in values if met(v))
+    if hits == len(values):
+        return f"yes, in every one of {hits} {what}"
+    if met(statistics.median(values)):
+        return f"yes by the median only ({hits} of {len(values)} {what})"
+    return f"no ({hits} of {len(values)} {what})"
+
+
+def spread(values: list[float], fmt: str = "{:.2f}x", *, what: str = "pairs") -> str:
+    """The min-max of the pairs' (or repetitions') values."""
+    if not values:
+        return f"no {what}"
+    return f"{what} {fmt.format(min(values))}-{fmt.format(max(values))}"
