@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import os
 import socket
 import time
@@ -21,6 +22,7 @@ __all__ = [
     "Lease",
     "LeaseSettings",
     "gone_here",
+    "next_beat",
     "own_start_time",
     "owner_is_gone",
     "pid_space",
@@ -65,6 +67,9 @@ def pid_start_time(pid: int) -> str | None:
     fields = _stat(pid)
     return None if fields is None else fields[19]
 
+
+#: heartbeats fall on ticks this fraction of their interval apart (see ``Lease._beat``)
+_TICK = 0.25
 
 _OWN_START: dict[int, str | None] = {}  # this process's start time, by pid (a fork has its own)
 
@@ -153,9 +158,19 @@ def owner_is_gone(run: RunRecord, host: str | None = None) -> bool:
     return gone_here(run.owner_host, run.owner_pid, run.owner_pid_start)
 
 
+def next_beat(last: float, every: float) -> float:
+    """When a lease last renewed at ``last`` (this process's monotonic clock) beats next: on the
+    first tick (a quarter of ``every`` apart, the same ticks for every lease of the process) at
+    least 3/4 of ``every`` after ``last``, so never more than ``every`` after it. The leases of
+    a worker thus beat on a few shared ticks and their heartbeats reach the store together
+    (one batch: one round trip)."""
+    tick = every * _TICK
+    return math.ceil((last + every * (1 - _TICK)) / tick) * tick
+
+
 class Lease:
-    """A held lease on one run; a background task heartbeats it every TTL/3 (the first one
-    sooner: on the process's shared ticks).
+    """A held lease on one run; a background task heartbeats it every TTL/3 (on the process's
+    shared ticks: 3/4 to 1 interval apart).
 
     The task does not depend on the page. When a heartbeat is refused (the epoch moved on),
     or none got through before the lease ran out by the local clock (the database unreachable,
@@ -199,12 +214,10 @@ class Lease:
 
     async def _beat(self) -> None:
         every = self.settings.heartbeat_every
+        last = self.valid_until - self.settings.ttl + self.settings.skew  # when the lease was taken
         while True:
-            # on a grid of this process's clock, every lease of one TTL on the same ticks: the
-            # heartbeats of all of a worker's leases reach its store in one batch (one round
-            # trip). The next tick is never more than ``every`` away, so no beat comes later.
-            await asyncio.sleep(every - time.monotonic() % every)
-            started = time.monotonic()
+            await asyncio.sleep(max(0.0, next_beat(last, every) - time.monotonic()))
+            started = last = time.monotonic()
             try:
                 # a heartbeat still unanswered when the lease runs out (by the local clock) is
                 # too late: the database unreachable (a partition holds a call for seconds), or

@@ -31,3 +31,26 @@ def test_owner_is_gone_knows_this_process_without_asking_the_kernel(monkeypatch:
     monkeypatch.undo()
     assert leases.owner_is_gone(reused)  # type: ignore[arg-type]
     assert not leases.owner_is_gone(elsewhere) and not leases.owner_is_gone(untold)  # type: ignore[arg-type]
+
+
+def test_heartbeats_fall_on_shared_ticks_three_quarters_to_one_interval_apart() -> None:
+    """A lease's next beat is a quarter-interval tick of the process's clock, between 3/4 of an
+    interval and one interval after its last renewal (never later); leases renewed within the
+    same quarter beat on the same tick, so a worker's heartbeats go to its store together."""
+    import random
+
+    from browserworker.journal._leases import next_beat
+
+    every = 10.0
+    rng = random.Random(7)
+    for _ in range(1000):
+        last = rng.uniform(0, 10_000)
+        at = next_beat(last, every)
+        assert last + 0.75 * every - 1e-9 <= at <= last + every + 1e-9
+        assert abs(at / 2.5 - round(at / 2.5)) < 1e-9
+    # twenty leases taken in the same quarter (a worker filling its slots) beat together
+    base = 1_000.1
+    assert len({next_beat(base + i * 0.1, every) for i in range(20)}) == 1
+    # and they stay together: each renewal's next beat is on the same tick again
+    first = next_beat(base, every)
+    assert len({next_beat(first + rng.uniform(0.001, 0.2), every) for _ in range(20)}) == 1
