@@ -14,7 +14,7 @@ ticks, read from /proc) and its connections. The knee is the first level where a
 flight stops adding throughput (runs/s per run in flight below 75% of the lowest level's),
 claim p99 exceeds 250 ms, or leases are lost (heartbeats that did not get through in time).
 
-    python benchmarks/fleet_sim.py [--levels 100,300,1000,3000,10000] [--window 30]
+    python benchmarks/fleet_sim.py [--levels 100,300,1000,3000,5000,10000] [--window 30]
 
 Writes benchmarks/results/fleet_sim.{json,md}. Needs the server of $BROWSERWORKER_BENCH_PG
 (default postgresql://postgres@127.0.0.1:5432); a database of its own, dropped afterwards.
@@ -37,7 +37,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-LEVELS = (100, 300, 1000, 3000, 10000)
+LEVELS = (100, 300, 1000, 3000, 5000, 10000)
 SLOTS_PER_HOST = 1000
 RAMP = 12.0  # seconds a level runs before its window: the slots are busy, steps under way
 TTL = 30.0

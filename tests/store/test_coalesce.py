@@ -10,7 +10,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from browserworker.errors import LeaseLost
+from browserworker.errors import LeaseLost, StoreError
 from browserworker.states import AttemptState, RunState
 from browserworker.store import NewRun, Owner, SQLStore, open_store
 from browserworker.store.aio import AsyncStore
@@ -278,3 +278,59 @@ def test_claims_in_one_batch_admit_a_budget_one_run_at_a_time(any_store: SQLStor
     ids = sorted(r.id for r in claimed if r is not None)
     assert ids == ["k0", "k1", "u0", "u1", "u2"]
     assert claimed.count(None) == 3
+
+
+def _refuse_attempts_of(store: SQLStore, run_id: str) -> None:
+    """A trigger of the test's own that makes the database refuse any attempt of ``run_id``."""
+    connector: Any = store.connector
+    if connector.dialect == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(connector.path)
+        conn.execute(
+            f"CREATE TRIGGER refuse BEFORE INSERT ON attempts WHEN NEW.run_id = '{run_id}' "
+            "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        )
+        conn.commit()
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(connector.url, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {connector.schema}")
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.run_id = '{run_id}' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$"
+        )
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON attempts FOR EACH ROW EXECUTE FUNCTION refuse()")
+
+
+def test_a_statement_the_database_refuses_in_a_coalesced_batch_fails_only_its_call(any_store: SQLStore) -> None:
+    """Six intents in one batch, the database refusing one of them mid-pipeline: that call
+    raises StoreError and journals nothing; the other five are journaled, once each."""
+    s = any_store
+    for i in range(6):
+        s.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={}))
+        assert s.claim_next(A, ["default"], 30.0) is not None
+    _refuse_attempts_of(s, "r2")
+    sizes = _spy(s, s.journal, "begin_attempts")
+    astore = AsyncStore(s)
+
+    async def main() -> list[Any]:
+        start, hold = _held(astore)
+        await start()
+        calls = [
+            asyncio.ensure_future(astore.call(s.begin_attempt, f"r{i}", 1, "pay", "effect", f"r{i}/pay", "fp"))
+            for i in range(6)
+        ]
+        await asyncio.sleep(0)
+        hold.set()
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    outcome = asyncio.run(main())
+    astore.close()
+    assert sizes[0] == 6
+    assert isinstance(outcome[2], StoreError) and "refused by the test" in str(outcome[2])
+    assert [o.attempt_no for i, o in enumerate(outcome) if i != 2] == [1] * 5
+    assert s.attempts("r2") == []
+    assert [len(s.attempts(f"r{i}")) for i in (0, 1, 3, 4, 5)] == [1] * 5
