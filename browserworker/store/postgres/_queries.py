@@ -8,7 +8,7 @@ bound by name (``%(name)s``); :class:`Tx`, a transaction's named-query calls; an
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
@@ -166,33 +166,38 @@ class Tx:
         if len(params) == 1:
             return [self.execute(query, params[0])]
         flush_before(self._deferred, query)
-        return [len(rows) for rows in each(self._conn, QUERIES[query] + " RETURNING 1", params)]
+        return [result.rowcount for result in each(self._conn, QUERIES[query] + " RETURNING 1", params, tuples=True)]
 
     def insert_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int | None]:
         if len(params) == 1:
             return [self.insert(query, params[0])]
         flush_before(self._deferred, query)
-        return [
-            int(rows[0]["id"]) if rows else None for rows in each(self._conn, QUERIES[query] + " RETURNING id", params)
-        ]
+        ids = (result.fetchone() for result in each(self._conn, QUERIES[query] + " RETURNING id", params, tuples=True))
+        return [None if row is None else int(row[0]) for row in ids]
 
     def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
         if len(params) == 1:
             return [self.one(query, params[0])]
         flush_before(self._deferred, query)
-        return [rows[0] if rows else None for rows in each(self._conn, QUERIES[query], params)]
+        return [result.fetchone() for result in each(self._conn, QUERIES[query], params)]
 
 
-def each(conn: Any, sql: str, params: Sequence[Mapping[str, Any]]) -> list[list[Row]]:
-    """``sql`` run once per parameter set in one pipeline (one round trip, not one each), and
-    every run's rows, in order. psycopg reads every result, up to the pipeline's sync, before
-    it returns: no row count is taken from a result not yet received."""
+def each(conn: Any, sql: str, params: Sequence[Mapping[str, Any]], *, tuples: bool = False) -> Iterator[Any]:
+    """``sql`` run once per parameter set in one pipeline (one round trip, not one each): the
+    cursor at each run's result in turn (its ``rowcount``, its rows), in order. psycopg has
+    read every result, up to the pipeline's sync, before the first is given: no row count is
+    taken from a result not yet received. ``tuples``: rows as tuples, not the connection's
+    dicts (cheaper where only a count or an id is read)."""
     if not params:
-        return []
-    cursor = conn.cursor()
+        return
+    if tuples:
+        from psycopg.rows import tuple_row
+
+        cursor = conn.cursor(row_factory=tuple_row)
+    else:
+        cursor = conn.cursor()
     cursor.executemany(sql, params, returning=True)
-    out: list[list[Row]] = []
     while True:
-        out.append(cursor.fetchall())
+        yield cursor
         if not cursor.nextset():
-            return out
+            return

@@ -348,7 +348,7 @@ class PostgresConnector:
         with self._borrowed() as conn:
             try:
                 flush_before(getattr(self._local, "deferred", None), query)
-                return [rows[0] if rows else None for rows in each(conn, QUERIES[query], params)]
+                return [result.fetchone() for result in each(conn, QUERIES[query], params)]
             except self._psycopg.Error as exc:
                 raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
 
