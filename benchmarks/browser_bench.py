@@ -82,7 +82,7 @@ def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
             for cmd, times in _abba(sides, i):
                 times.append(_timed(cmd))
     o, p = statistics.median(ours), statistics.median(plain)
-    return {"ours_s": o, "plain_s": p, "ratio": o / p, "reps": reps}
+    return {"ours_s": o, "plain_s": p, "ratio": o / p, "reps": reps, "ours_each": ours, "plain_each": plain}
 
 
 class _PeakPss:
@@ -263,6 +263,8 @@ def concurrency(
                 "memory_runs": 2 * n,
                 "memory_reps": memory_reps,
                 "metered_seconds": metered,
+                "ours_peak_pss_mb_each": [m / 2**20 for m in ours_m],
+                "plain_peak_pss_mb_each": [m / 2**20 for m in plain_m],
                 "ours_peak_pss_mb": statistics.median(ours_m) / 2**20,
                 "plain_peak_pss_mb": statistics.median(plain_m) / 2**20,
                 "memory_ratio": statistics.median(ours_m) / statistics.median(plain_m),
