@@ -104,6 +104,8 @@ class DispatchGate:
         """Take the context's route (putting it in if need be); the future is done when it is in place."""
         self.route_in = route
         context = route.context
+        for event, listener in self._network_listeners():
+            route.listen(event, listener)
         for event, listener in self._listeners():
             context.on(event, listener)  # type: ignore[call-overload]  # (event, listener) pairs of one list
         for page in context.pages:
@@ -141,19 +143,23 @@ class DispatchGate:
         await self.flush()
         if self.detector.unjournaled:
             await self.detector.journal_late()
+        for event, listener in self._network_listeners():
+            route.unlisten(event, listener)
         for event, listener in self._listeners():
             route.context.remove_listener(event, listener)
         self.detector.detach()
 
-    def _listeners(self) -> list[tuple[str, Callable[..., None]]]:
+    def _network_listeners(self) -> list[tuple[str, Callable[..., None]]]:
+        """The context's request events, heard through the route (see :meth:`ContextRoute.listen`)."""
         return [
             ("request", self._on_request),
             ("requestfinished", self._on_finished),
             ("requestfailed", self._on_failed),
             ("response", self._on_response),
-            ("close", self._on_close),
-            ("page", self.detector.on_page),
         ]
+
+    def _listeners(self) -> list[tuple[str, Callable[..., None]]]:
+        return [("close", self._on_close), ("page", self.detector.on_page)]
 
     async def flush(self) -> None:
         while self._writes:

@@ -49,7 +49,7 @@ class ActionGuard:
         self._route_in = route
         route.api = self._api
         route.socket = self._socket
-        route.context.on("request", self._on_request)
+        route.listen("request", self._on_request)
         if self.mode == "fail":
             route.handler = self._route
             await route.install()
@@ -66,7 +66,7 @@ class ActionGuard:
             route.socket = None
         if self.mode == "fail" and route.handler == self._route:
             route.handler = None
-        route.context.remove_listener("request", self._on_request)
+        route.unlisten("request", self._on_request)
 
     def unrefused(self) -> list[str]:
         """Fail mode: the undeclared browser requests the route never got to abort (the
@@ -151,14 +151,14 @@ class StepGap:
 
     def open(self, after: Step) -> None:
         if self.after is None:
-            self.route.context.on("request", self._on_request)
+            self.route.listen("request", self._on_request)
             self.route.between = self._route
         self.after = after
 
     def close(self) -> None:
         """End the gap (what it saw stays in ``seen``: ``METHOD url (refused)`` / ``(let through)``)."""
         if self.after is not None:
-            self.route.context.remove_listener("request", self._on_request)
+            self.route.unlisten("request", self._on_request)
             if self.route.between == self._route:
                 self.route.between = None
             self.after = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import structlog
 from playwright.async_api import Page, Response
@@ -17,6 +18,9 @@ from playwright.async_api import Page, Response
 from ..journal import RunJournal
 from ..store import limit_rules
 from ..store.records import AttemptRecord, OutboxRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._routes import ContextRoute
 
 __all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "pause_quietly", "watch_navigations"]
 
@@ -115,9 +119,13 @@ async def pause_on_throttle(journal: RunJournal, status: int, url: str, headers:
 _PAUSING: set[asyncio.Future[None]] = set()
 
 
-def watch_navigations(page: Page, journal: RunJournal) -> None:
+def watch_navigations(page: Page, journal: RunJournal, route: ContextRoute | None = None) -> None:
     """A main-frame navigation of ``page`` answered 429/503 with a ``Retry-After`` pauses the
-    run's key too (a GET the gate does not hold: an action's ``goto``, a link, a reload)."""
+    run's key too (a GET the gate does not hold: an action's ``goto``, a link, a reload).
+
+    Given its context's ``route``, it hears the context's responses through it
+    (:meth:`ContextRoute.listen`), as an effect's gate does, instead of listening to the page
+    too: one subscription, and each response reported once instead of twice."""
 
     def on_response(response: Response) -> None:
         request = response.request
@@ -126,12 +134,16 @@ def watch_navigations(page: Page, journal: RunJournal) -> None:
             and request.method == "GET"
             and request.is_navigation_request()
             and request.frame.parent_frame is None
+            and (route is None or request.frame.page == page)
         ):
             pausing = asyncio.ensure_future(pause_quietly(journal, response.status, response.url, response.headers))
             _PAUSING.add(pausing)
             pausing.add_done_callback(_PAUSING.discard)
 
-    page.on("response", on_response)
+    if route is None:
+        page.on("response", on_response)
+    else:
+        route.listen("response", on_response)
 
 
 async def pause_quietly(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -46,6 +47,8 @@ SOCKET = "WEBSOCKET"
 SHUT_TIMEOUT = 5.0
 """Seconds :meth:`ContextRoute.shut` gives each page's renderer to be seen stopped."""
 
+Listener = Callable[..., None]
+
 
 class ContextRoute:
     """One browser context's route for the gate and the guard: put in at the first step that
@@ -67,6 +70,9 @@ class ContextRoute:
 
     The context's API request context is hooked at once (``api``), and its WebSockets are routed
     by :meth:`route_sockets` (``socket``), which must run before the first page opens one.
+
+    The gate, the guard and the gap between steps hear the context's request events through
+    :meth:`listen` / :meth:`unlisten`, which keep the context's subscription once it is taken.
     """
 
     def __init__(self, context: BrowserContext) -> None:
@@ -80,7 +86,34 @@ class ContextRoute:
         self._sockets: asyncio.Future[object] | None = None
         self.sealed = False  # set by shut(): every request that reaches the route is aborted
         self._api_calls: set[asyncio.Future[object]] = set()  # page.request calls the driver is making
+        self._listeners: dict[str, list[Listener]] = {}  # by context event, see listen()
         _hook_api_requests(context, self)
+
+    def listen(self, event: str, listener: Listener) -> None:
+        """Call ``listener`` on each of the context's ``event`` (``"request"``, ``"response"``...)
+        until :meth:`unlisten`.
+
+        The context itself is listened to once per event, from the first :meth:`listen` of it
+        until it closes. Playwright sends the driver a message (``updateSubscription``) each
+        time an event gets its first listener or loses its last, and the holders take turns at
+        every step (an action's guard, the gap after it, an effect's gate): listened to directly,
+        each step would cost a few such messages for nothing."""
+        listeners = self._listeners.get(event)
+        if listeners is None:
+            listeners = self._listeners[event] = []
+            self.context.on(event, partial(self._emit, listeners))  # type: ignore[call-overload]
+        listeners.append(listener)
+
+    def unlisten(self, event: str, listener: Listener) -> None:
+        """Stop calling ``listener`` on ``event`` (the context stays listened to)."""
+        listeners = self._listeners.get(event)
+        if listeners is not None and listener in listeners:
+            listeners.remove(listener)
+
+    @staticmethod
+    def _emit(listeners: list[Listener], *args: Any) -> None:
+        for listener in list(listeners):  # as Playwright's emitter: those in when the event came
+            listener(*args)
 
     def hand_back(self, handler: object, api: object, socket: object) -> None:
         """Take off a holder's hooks, each only where nobody has put another since."""
@@ -326,18 +359,36 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
     closed. Never raises: a page already closed or crashed has nothing left to stop."""
     if page.is_closed():
         return
-    crashed = _background(page.wait_for_event("crash", timeout=SHUT_TIMEOUT * 1000))
+    # heard by listeners, not page.wait_for_event: that one sends the driver three messages
+    # of its own (for tracing), for every page of every pass
+    gone: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def crashed(_: object) -> None:
+        if not gone.done():
+            gone.set_result("crash")
+
+    def closed(_: object) -> None:
+        if not gone.done():
+            gone.set_exception(RuntimeError("the page closed before its renderer was seen stopped"))
+
+    page.on("crash", crashed)
+    page.on("close", closed)
     sent: asyncio.Future[object] | None = None
     try:
         session = await context.new_cdp_session(page)
         sent = _background(session.send("Page.crash"))  # never answered: its renderer is gone
-        await crashed
+        await asyncio.wait_for(gone, SHUT_TIMEOUT)
     except Exception as exc:  # closed, crashed by a page sharing its renderer, or stuck
-        log.debug("page renderer not seen stopped before closing", error=str(exc))
+        log.debug("page renderer not seen stopped before closing", error=str(exc) or type(exc).__name__)
     finally:
-        for future in (crashed, sent):
-            if future is not None:
-                future.cancel()
+        page.remove_listener("crash", crashed)
+        page.remove_listener("close", closed)
+        if not gone.done():
+            gone.cancel()
+        elif not gone.cancelled():
+            gone.exception()  # retrieved: a close after the wait gave up is no error of anyone's
+        if sent is not None:
+            sent.cancel()
 
 
 def _background(work: Awaitable[object]) -> asyncio.Future[object]:

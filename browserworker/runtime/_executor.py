@@ -222,7 +222,7 @@ class Executor:
         if steps and isinstance(steps[0], Effect):
             p.route.install()
         sockets = p.route.route_sockets()  # before any page can open a socket
-        p.page = await self._new_page(p.context)
+        p.page = await self._new_page(p.context, p.route)
         await self._started()
         await sockets
 
@@ -252,14 +252,14 @@ class Executor:
             raise Stop("cancelled", "cancelled on request")
         return latest
 
-    async def _new_page(self, context: BrowserContext) -> Page:
+    async def _new_page(self, context: BrowserContext, route: ContextRoute | None = None) -> Page:
         """``context.new_page()``, but a lost lease ends the wait: Playwright's ``new_page`` never
         returns when the context is closed meanwhile (a lost lease closes it)."""
         opening = asyncio.ensure_future(context.new_page())
         while True:
             done, _ = await asyncio.wait({opening}, timeout=0.25)
             if done:
-                watch_navigations(opening.result(), self.journal)  # a 429/503 Retry-After pauses its key
+                watch_navigations(opening.result(), self.journal, route)  # a 429/503 Retry-After pauses its key
                 return opening.result()
             if self.lease.lost is not None:
                 opening.cancel()

@@ -63,10 +63,6 @@ class StepOutcome:
     approval: int | None = None
 
 
-def _ignore(request: object) -> None:
-    """A listener that keeps the context's "request" subscription on."""
-
-
 class LiveRun:
     """One leased run whose steps are given one at a time (see the module docstring).
 
@@ -177,13 +173,10 @@ class LiveRun:
         p.gap = StepGap(p.route, self._between_steps, keep_page=True)
         self._stack, self._pass = stack, p
         await self.extensions.context_created(context)
-        # The guard and the gap listen to "request" by turns; a listener for the whole pass keeps
-        # Playwright from subscribing and unsubscribing the event (a message each) at every step.
-        context.on("request", _ignore)
         await p.route.install()  # nothing leaves this context unrouted
         await p.route.route_sockets()
         p.page = await context.new_page()
-        watch_navigations(p.page, self.journal)
+        watch_navigations(p.page, self.journal, p.route)
         outcomes = []
         for i, step in enumerate(replay):
             outcome = await (self.effect(step, replay[:i]) if isinstance(step, Effect) else self._replayed(step))

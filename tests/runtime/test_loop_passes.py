@@ -15,6 +15,7 @@ from browserworker.store.records import Owner
 from tests.support.loop_fakes import (
     SITE,
     Answer,
+    FakeContext,
     Heard,
     Loop,
     page,
@@ -50,6 +51,56 @@ def test_done_every_step_succeeded_the_run_succeeds_in_one_context(loop: Loop) -
     [context] = loop.browser.contexts
     assert context.closed and [p.crashed for p in context.opened] == [True]
     assert [r.state for r in heard.finished] == [RunState.SUCCEEDED]
+
+
+def test_a_pass_listens_to_each_request_event_of_its_context_once(loop: Loop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard, the gap between steps and each effect's gate take turns at the context's
+    request events, but the context is listened to once per event for the whole pass (each
+    first listener or last one removed costs Playwright a message to its driver), and each
+    holder still hears only what comes while it holds: the effects' gates saw their own POST
+    and nothing of the actions between them."""
+    flow = Flow("turns")
+    added: list[str] = []
+    removed: list[str] = []
+    network = {"request", "response", "requestfinished", "requestfailed"}
+    on, off = FakeContext.on, FakeContext.remove_listener
+
+    def counted_on(self: FakeContext, event: str, listener: Any) -> None:
+        added.append(event)
+        on(self, event, listener)
+
+    def counted_off(self: FakeContext, event: str, listener: Any) -> None:
+        removed.append(event)
+        off(self, event, listener)
+
+    monkeypatch.setattr(FakeContext, "on", counted_on)
+    monkeypatch.setattr(FakeContext, "remove_listener", counted_off)
+
+    @flow.step
+    async def first(ctx: StepContext[Any]) -> None:
+        page(ctx).url = f"{SITE}/form"
+
+    @flow.effect
+    async def one(ctx: StepContext[Any]) -> None:
+        await post(ctx, "/one")
+
+    @flow.step
+    async def between(ctx: StepContext[Any]) -> None:
+        await page(ctx).send("POST", f"{SITE}/note")  # undeclared: warned, let through
+
+    @flow.effect
+    async def two(ctx: StepContext[Any]) -> None:
+        await post(ctx, "/two")
+
+    final = loop.run_to_end(flow)
+
+    assert final.state == RunState.SUCCEEDED
+    assert sorted(e for e in added if e in network) == sorted(network)  # each once
+    assert not [e for e in removed if e in network]
+    attempts = {a.step_id: a for a in loop.attempts(final.id)}
+    assert [r["url"].split("?")[0] for r in attempts["one"].evidence["responses"]] == [f"{SITE}/one"]
+    assert [r["url"].split("?")[0] for r in attempts["two"].evidence["responses"]] == [f"{SITE}/two"]
+    assert attempts["between"].evidence == {"undeclared_requests": [f"POST {SITE}/note"]}
 
 
 def test_again_a_failed_action_is_retried_in_a_new_pass(loop: Loop) -> None:

@@ -5,8 +5,8 @@ recovery and journal against a real SQLite store.
 Only what the loop calls is faked (``grep`` of ``runtime/`` and ``gate/``): a context's
 ``route``, ``route_web_socket``, ``new_page``, ``pages``, ``new_cdp_session``, ``on`` /
 ``remove_listener``, ``close`` and its API request context's ``_inner_fetch``; a page's ``url``,
-``context``, ``main_frame``, ``is_closed``, ``wait_for_event("crash")``, ``eval_on_selector_all``
-and events; a request's ``method``, ``url``, ``headers``, ``post_data``, ``frame``,
+``context``, ``main_frame``, ``is_closed``, ``eval_on_selector_all`` and events (``crash``
+and ``close`` among them); a request's ``method``, ``url``, ``headers``, ``post_data``, ``frame``,
 ``redirected_from``, ``failure``, ``is_navigation_request`` and ``response``; a route's
 ``fallback`` and ``abort``; a CDP session's ``send`` and ``detach``.
 
@@ -259,11 +259,6 @@ class FakePage(Emitter):
         if not self._closed:
             self._closed = True
             self.emit("close", self)
-
-    async def wait_for_event(self, event: str, timeout: float | None = None) -> Any:
-        assert event == "crash", event
-        await asyncio.wait_for(self._crashed.wait(), None if timeout is None else timeout / 1000)
-        return self
 
     async def eval_on_selector_all(self, selector: str, expression: str) -> list[str]:
         return []  # no password fields
