@@ -212,7 +212,7 @@ def render(g: dict[str, Any]) -> str:
         dr, pr = r["ratio_playwright_range"], r["ratio_plain_mcp_range"]
         rows.append(
             f"| g | {how}, round trip through the MCP SDK (in memory), median of {BLOCKS} rounds of {CALLS}, "
-            f"load {g['load'][0]}-{g['load'][1]} | {r['ours_ms']:.1f} ms | Playwright direct {r['playwright_ms']:.1f} ms; "
+            f"load {g['load'][0]:.1f}-{g['load'][1]:.1f} | {r['ours_ms']:.1f} ms | Playwright direct {r['playwright_ms']:.1f} ms; "
             f"a plain MCP tool {r['plain_mcp_ms']:.1f} ms | {direct:.2f}x ({dr[0]:.2f}-{dr[1]:.2f}); "
             f"{plain:.2f}x ({pr[0]:.2f}-{pr[1]:.2f}) | <= 1.2x Playwright direct | {_met(direct, dr, 1.2)} "
             f"(against a plain MCP tool: {_met(plain, pr, 1.2)}) |"
