@@ -30,9 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from ..errors import SessionKeyError, UsageError
 from ..flow import Action, Flow, Login, StepContext
 from ..store.base import Store
@@ -96,6 +93,9 @@ class Sealer:
     """Seals and opens storage states with one AES-256-GCM key; ``key_id`` names the key, never reveals it."""
 
     def __init__(self, key: bytes) -> None:
+        # imported here, not with the module: every run loads this module, few seal anything
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._aead = AESGCM(key)
         self.key_id = hashlib.sha256(b"browserworker-session-key\0" + key).hexdigest()[:16]
 
@@ -109,6 +109,8 @@ class Sealer:
         if not sealed.startswith(_MAGIC) or len(sealed) < len(_MAGIC) + 12 + 16:
             raise SessionUnreadable("not a sealed session")
         nonce, body = sealed[len(_MAGIC) : len(_MAGIC) + 12], sealed[len(_MAGIC) + 12 :]
+        from cryptography.exceptions import InvalidTag
+
         try:
             state = json.loads(zlib.decompress(self._aead.decrypt(nonce, body, session_key.encode())))
         except (InvalidTag, zlib.error, ValueError) as exc:
