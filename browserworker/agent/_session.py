@@ -37,6 +37,8 @@ FLOW_NAME = "agent"
 QUEUE = "agent"
 EVIDENCE = "tool_evidence"
 PROBE_AFTER = 0.2
+NOTE_AFTER = 0.05
+"""Seconds a read call's record waits for the read calls after it, to be journaled with them."""
 """Seconds an action by ref may take before the page is asked whether its element is still there."""
 SNAPSHOT_KEPT = 20_000
 """Characters of the snapshot an agent acted on kept with a submit (its evidence)."""
@@ -73,6 +75,8 @@ class AgentSession:
     snapshot: str | None = None
     sealer: Any = None
     notes: set[asyncio.Future[None]] = field(default_factory=set)
+    _unwritten: list[Call] = field(default_factory=list)  # read calls noted, not yet journaled
+    _noting: asyncio.TimerHandle | None = None  # when they will be
     _watched: Any = None  # the page whose navigations make refs stale
 
     @property
@@ -89,17 +93,36 @@ class AgentSession:
         return (self.calls[-1].seq if self.calls else 0) + 1
 
     async def record(self, call: Call) -> None:
-        """Journal ``call`` (fenced: a session taken over writes nothing)."""
+        """Journal ``call`` (fenced: a session taken over writes nothing), after the read calls
+        noted before it (queued first, so the journal holds the calls in their order)."""
+        if self._unwritten:
+            self._write_notes()
+            await asyncio.sleep(0)  # each record's task queues its write in its first step: before this one's
         await self.live.journal.record(TOOL_CALL, step_id=call.step_id, detail=call.to_event())
         self.calls.append(call)
 
     def note(self, call: Call) -> None:
         """Journal a read call in the background: the answer does not wait for it (a read changed
-        nothing; a crash may lose its record, never a step). :meth:`flush` waits for them."""
+        nothing; a crash may lose its record, never a step). The read calls of the next
+        :data:`NOTE_AFTER` seconds are journaled together (one commit, not one each: an agent
+        reads in bursts); :meth:`flush` writes them at once and waits for them."""
         self.calls.append(call)
-        task = asyncio.ensure_future(self.live.journal.record(TOOL_CALL, step_id=call.step_id, detail=call.to_event()))
-        self.notes.add(task)
-        task.add_done_callback(self._noted)
+        self._unwritten.append(call)
+        if self._noting is None:
+            self._noting = asyncio.get_running_loop().call_later(NOTE_AFTER, self._write_notes)
+
+    def _write_notes(self) -> None:
+        """Journal the read calls noted so far, together (their records share a batch of the store)."""
+        if self._noting is not None:
+            self._noting.cancel()
+            self._noting = None
+        for call in self._unwritten:
+            task = asyncio.ensure_future(
+                self.live.journal.record(TOOL_CALL, step_id=call.step_id, detail=call.to_event())
+            )
+            self.notes.add(task)
+            task.add_done_callback(self._noted)
+        self._unwritten.clear()
 
     def _noted(self, task: asyncio.Future[None]) -> None:
         self.notes.discard(task)
@@ -107,7 +130,8 @@ class AgentSession:
             self.live.scope.log.warning("a read call was not journaled", error=repr(task.exception()))
 
     async def flush(self) -> None:
-        """Wait for the read calls still being journaled."""
+        """Journal the read calls noted and not yet written, and wait for every one of them."""
+        self._write_notes()
         if self.notes:
             await asyncio.gather(*self.notes, return_exceptions=True)
 
