@@ -119,13 +119,13 @@ async def pause_on_throttle(journal: RunJournal, status: int, url: str, headers:
 _PAUSING: set[asyncio.Future[None]] = set()
 
 
-def watch_navigations(page: Page, journal: RunJournal, route: ContextRoute | None = None) -> None:
+def watch_navigations(page: Page, journal: RunJournal, route: ContextRoute) -> None:
     """A main-frame navigation of ``page`` answered 429/503 with a ``Retry-After`` pauses the
     run's key too (a GET the gate does not hold: an action's ``goto``, a link, a reload).
 
-    Given its context's ``route``, it hears the context's responses through it
-    (:meth:`ContextRoute.listen`), as an effect's gate does, instead of listening to the page
-    too: one subscription, and each response reported once instead of twice."""
+    It hears the context's responses through its ``route`` (:meth:`ContextRoute.listen`), as an
+    effect's gate does, instead of listening to the page too: one subscription, and each
+    response reported once instead of twice."""
 
     def on_response(response: Response) -> None:
         request = response.request
@@ -134,16 +134,13 @@ def watch_navigations(page: Page, journal: RunJournal, route: ContextRoute | Non
             and request.method == "GET"
             and request.is_navigation_request()
             and request.frame.parent_frame is None
-            and (route is None or request.frame.page == page)
+            and request.frame.page == page
         ):
             pausing = asyncio.ensure_future(pause_quietly(journal, response.status, response.url, response.headers))
             _PAUSING.add(pausing)
             pausing.add_done_callback(_PAUSING.discard)
 
-    if route is None:
-        page.on("response", on_response)
-    else:
-        route.listen("response", on_response)
+    route.listen("response", on_response)
 
 
 async def pause_quietly(journal: RunJournal, status: int, url: str, headers: dict[str, str]) -> None:

@@ -252,7 +252,7 @@ class Executor:
             raise Stop("cancelled", "cancelled on request")
         return latest
 
-    async def _new_page(self, context: BrowserContext, route: ContextRoute | None = None) -> Page:
+    async def _new_page(self, context: BrowserContext, route: ContextRoute) -> Page:
         """``context.new_page()``, but a lost lease ends the wait: Playwright's ``new_page`` never
         returns when the context is closed meanwhile (a lost lease closes it)."""
         opening = asyncio.ensure_future(context.new_page())

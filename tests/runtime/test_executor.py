@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from browserworker.errors import LeaseLost
+from browserworker.gate import ContextRoute
 from browserworker.journal import Lease, LeaseSettings
 from browserworker.runtime import BrowserProcess, BrowserSettings
 from browserworker.runtime._executor import Executor
@@ -26,7 +27,7 @@ def test_lease_lost_while_a_page_opens_stops_the_run_instead_of_hanging() -> Non
             closing = asyncio.ensure_future(context.close())  # what a lost lease does to the run's context
             lease.mark_lost(LeaseLost("taken over at epoch 2"))
             with pytest.raises(LeaseLost, match="epoch 2"):
-                opening = Executor._new_page(SimpleNamespace(lease=lease), context)  # type: ignore[arg-type]
+                opening = Executor._new_page(SimpleNamespace(lease=lease), context, ContextRoute(context))  # type: ignore[arg-type]
                 await asyncio.wait_for(opening, 30)
             await closing
 
