@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._canonical import canonical_json
 from ..errors import OverBudget, QueueFull, UsageError
@@ -11,7 +11,7 @@ from ..states import RunState
 from .coalesce import coalesced
 from .connector import Connector, Row, Tx
 from .limits import admit
-from .manager import Manager, read_only
+from .manager import Manager, lease_params, read_only
 from .records import NewRun, Owner, RunRecord, WorkerRecord
 from .runs import RunManager
 
@@ -92,21 +92,14 @@ class FleetManager(Manager):
             # database unreachable for a while) must not store a lease that is already over
             now = self.c.now()
             for (owner, queues, ttl), ats in slots.items():
-                who = {
-                    "owner": owner.worker,
-                    "host": owner.host,
-                    "pid": owner.pid,
-                    "pid_start": owner.pid_start,
-                    "now": now,
-                    "ttl": ttl,
-                }
+                lease = lease_params(owner, now, ttl)
                 ids = self._unlimited_next(tx, queues, now, len(ats))
                 if ids is not None:
-                    runs = self._claim_ids(tx, who, ids)
+                    runs = self._claim_ids(tx, lease, ids)
                 else:
                     runs = []
                     for _ in ats:
-                        run = self._claim_admitted(tx, who, queues)
+                        run = self._claim_admitted(tx, lease, queues)
                         if run is None:
                             break
                         runs.append(run)
@@ -124,24 +117,23 @@ class FleetManager(Manager):
             return None
         return [row["id"] for row in rows]
 
-    def _claim_admitted(self, tx: Tx, who: dict[str, object], queues: Sequence[str]) -> RunRecord | None:
-        """Lease the next run its budget admits, or None."""
-        now: float = who["now"]  # type: ignore[assignment]
+    def _claim_admitted(self, tx: Tx, lease: dict[str, Any], queues: Sequence[str]) -> RunRecord | None:
+        """Lease (:func:`~.manager.lease_params`) the next run its budget admits, or None."""
         for _ in range(_ADMISSION_TRIES):
-            run_id = self._candidate(tx, queues, now)
+            run_id = self._candidate(tx, queues, lease["now"])
             if run_id is None:
                 return None
             if isinstance(run_id, str):
-                claimed = self._claim_ids(tx, who, [run_id])
+                claimed = self._claim_ids(tx, lease, [run_id])
                 return claimed[0] if claimed else None
         return None
 
-    def _claim_ids(self, tx: Tx, who: dict[str, object], ids: list[str]) -> list[RunRecord]:
-        """Lease the QUEUED runs ``ids`` (each update conditioned on QUEUED: a run somebody took
-        meanwhile is left out) and journal each claim."""
-        taken = tx.execute_each("claim_queued_by_id", [{**who, "id": run_id} for run_id in ids])
+    def _claim_ids(self, tx: Tx, lease: dict[str, Any], ids: list[str]) -> list[RunRecord]:
+        """Lease (:func:`~.manager.lease_params`) the QUEUED runs ``ids`` (each update conditioned
+        on QUEUED: a run somebody took meanwhile is left out) and journal each claim."""
+        taken = tx.execute_each("claim_queued_by_id", [{**lease, "id": run_id} for run_id in ids])
         claimed = [run_id for run_id, n in zip(ids, taken, strict=True) if n == 1]
-        now: float = who["now"]  # type: ignore[assignment]
+        now = lease["now"]
         runs = []
         for row in tx.one_each("get_run", [{"id": run_id} for run_id in claimed]):
             assert row is not None  # leased by this transaction
@@ -155,7 +147,7 @@ class FleetManager(Manager):
                 from_state=RunState.QUEUED,
                 to_state=RunState.LEASED,
                 decision="claimed",
-                detail={"ttl": who["ttl"], "waited": now - row["created_at"]},
+                detail={"ttl": lease["ttl"], "waited": now - row["created_at"]},
             )
             runs.append(RunRecord.from_row(row))
         return runs

@@ -38,10 +38,23 @@ from typing import Any, TypeVar
 from .._canonical import canonical_json
 from ..errors import LeaseLost
 from .connector import Connector, Tx
+from .records import Owner
 
-__all__ = ["Manager", "read_only"]
+__all__ = ["Manager", "lease_params", "read_only"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def lease_params(owner: Owner, now: float, ttl: float) -> dict[str, Any]:
+    """The named parameters of the lease a claim writes: who holds it, from when, for how long."""
+    return {
+        "owner": owner.worker,
+        "host": owner.host,
+        "pid": owner.pid,
+        "pid_start": owner.pid_start,
+        "now": now,
+        "ttl": ttl,
+    }
 
 
 def read_only(method: F) -> F:

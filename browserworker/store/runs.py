@@ -9,7 +9,7 @@ from ..states import RUN_TRANSITIONS, RunState, check_run_transition
 from .coalesce import coalesced
 from .connector import Tx
 from .limits import admit
-from .manager import Manager, read_only
+from .manager import Manager, lease_params, read_only
 from .records import NewRun, Owner, RunRecord
 
 __all__ = ["Beat", "Move", "RunManager"]
@@ -147,13 +147,8 @@ class RunManager(Manager):
             n = tx.execute(
                 "claim_run",
                 {
+                    **lease_params(owner, now, ttl),
                     "id": run_id,
-                    "owner": owner.worker,
-                    "host": owner.host,
-                    "pid": owner.pid,
-                    "pid_start": owner.pid_start,
-                    "now": now,
-                    "ttl": ttl,
                     "skew": skew,
                     "takeover_epoch": -1 if takeover_epoch is None else takeover_epoch,
                 },
