@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from browserworker.errors import LeaseLost, StoreError
@@ -100,20 +100,40 @@ def test_calls_of_one_method_join_past_other_runs_only() -> None:
     assert _shape([(f.a, ("r1",)), (f.a, ()), (f.a, ("r2",))]) == [[0], [1], [2]]
 
 
-def _held(astore: AsyncStore) -> tuple[Callable[[], Awaitable[None]], threading.Event]:
-    """A call that holds the store's thread until the event is set: calls made meanwhile queue
-    up and run as one batch."""
+def _in_one_batch(store: SQLStore, calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
+    """Each call's result (or exception), the calls made while the store's thread is held by
+    another, so that they queue up and run as one batch."""
+    astore = AsyncStore(store)
     entered, hold = threading.Event(), threading.Event()
 
     def holding() -> None:
         entered.set()
         hold.wait(30)
 
-    async def start() -> None:
+    async def main() -> list[Any]:
         asyncio.ensure_future(astore.call(holding))
         assert await asyncio.to_thread(entered.wait, 30)
+        queued = [asyncio.ensure_future(astore.call(fn, *args)) for fn, args in calls]
+        await asyncio.sleep(0)  # one turn of the loop: each task queues its call in its first step
+        hold.set()
+        return await asyncio.gather(*queued, return_exceptions=True)
 
-    return start, hold
+    try:
+        return asyncio.run(main())
+    finally:
+        astore.close()
+
+
+def _six_leased(s: SQLStore) -> None:
+    """Runs r0..r5, each leased by A at epoch 1."""
+    for i in range(6):
+        s.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={}))
+        assert s.claim_next(A, ["default"], 30.0) is not None
+
+
+def _six_intents(s: SQLStore) -> list[Any]:
+    """An intent for each of r0..r5 under epoch 1, in one batch."""
+    return _in_one_batch(s, [(s.begin_attempt, (f"r{i}", 1, "pay", "effect", f"r{i}/pay", "fp")) for i in range(6)])
 
 
 def _spy(store: SQLStore, manager: Manager, many: str) -> list[int]:
@@ -197,28 +217,12 @@ def test_a_lost_lease_in_a_coalesced_batch_fails_only_its_own_call(any_store: SQ
     """Six intents in one batch, one of them under an epoch another claim has moved on: that
     call raises LeaseLost and journals nothing; the other five are journaled."""
     s = any_store
-    for i in range(6):
-        s.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={}))
-        assert s.claim_next(A, ["default"], 30.0) is not None
+    _six_leased(s)
     backdate(s, "r3", 120)
     taken = s.claim_run("r3", B, 30.0)
     assert taken is not None and taken.lease_epoch == 2
     sizes = _spy(s, s.journal, "begin_attempts")
-    astore = AsyncStore(s)
-
-    async def main() -> list[Any]:
-        start, hold = _held(astore)
-        await start()
-        calls = [
-            asyncio.ensure_future(astore.call(s.begin_attempt, f"r{i}", 1, "pay", "effect", f"r{i}/pay", "fp"))
-            for i in range(6)
-        ]
-        await asyncio.sleep(0)  # every call is queued behind the held one
-        hold.set()
-        return await asyncio.gather(*calls, return_exceptions=True)
-
-    outcome = asyncio.run(main())
-    astore.close()
+    outcome = _six_intents(s)
     assert sizes[0] == 6  # tried as one many call first
     assert isinstance(outcome[3], LeaseLost)
     assert [o.run_id for i, o in enumerate(outcome) if i != 3] == ["r0", "r1", "r2", "r4", "r5"]
@@ -263,18 +267,7 @@ def test_claims_in_one_batch_admit_a_budget_one_run_at_a_time(any_store: SQLStor
         s.create_run(NewRun(id=f"k{i}", flow_name="f", inputs={}, limit_key="shop", priority=1))
     for i in range(3):
         s.create_run(NewRun(id=f"u{i}", flow_name="f", inputs={}))
-    astore = AsyncStore(s)
-
-    async def main() -> list[Any]:
-        start, hold = _held(astore)
-        await start()
-        calls = [asyncio.ensure_future(astore.call(s.claim_next, A, ["default"], 30.0)) for _ in range(8)]
-        await asyncio.sleep(0)
-        hold.set()
-        return await asyncio.gather(*calls)
-
-    claimed = asyncio.run(main())
-    astore.close()
+    claimed = _in_one_batch(s, [(s.claim_next, (A, ["default"], 30.0))] * 8)
     ids = sorted(r.id for r in claimed if r is not None)
     assert ids == ["k0", "k1", "u0", "u1", "u2"]
     assert claimed.count(None) == 3
@@ -309,26 +302,10 @@ def test_a_statement_the_database_refuses_in_a_coalesced_batch_fails_only_its_ca
     """Six intents in one batch, the database refusing one of them mid-pipeline: that call
     raises StoreError and journals nothing; the other five are journaled, once each."""
     s = any_store
-    for i in range(6):
-        s.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={}))
-        assert s.claim_next(A, ["default"], 30.0) is not None
+    _six_leased(s)
     _refuse_attempts_of(s, "r2")
     sizes = _spy(s, s.journal, "begin_attempts")
-    astore = AsyncStore(s)
-
-    async def main() -> list[Any]:
-        start, hold = _held(astore)
-        await start()
-        calls = [
-            asyncio.ensure_future(astore.call(s.begin_attempt, f"r{i}", 1, "pay", "effect", f"r{i}/pay", "fp"))
-            for i in range(6)
-        ]
-        await asyncio.sleep(0)
-        hold.set()
-        return await asyncio.gather(*calls, return_exceptions=True)
-
-    outcome = asyncio.run(main())
-    astore.close()
+    outcome = _six_intents(s)
     assert sizes[0] == 6
     assert isinstance(outcome[2], StoreError) and "refused by the test" in str(outcome[2])
     assert [o.attempt_no for i, o in enumerate(outcome) if i != 2] == [1] * 5
