@@ -9,19 +9,12 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["load_range", "loaded", "pair_ratios", "spread", "verdict", "with_load"]
-
-
-def with_load(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``measure()`` with the machine's 1-minute load average before and after it (``load``)."""
-    before = os.getloadavg()[0]
-    row = measure()
-    return {**row, "load": [before, os.getloadavg()[0]]}
+__all__ = ["load_range", "loaded", "pair_ratios", "spread", "verdict"]
 
 
 def loaded(measure: Callable[[], Any]) -> Any:
-    """``measure()`` of a whole line (a dict, or a list of its rows), each row given the load
-    average before and after the line (``load``)."""
+    """``measure()`` (a row, or a list of a line's rows), each row given the machine's 1-minute
+    load average before and after the measurement (``load``)."""
     before = os.getloadavg()[0]
     out = measure()
     load = [before, os.getloadavg()[0]]
