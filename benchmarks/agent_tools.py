@@ -108,30 +108,40 @@ async def _compare(client: Any, direct: BrowserProcess, base_url: str) -> dict[s
             shot = await take_snapshot(page, refs["next"])
             refs["next"] = shot.next_ref
 
-        item_ref = {"ref": ""}
+        last: dict[str, Any] = {}
 
         async def snapshot_ours() -> None:
-            result = await client.call_tool("snapshot", {"run_id": run_id})
-            text = result.content[0].text
-            line = next(line for line in text.splitlines() if 'textbox "Item"' in line)
-            item_ref["ref"] = line.split("[ref=")[1].split("]")[0]
+            answer = last["answer"] = await client.call_tool("snapshot", {"run_id": run_id})
+            assert not answer.is_error, answer.content
 
         async with Client(_plain_server(page, refs)) as plain:
-            sides = {
-                "snapshot": [
-                    ("ours", snapshot_ours),
-                    ("playwright", snapshot_directly),
-                    ("plain_mcp", lambda: plain.call_tool("snapshot", {})),
-                ],
-                "fill": [
-                    ("ours", lambda: tool("fill", run_id=run_id, ref=item_ref["ref"], value="tea")),
+            out: dict[str, Any] = {
+                "snapshot": await _blocks(
+                    [
+                        ("ours", snapshot_ours),
+                        ("playwright", snapshot_directly),
+                        ("plain_mcp", lambda: plain.call_tool("snapshot", {})),
+                    ]
+                )
+            }
+            # the fills name the Item field by a ref of ours' latest snapshot (read after the
+            # timed calls: neither other side reads its snapshot's text either)
+            item_ref = _ref_of(last["answer"].content[0].text, 'textbox "Item"')
+            out["fill"] = await _blocks(
+                [
+                    ("ours", lambda: tool("fill", run_id=run_id, ref=item_ref, value="tea")),
                     ("playwright", lambda: page.locator("#item").fill("tea")),
                     ("plain_mcp", lambda: plain.call_tool("fill", {"selector": "#item", "value": "tea"})),
-                ],
-            }
-            out: dict[str, Any] = {what: await _blocks(three) for what, three in sides.items()}
+                ]
+            )
         out["submit"] = await _submits(tool, run_id, page, base_url)
     return out
+
+
+def _ref_of(snapshot: str, element: str) -> str:
+    """The ref a snapshot gives ``element`` (its role and name, e.g. ``textbox "Item"``)."""
+    line = next(line for line in snapshot.splitlines() if element in line)
+    return line.split("[ref=")[1].split("]")[0]
 
 
 async def _blocks(sides: list[tuple[str, Callable[[], Awaitable[Any]]]]) -> dict[str, Any]:

@@ -143,15 +143,25 @@ def journaled_calls(events: Iterable[EventRecord]) -> list[Call]:
     return sorted(calls, key=lambda c: c.seq)  # a read call is journaled in the background: maybe later
 
 
-async def click_and_settle(page: Page, selector: str, *, timeout: float = 30.0) -> dict[str, Any]:
+async def click_and_settle(
+    page: Page, selector: str, *, timeout: float = 30.0, acted: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """Click ``selector`` and wait until what the click set off has settled: every document,
     fetch and XHR request it started answered (a form's POST, its redirect, the next page) and the
     page loaded. Returns where the page is then (``url``, ``title``); raises ``ConnectionError``
-    when a request that may change the world got no answer (whether it landed is unknown)."""
-    return await settled(page, lambda: page.locator(selector).click(timeout=timeout * 1000), timeout=timeout)
+    when a request that may change the world got no answer (whether it landed is unknown).
+    ``acted`` is called once the click is done, before the wait."""
+    click = page.locator(selector).click
+    return await settled(page, lambda: click(timeout=timeout * 1000), timeout=timeout, acted=acted)
 
 
-async def settled(page: Page, do: Callable[[], Awaitable[Any]], *, timeout: float = 30.0) -> dict[str, Any]:
+async def settled(
+    page: Page,
+    do: Callable[[], Awaitable[Any]],
+    *,
+    timeout: float = 30.0,
+    acted: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """``await do()`` (a click, a key press), then wait as :func:`click_and_settle` does."""
     pending: set[Request] = set()
     quiet = asyncio.Event()
@@ -179,6 +189,8 @@ async def settled(page: Page, do: Callable[[], Awaitable[Any]], *, timeout: floa
     page.on("requestfailed", failed)
     try:
         await do()
+        if acted is not None:
+            acted()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
@@ -202,66 +214,22 @@ def step_of(
     *,
     approve: bool = False,
     live_selector: str | None = None,
+    acted: Callable[[], None] | None = None,
 ) -> Step:
     """The step ``call`` runs as (see the module docstring). ``value`` gives a ``fill``'s secret
     value (unsealed) when the call's own arguments do not hold it; ``approve``: a person approves
     the submit's request first; ``live_selector`` finds the element the agent's ref named in the
-    live page (a replay finds it by the target's selector)."""
-    tool, args = call.tool, call.args
-
-    def _selector(call: Call) -> str:
-        if live_selector is not None:
-            return live_selector
-        if call.target is None:
-            raise ValueError(f"{call.tool} needs a target")
-        return call.target.selector
-
-    async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
-        response = await ctx.page.goto(args["url"])
-        return {"url": ctx.page.url, "status": response.status if response is not None else None}
-
-    async def click(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await click_and_settle(ctx.page, _selector(call))
-
-    async def fill(ctx: StepContext[Any]) -> None:
-        text = args.get("value")
-        if text is None:
-            text = value()
-        if text is None:
-            raise ValueError(f"the secret value of {call.step_id} cannot be read back (no sealing key)")
-        await ctx.page.locator(_selector(call)).fill(text)
-
-    async def select(ctx: StepContext[Any]) -> list[str]:
-        return await ctx.page.locator(_selector(call)).select_option(args["values"])
-
-    async def check(ctx: StepContext[Any]) -> None:
-        await ctx.page.locator(_selector(call)).set_checked(bool(args.get("checked", True)))
-
-    async def press(ctx: StepContext[Any]) -> dict[str, Any]:
-        key = args["key"]
-        if call.target is not None or live_selector is not None:
-            return await settled(ctx.page, lambda: ctx.page.locator(_selector(call)).press(key))
-        return await settled(ctx.page, lambda: ctx.page.keyboard.press(key))
-
-    async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await click_and_settle(ctx.page, _selector(call))
-
-    fns = {
-        "navigate": navigate,
-        "click": click,
-        "fill": fill,
-        "select": select,
-        "check": check,
-        "press": press,
-        "submit": submit,
-    }
-    if tool not in fns:
-        raise ValueError(f"no step for tool {tool!r}")
+    live page (a replay finds it by the target's selector); ``acted`` is called once the step has
+    acted on its element (a click done, before what it set off has settled)."""
+    build = _STEP_FNS.get(call.tool)
+    if build is None:
+        raise ValueError(f"no step for tool {call.tool!r}")
+    fn = build(call, value, live_selector, acted)  # only the function of this call's tool is built
     if call.is_effect:
         fp = call.fingerprint()
         effect = Effect(
             id=call.step_id,
-            fn=submit,
+            fn=fn,
             settle=call.verify.settle if call.verify is not None else 3.0,
             fingerprint_fn=lambda inputs, results: fp,
             approve=approve,
@@ -269,4 +237,88 @@ def step_of(
         if call.verify is not None:
             effect.verifier = verifier(call.verify)
         return effect
-    return Action(id=call.step_id, fn=fns[tool], sends=tool == "submit")
+    return Action(id=call.step_id, fn=fn, sends=call.tool == "submit")
+
+
+StepFn = Callable[[StepContext[Any]], Awaitable[Any]]
+Acted = Callable[[], None] | None
+
+
+def _selector(call: Call, live_selector: str | None) -> str:
+    """The selector ``call`` acts on: the live one its ref gave, or (a replay) its target's."""
+    if live_selector is not None:
+        return live_selector
+    if call.target is None:
+        raise ValueError(f"{call.tool} needs a target")
+    return call.target.selector
+
+
+def _navigate(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
+        response = await ctx.page.goto(call.args["url"])
+        return {"url": ctx.page.url, "status": response.status if response is not None else None}
+
+    return navigate
+
+
+def _click(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def click(ctx: StepContext[Any]) -> dict[str, Any]:
+        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted)
+
+    return click
+
+
+def _fill(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def fill(ctx: StepContext[Any]) -> None:
+        text = call.args.get("value")
+        if text is None:
+            text = value()
+        if text is None:
+            raise ValueError(f"the secret value of {call.step_id} cannot be read back (no sealing key)")
+        await ctx.page.locator(_selector(call, live_selector)).fill(text)
+
+    return fill
+
+
+def _select(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def select(ctx: StepContext[Any]) -> list[str]:
+        return await ctx.page.locator(_selector(call, live_selector)).select_option(call.args["values"])
+
+    return select
+
+
+def _check(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def check(ctx: StepContext[Any]) -> None:
+        await ctx.page.locator(_selector(call, live_selector)).set_checked(bool(call.args.get("checked", True)))
+
+    return check
+
+
+def _press(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def press(ctx: StepContext[Any]) -> dict[str, Any]:
+        key = call.args["key"]
+        if call.target is not None or live_selector is not None:
+            element = ctx.page.locator(_selector(call, live_selector))
+            return await settled(ctx.page, lambda: element.press(key), acted=acted)
+        return await settled(ctx.page, lambda: ctx.page.keyboard.press(key), acted=acted)
+
+    return press
+
+
+def _submit(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
+        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted)
+
+    return submit
+
+
+_STEP_FNS: dict[str, Callable[[Call, Callable[[], str | None], str | None, Acted], StepFn]] = {
+    "navigate": _navigate,
+    "click": _click,
+    "fill": _fill,
+    "select": _select,
+    "check": _check,
+    "press": _press,
+    "submit": _submit,
+}
+"""Each page-changing tool's step function, built for one call."""

@@ -290,7 +290,11 @@ class AgentService:
 
     async def call(self, run_id: str, work: Callable[[AgentSession], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         """Run one tool call on ``run_id``'s session, one at a time per session."""
-        session, notes = await self.session(run_id)
+        session = self.live.get(run_id)
+        if session is not None and session.live.journal.alive:  # the common case, without a coroutine
+            notes: list[str] = []
+        else:
+            session, notes = await self.session(run_id)
         async with session.lock:
             try:
                 answer = await work(session)
@@ -375,7 +379,8 @@ class AgentService:
         async def work(s: AgentSession) -> dict[str, Any]:
             aimed = None if tool == "press" and ref is None and selector is None else s.aim(ref, selector)
             call = Call(seq=s.next_seq(), tool=tool, args=dict(args, ref=ref, selector=selector))
-            step = step_of(call, lambda: args.get("value"), live_selector=aimed[0] if aimed else None)
+            # a fill's value is in its args
+            step = step_of(call, live_selector=aimed[0] if aimed else None, acted=s.acted)
             call, outcome = await s.act(call, step, aimed, secret=secret)
             answer = self._staged(s, call, outcome)
             if call.args.get("secret") and aimed is not None:  # masked in snapshots and screenshots from now on

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,9 +37,9 @@ FLOW_NAME = "agent"
 QUEUE = "agent"
 EVIDENCE = "tool_evidence"
 PROBE_AFTER = 0.2
+"""Seconds an action by ref may take before the page is asked whether its element is still there."""
 NOTE_AFTER = 0.05
 """Seconds a read call's record waits for the read calls after it, to be journaled with them."""
-"""Seconds an action by ref may take before the page is asked whether its element is still there."""
 SNAPSHOT_KEPT = 20_000
 """Characters of the snapshot an agent acted on kept with a submit (its evidence)."""
 
@@ -78,6 +78,8 @@ class AgentSession:
     _unwritten: list[Call] = field(default_factory=list)  # read calls noted, not yet journaled
     _noting: asyncio.TimerHandle | None = None  # when they will be
     _watched: Any = None  # the page whose navigations make refs stale
+    navigations: int = 0  # of the watched page's main frame
+    acted_on: bool = False  # the running action has done its work on its element (see act)
 
     @property
     def run_id(self) -> str:
@@ -197,6 +199,12 @@ class AgentSession:
         """The page's document was replaced: every ref of its last snapshot is stale."""
         if self._watched is not None and frame == self._watched.main_frame:
             self.refs = {}
+            self.navigations += 1
+
+    def acted(self) -> None:
+        """The running action has done its work on its element (a click done: what it set off is
+        still settling). Its element may be gone from now on, and that is not a stale ref."""
+        self.acted_on = True
 
     def aim(self, ref: str | None, selector: str | None) -> tuple[str, Target | None]:
         """What a call names, checked without the page: ``(selector to act on now, the ref's
@@ -237,29 +245,41 @@ class AgentSession:
         """Run a page-changing action and journal it beside it, not after it: the call is
         journaled as done while the action runs, and marked undone if it ends otherwise, before
         the agent is answered. Only the session's last call can be journaled done and not be (a
-        crash in between): a replay that cannot redo it drops it (see :meth:`drop_last`).
+        crash in between): a replay that cannot redo it marks it undone (:meth:`undo`).
+        Returns the call as journaled.
 
         The element the call names is probed beside the action too: a selector's at once (its
         target is journaled), a ref's (known from its snapshot) only if the action has not ended
-        within :data:`PROBE_AFTER`. An element that is not there stops the action: it could
-        only be waiting for it; nothing of the call is left journaled as done."""
+        within :data:`PROBE_AFTER` and has not yet acted on it (:class:`_LateProbe`). An element
+        that is not there stops the action: it could only be waiting for it; nothing of the call
+        is left journaled as done."""
         ref = call.args.get("ref")
-        acting = asyncio.ensure_future(self.live.action(step))  # type: ignore[arg-type]
+        acting: asyncio.Future[StepOutcome] | None = None
         recording: asyncio.Future[None] | None = None
+        late: _LateProbe | None = None
+        target: Target | None
         try:
-            target = aimed[1] if aimed is not None else call.target
-            if aimed is not None and target is None:
+            if aimed is not None and aimed[1] is None:  # a selector: the action in a task, its element probed now
+                acting = asyncio.ensure_future(self.live.action(step))  # type: ignore[arg-type]
                 target = await self.probe(aimed[0], ref, None)
-            call = self._journaled(replace(call, target=target), secret)
-            recording = asyncio.ensure_future(self.record(replace(call, args=dict(call.args, ok=True))))
-            if aimed is not None and aimed[1] is not None:
-                done, _ = await asyncio.wait({acting}, timeout=PROBE_AFTER)
-                if not done:
-                    await self.probe(aimed[0], ref, aimed[1])
-            outcome = await acting
+            else:
+                target = aimed[1] if aimed is not None else call.target
+            call = self._journaled(call, target, secret)
+            recording = asyncio.ensure_future(self._record_beside(call))
+            if acting is not None:
+                outcome = await acting
+            elif aimed is not None:  # a ref: the action in this task, stopped if the late probe fails
+                self.acted_on = False
+                late = _LateProbe(self, aimed[0], ref, aimed[1])
+                outcome = await late.around(self.live.action(step))  # type: ignore[arg-type]
+            else:
+                outcome = await self.live.action(step)  # type: ignore[arg-type]
         except BaseException:
-            acting.cancel()
-            await asyncio.gather(acting, return_exceptions=True)
+            if late is not None:
+                late.cancel()
+            if acting is not None:
+                acting.cancel()
+                await asyncio.gather(acting, return_exceptions=True)
             if recording is not None:
                 await recording
                 await self.undo(call)
@@ -269,13 +289,20 @@ class AgentSession:
             await self.undo(call)
         return call, outcome
 
-    def _journaled(self, call: Call, secret: bool) -> Call:
-        """``call`` as the journal keeps it: a value typed into a password field (or marked
-        secret) sealed, never in clear."""
-        if call.tool != "fill" or not (secret or (call.target is not None and call.target.secret)):
-            return call
-        value = str(call.args["value"])
-        return replace(call, args=dict(call.args, value=None, secret=True), secret=self.seal(value))
+    async def _record_beside(self, call: Call) -> None:
+        # one turn of the loop first: the action's first request goes to the browser before the
+        # store's thread starts on the record (it then works while the browser does)
+        await asyncio.sleep(0)
+        await self.record(call)
+
+    def _journaled(self, call: Call, target: Target | None, secret: bool) -> Call:
+        """``call`` as the journal keeps it (one copy): its target, marked done (``ok``), and a
+        value typed into a password field (or marked secret) sealed, never in clear."""
+        if call.tool == "fill" and (secret or (target is not None and target.secret)):
+            value = str(call.args["value"])
+            args = dict(call.args, value=None, secret=True, ok=True)
+            return replace(call, target=target, args=args, secret=self.seal(value))
+        return replace(call, target=target, args=dict(call.args, ok=True))
 
     async def undo(self, call: Call) -> None:
         """Journal that ``call`` did not do what it asked (it was refused, failed or stopped)."""
@@ -286,6 +313,66 @@ class AgentSession:
         """The element a call names: ``(target to journal, selector to act on now)``."""
         live, known = self.aim(ref, selector)
         return await self.probe(live, ref, known), live
+
+
+class _LateProbe:
+    """The probe of a ref's element beside its action, which runs in the caller's task: started
+    only if the action is still running after :data:`PROBE_AFTER` (a timer, cancelled when the
+    action ends first). A probe that fails (the element is not there) while the action may
+    still be waiting for its element stops the action: it cancels the task, and :meth:`around`
+    raises the probe's error instead. Once the action has done its work on the element
+    (:meth:`AgentSession.acted`), or the page has navigated since it began (a link clicked),
+    a missing element is what the action did, not a stale ref: the probe is not started, or
+    what it found is let be; so is a failed probe of an action that ended by itself."""
+
+    def __init__(self, session: AgentSession, *probe: Any) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self.session, self.probe, self.me = session, probe, me
+        self.navigations = session.navigations
+        self.running = True  # the action
+        self.stopped = False  # by the probe (the task cancelled)
+        self.task: asyncio.Future[Target] | None = None
+        self.timer = asyncio.get_running_loop().call_later(PROBE_AFTER, self._start)
+
+    def _moved_on(self) -> bool:
+        """The action is past its element (it acted on it, or the page navigated meanwhile)."""
+        return self.session.acted_on or self.session.navigations != self.navigations
+
+    def _start(self) -> None:
+        if self.running and not self._moved_on():
+            self.task = asyncio.ensure_future(self.session.probe(*self.probe))
+            self.task.add_done_callback(self._probed)
+
+    def _probed(self, task: asyncio.Future[Target]) -> None:
+        if self.running and not task.cancelled() and task.exception() is not None and not self._moved_on():
+            self.stopped = True
+            self.me.cancel()
+
+    async def around(self, action: Awaitable[StepOutcome]) -> StepOutcome:
+        """The action's outcome, once it and the probe (if started) have ended; the probe's error
+        if it failed (a cancel of the task from elsewhere stays a cancel)."""
+        try:
+            try:
+                outcome = await action
+            finally:
+                self.running = False
+                self.timer.cancel()
+        except BaseException:
+            if self.stopped and self.me.uncancel() == 0:  # stopped by the probe alone: its error
+                assert self.task is not None
+                await self.task
+            raise
+        if self.stopped:  # the action ended all the same (it did not end by the cancel)
+            self.me.uncancel()
+        if self.task is not None:  # it ended by itself: its outcome stands, whatever the probe found
+            await asyncio.gather(self.task, return_exceptions=True)
+        return outcome
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
 
 def _stale(ref: str) -> ToolCallError:

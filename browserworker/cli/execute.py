@@ -100,13 +100,15 @@ def run(
 def _check_record(record_name: str | None, trace: bool, force: bool) -> None:
     """``--trace`` and ``--force`` need ``--record``; a recording is never replaced by accident
     (the tests that replay it would change meaning)."""
-    from ..recording.files import recording_path
-
     for flag, given in (("--trace", trace), ("--force", force)):
         if given and not record_name:
             raise UsageError(f"{flag} needs --record NAME")
-    path = recording_path(record_name) if record_name and not force else None
-    if path is not None and path.exists():
+    if not record_name or force:
+        return
+    from ..recording.files import recording_path
+
+    path = recording_path(record_name)
+    if path.exists():
         raise UsageError(f"{path} already holds a recording: record under a new name, or add --force to replace it")
 
 

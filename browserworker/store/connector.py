@@ -103,6 +103,16 @@ class Tx(Protocol):
         """:meth:`one` once per parameter set: each first row, or None."""
         ...
 
+    def changed_each(
+        self, query: str, params: Sequence[Mapping[str, Any]], read: str, *, key: str = "id"
+    ) -> list[Row | None]:
+        """:meth:`execute` of the ``UPDATE`` ``query`` once per parameter set, each changing at
+        most the one row whose id is its ``key`` parameter: that row as ``read`` (``SELECT
+        <columns> FROM <the same table> WHERE id = :id``) reads it after the update, or None
+        where the update changed nothing (a fence let nothing through). A dialect whose writes
+        can return their row does it in the same statement."""
+        ...
+
 
 @runtime_checkable
 class Connector(Protocol):

@@ -131,12 +131,12 @@ class FleetManager(Manager):
     def _claim_ids(self, tx: Tx, lease: dict[str, Any], ids: list[str]) -> list[RunRecord]:
         """Lease (:func:`~.manager.lease_params`) the QUEUED runs ``ids`` (each update conditioned
         on QUEUED: a run somebody took meanwhile is left out) and journal each claim."""
-        taken = tx.execute_each("claim_queued_by_id", [{**lease, "id": run_id} for run_id in ids])
-        claimed = [run_id for run_id, n in zip(ids, taken, strict=True) if n == 1]
+        taken = tx.changed_each("claim_queued_by_id", [{**lease, "id": run_id} for run_id in ids], "get_run")
         now = lease["now"]
         runs = []
-        for row in tx.one_each("get_run", [{"id": run_id} for run_id in claimed]):
-            assert row is not None  # leased by this transaction
+        for row in taken:
+            if row is None:  # somebody took it meanwhile
+                continue
             self._event(
                 tx,
                 row["id"],

@@ -301,7 +301,9 @@ class JournalManager(Manager):
         results = [None if f.result is None else canonical_json(f.result) for f in finishes]
         evidences = [None if f.evidence is None else canonical_json(f.evidence) for f in finishes]
         with self.c.transaction() as tx:
-            changed = tx.execute_each(
+            # of the columns this update did not set, only dispatched_at may have changed since
+            # the caller read ``attempt`` (the gate sets it); the others never change
+            changed = tx.changed_each(
                 "finish_attempt",
                 [
                     {
@@ -318,9 +320,11 @@ class JournalManager(Manager):
                     }
                     for f, result_json, evidence_json in zip(finishes, results, evidences, strict=True)
                 ],
+                "dispatched_at",
+                key="attempt_id",
             )
-            for f, n in zip(finishes, changed, strict=True):
-                if n != 1:
+            for f, row in zip(finishes, changed, strict=True):
+                if row is None:
                     raise self._not_finished(tx, f.attempt, f.epoch)
                 self._event(
                     tx,
@@ -336,9 +340,6 @@ class JournalManager(Manager):
                     decision=f.decided_by,
                     detail={"evidence": f.evidence, "error": f.error} if (f.evidence or f.error) else None,
                 )
-            # of the columns this update did not set, only dispatched_at may have changed since
-            # the caller read ``attempt`` (the gate sets it); the others never change
-            dispatched = tx.one_each("dispatched_at", [{"id": f.attempt.id} for f in finishes])
         return [
             f.attempt.finished(
                 state=AttemptState(f.state),
@@ -349,7 +350,7 @@ class JournalManager(Manager):
                 error=f.error,
                 dispatched_at=row["dispatched_at"],  # type: ignore[index]
             )
-            for f, result_json, evidence_json, row in zip(finishes, results, evidences, dispatched, strict=True)
+            for f, result_json, evidence_json, row in zip(finishes, results, evidences, changed, strict=True)
         ]
 
     @read_only

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 from .._canonical import canonical_json
 from ..states import RUN_TRANSITIONS, RunState, check_run_transition
 from .coalesce import coalesced
-from .connector import Tx
+from .connector import Row, Tx
 from .limits import admit
 from .manager import Manager, lease_params, read_only
 from .records import NewRun, Owner, RunRecord
@@ -214,8 +214,7 @@ class RunManager(Manager):
     def set_run_states(self, moves: list[Move]) -> list[RunRecord]:
         """:meth:`set_run_state` of many runs in one transaction (raises for the first that fails)."""
         with self.c.transaction() as tx:
-            self._move_runs(tx, moves)
-            rows = tx.one_each("get_run", [{"id": m.run_id} for m in moves])
+            rows = self._move_runs(tx, moves, read=True)
         records = []
         for row in rows:
             assert row is not None  # it was just updated, in this transaction
@@ -243,8 +242,9 @@ class RunManager(Manager):
             self._move_runs(tx, moves)
         return [None] * len(moves)
 
-    def _move_runs(self, tx: Tx, moves: list[Move]) -> None:
-        """The fenced transitions and their events, in the caller's transaction.
+    def _move_runs(self, tx: Tx, moves: list[Move], *, read: bool = False) -> list[Row | None]:
+        """The fenced transitions and their events, in the caller's transaction; with ``read``,
+        each run's row after it (else Nones).
 
         A state with one legal predecessor (RUNNING, SUCCEEDED: the happy path) is tried as a
         single update conditioned on that predecessor; only when it matches nothing is the run
@@ -262,16 +262,23 @@ class RunManager(Manager):
             }
             for m in moves
         ]
+        rows: list[Row | None] = [None] * len(moves)
         moved = [False] * len(moves)
         by_query: dict[str, list[int]] = {}
         for at, m in enumerate(moves):
             if params[at]["from_state"] is not None:
                 by_query.setdefault(_STATE_QUERY.get(m.state, "set_run_state"), []).append(at)
         for query, ats in by_query.items():
-            for at, n in zip(ats, tx.execute_each(query, [params[at] for at in ats]), strict=True):
-                moved[at] = n == 1
+            if read:
+                for at, row in zip(ats, tx.changed_each(query, [params[at] for at in ats], "get_run"), strict=True):
+                    moved[at], rows[at] = row is not None, row
+            else:
+                for at, n in zip(ats, tx.execute_each(query, [params[at] for at in ats]), strict=True):
+                    moved[at] = n == 1
         for at, m in enumerate(moves):
             from_state = params[at]["from_state"] if moved[at] else self._move_checked(tx, m, params[at])
+            if read and not moved[at]:
+                rows[at] = tx.one("get_run", {"id": m.run_id})
             self._event(
                 tx,
                 m.run_id,
@@ -284,6 +291,7 @@ class RunManager(Manager):
                 decision=m.decision,
                 detail={"error": m.error} if m.error else None,
             )
+        return rows
 
     def _move_checked(self, tx: Tx, move: Move, params: dict[str, Any]) -> str | None:
         """A transition its single update did not make: the run read (ValueError for an illegal

@@ -239,3 +239,64 @@ def test_export_writes_a_flow_without_secrets(tmp_path: Path, shop: Any) -> None
     assert json.dumps(sorted(flow.inputs_model.model_fields)) == json.dumps(
         ["item", "password", "reference", "reference_2", "username"]
     )
+
+
+def test_a_link_clicked_by_ref_navigates_and_stays_journaled_as_done(tmp_path: Path, shop: Any) -> None:
+    """A click by ref on a link that leaves the page is answered with the new page, not "stale":
+    its element is gone once the click has done its work, and the check for a missing element
+    (which stops an action still waiting for one) does not count that. The call stays journaled
+    as done, so a replay redoes it."""
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = await agent.sign_in(shop.url)
+        shot = await agent.call("snapshot", run_id=run_id)
+        line = next(line for line in str(shot).splitlines() if 'link "Orders"' in line)
+        ref = line.split("[ref=")[1].split("]")[0]
+        clicked = await agent.call("click", run_id=run_id, ref=ref)
+        assert clicked["url"].endswith("/orders"), clicked
+        click = [c for c in journaled_calls(store.events(run_id)) if c.tool == "click"]
+        assert len(click) == 1 and click[0].args.get("ok") is True, click
+
+    play(tmp_path, scenario)
+
+
+def test_an_element_gone_before_its_action_stops_it_at_once(tmp_path: Path, shop: Any) -> None:
+    """A ref whose element the page removed without navigating (so the ref is not known stale)
+    would keep its action waiting for the element; the probe beside the action finds it gone
+    and stops it well before Playwright's 30 s wait: a "stale" tool error, the call journaled
+    undone. An element that is only late (disabled for a moment) is waited for and filled."""
+    store = open_store(tmp_path / "browserworker.db")
+
+    async def go() -> None:
+        service = AgentService(store, evidence_dir=tmp_path / "evidence")
+        try:
+            async with Client(build_server(service)) as client:
+                agent = Agent(client)
+                run_id = await agent.sign_in(shop.url)
+                page = service.live[run_id].page
+
+                async def item_ref() -> str:
+                    shot = await agent.call("snapshot", run_id=run_id)
+                    line = next(line for line in str(shot).splitlines() if 'textbox "Item"' in line)
+                    return line.split("[ref=")[1].split("]")[0]
+
+                ref = await item_ref()
+                await page.evaluate("document.querySelector('#item').remove()")
+                started = asyncio.get_running_loop().time()
+                assert "is stale" in await agent.error("fill", run_id=run_id, ref=ref, value="x")
+                assert asyncio.get_running_loop().time() - started < 5
+                fills = [c for c in journaled_calls(store.events(run_id)) if c.tool == "fill" and c.args.get("ref")]
+                assert [c.args.get("ok") for c in fills] == [False]
+
+                await page.reload()
+                ref = await item_ref()
+                await page.evaluate(
+                    "(() => { const e = document.querySelector('#item'); e.disabled = true;"
+                    " setTimeout(() => e.disabled = false, 600); })()"
+                )
+                await agent.call("fill", run_id=run_id, ref=ref, value="late")
+                assert await page.input_value("#item") == "late"
+        finally:
+            await service.aclose()
+
+    asyncio.run(go())

@@ -10,12 +10,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from browserworker.errors import LeaseLost, StoreError
 from browserworker.states import AttemptState, RunState
 from browserworker.store import NewRun, Owner, SQLStore, open_store
 from browserworker.store.aio import AsyncStore
 from browserworker.store.coalesce import coalesced, plan
-from browserworker.store.manager import Manager
+from browserworker.store.manager import Manager, lease_params
 from browserworker.store.testing import backdate
 
 A = Owner("worker-a", "host", 1)
@@ -311,3 +313,34 @@ def test_a_statement_the_database_refuses_in_a_coalesced_batch_fails_only_its_ca
     assert [o.attempt_no for i, o in enumerate(outcome) if i != 2] == [1] * 5
     assert s.attempts("r2") == []
     assert [len(s.attempts(f"r{i}")) for i in (0, 1, 3, 4, 5)] == [1] * 5
+
+
+def test_an_update_returns_its_row_as_a_read_by_id_would_read_it(any_store: SQLStore) -> None:
+    """``Tx.changed_each``: each update that changed its row gives the row as the read query
+    reads it afterwards (on PostgreSQL the update's own RETURNING; on SQLite an update, then
+    the read); an update a fence let nothing through gives None, and changes nothing."""
+    store = any_store
+    ids = [store.create_run(NewRun(id=f"r{i}", flow_name="f", inputs={})).id for i in range(3)]
+    lease = lease_params(A, store.now(), 30.0)
+    with store.connector.transaction() as tx:
+        assert tx.execute("claim_queued_by_id", {**lease, "id": "r1"}) == 1  # leased already: the next claim misses it
+        rows = tx.changed_each("claim_queued_by_id", [{**lease, "id": run_id} for run_id in ids], "get_run")
+        assert [row is None for row in rows] == [False, True, False]
+        read = tx.one_each("get_run", [{"id": "r0"}, {"id": "r2"}])
+    assert [dict(row) for row in rows if row is not None] == [dict(row) for row in read if row is not None]
+    runs = [store.get_run(i) for i in ids]
+    assert [r.lease_epoch for r in runs if r is not None] == [1, 1, 1]  # the claim that missed changed nothing
+    assert {r.state for r in runs if r is not None} == {RunState.LEASED}
+
+
+def test_a_returned_row_must_be_read_by_id_from_the_table_the_update_changes() -> None:
+    """PostgreSQL derives ``RETURNING`` from the read query; a pair that is not an update and a
+    read by id of the same table is refused, not guessed at."""
+    from browserworker.store.postgres._queries import QUERIES, returning_clause
+
+    assert returning_clause(QUERIES["end_run"], QUERIES["get_run"]) == " RETURNING *"
+    assert returning_clause(QUERIES["finish_attempt"], QUERIES["dispatched_at"]) == " RETURNING dispatched_at"
+    with pytest.raises(ValueError):
+        returning_clause(QUERIES["finish_attempt"], QUERIES["get_run"])  # attempts, read from runs
+    with pytest.raises(ValueError):
+        returning_clause(QUERIES["get_run"], QUERIES["get_run"])  # not an update

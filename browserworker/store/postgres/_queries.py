@@ -64,6 +64,7 @@ def _positional(sql: str) -> tuple[str, list[int]]:
 
 
 _POSITIONAL: dict[str, tuple[str, list[int]]] = {}
+_RETURNING: dict[tuple[str, str], str] = {}  # (update, read) -> the update returning what the read reads
 
 
 class Deferred:
@@ -115,6 +116,26 @@ _READS_EVENTS = frozenset(
 def flush_before(deferred: Deferred | None, query: str) -> None:
     if deferred is not None and deferred.rows and query in _READS_EVENTS:
         deferred.flush()
+
+
+_READ_BY_ID = re.compile(r"SELECT (?P<columns>.+?) FROM (?P<table>\w+) WHERE id = %\(id\)s", re.S)
+_UPDATE = re.compile(r"UPDATE (?P<table>\w+)\s")
+
+
+def returning_clause(write: str, read: str) -> str:
+    """``RETURNING <columns>`` that makes the ``UPDATE`` ``write`` return what the read by id
+    ``read`` would read after it (:meth:`~browserworker.store.connector.Tx.changed_each`);
+    ValueError for a pair that is not an update and a read of the same table by id."""
+    reading = _READ_BY_ID.fullmatch(_statement(read))
+    updating = _UPDATE.match(_statement(write))
+    if reading is None or updating is None or reading["table"] != updating["table"]:
+        raise ValueError(f"not an update and a read by id of the same table: {write[:60]!r}, {read[:60]!r}")
+    return f" RETURNING {reading['columns']}"
+
+
+def _statement(sql: str) -> str:
+    """``sql`` without its comment lines."""
+    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
 
 
 def _positional_query(query: str) -> tuple[str, list[int]]:
@@ -180,6 +201,19 @@ class Tx:
             return [self.one(query, params[0])]
         flush_before(self._deferred, query)
         return [result.fetchone() for result in each(self._conn, QUERIES[query], params)]
+
+    def changed_each(
+        self, query: str, params: Sequence[Mapping[str, Any]], read: str, *, key: str = "id"
+    ) -> list[Row | None]:
+        # the update returns the row: one statement each, not an update and a read
+        flush_before(self._deferred, query)
+        sql = _RETURNING.get((query, read))
+        if sql is None:
+            sql = _RETURNING[(query, read)] = QUERIES[query] + returning_clause(QUERIES[query], QUERIES[read])
+        if len(params) == 1:
+            row: Row | None = self._conn.execute(sql, params[0]).fetchone()
+            return [row]
+        return [result.fetchone() for result in each(self._conn, sql, params)]
 
 
 def each(conn: Any, sql: str, params: Sequence[Mapping[str, Any]], *, tuples: bool = False) -> Iterator[Any]:

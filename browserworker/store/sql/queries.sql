@@ -10,8 +10,10 @@
 -- NULL`: PostgreSQL types a parameter at its first use).
 -- No write says RETURNING: SQLite runs such a statement into a temporary b-tree and reads
 -- it back, which costs more than the write's own index updates (a run's transition
--- took ~50 µs with it, ~20 without). A write that must return its row counts the rows
--- it changed, then reads the row by its key (get_run, get_attempt) in the same transaction.
+-- took ~50 µs with it, ~20 without). A write that must return its row names the read of
+-- that row by its key (get_run, dispatched_at: Tx.changed_each): SQLite counts the rows the
+-- update changed, then runs the read in the same transaction; PostgreSQL, where each
+-- statement is work for the server, adds the read's columns to the update as RETURNING.
 
 -- name: insert_run
 INSERT INTO runs (id, flow_name, flow_path, flow_hash, inputs_json, secret_fields, queue, priority, state,

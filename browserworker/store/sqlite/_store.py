@@ -360,6 +360,12 @@ class _Tx:
     def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
         return [self.one(query, p) for p in params]
 
+    def changed_each(
+        self, query: str, params: Sequence[Mapping[str, Any]], read: str, *, key: str = "id"
+    ) -> list[Row | None]:
+        # an update, then a read of its row if it changed one (no RETURNING: see sql/queries.sql)
+        return [self.one(read, {"id": p[key]}) if self.execute(query, p) == 1 else None for p in params]
+
 
 class _PositionalQueries(dict[str, str]):
     """The queries in positional form, made on first use of each."""
