@@ -233,6 +233,33 @@ def test_a_lost_lease_in_a_coalesced_batch_fails_only_its_own_call(any_store: SQ
     assert [e.kind for e in s.events("r0")][-1] == "intent"
 
 
+def test_a_lost_lease_in_a_batch_of_heartbeats_and_transitions_fails_only_its_own_call(any_store: SQLStore) -> None:
+    """Six heartbeats in one batch, then six ends of runs, one run under an epoch another claim
+    has moved on (on PostgreSQL each batch is one statement, its fence read from the rows it
+    returns): that call raises LeaseLost and changes nothing; the other five take effect."""
+    s = any_store
+    _six_leased(s)
+    backdate(s, "r3", 120)
+    taken = s.claim_run("r3", B, 30.0)
+    assert taken is not None and taken.lease_epoch == 2
+    before = s.get_run("r0")
+    assert before is not None and before.lease_expires_at is not None
+    beats = _in_one_batch(s, [(s.heartbeat, (f"r{i}", 1, 600.0)) for i in range(6)])
+    assert isinstance(beats[3], LeaseLost) and [b for i, b in enumerate(beats) if i != 3] == [None] * 5
+    runs = {i: s.get_run(f"r{i}") for i in range(6)}
+    assert all(r is not None and r.lease_expires_at is not None for r in runs.values())
+    assert all(runs[i].lease_expires_at > before.lease_expires_at + 300 for i in (0, 1, 2, 4, 5))  # type: ignore[union-attr, operator]
+    assert runs[3].lease_expires_at < before.lease_expires_at + 300  # type: ignore[union-attr, operator]
+    for i in range(6):
+        s.advance_run(f"r{i}", 2 if i == 3 else 1, RunState.RUNNING, worker=A.worker)
+    ended = _in_one_batch(s, [(s.set_run_state, (f"r{i}", 1, RunState.SUCCEEDED)) for i in range(6)])
+    assert isinstance(ended[3], LeaseLost)
+    assert [e.id for i, e in enumerate(ended) if i != 3] == ["r0", "r1", "r2", "r4", "r5"]
+    assert all(e.state == RunState.SUCCEEDED for i, e in enumerate(ended) if i != 3)
+    still = s.get_run("r3")
+    assert still is not None and still.state == RunState.RUNNING and still.lease_epoch == 2
+
+
 def test_claims_of_many_slots_take_each_run_once(store_target: str) -> None:
     """Two workers, each with 60 free slots claiming in one batch, on 100 queued runs: every run
     is leased once, by one of them, and 20 claims find nothing."""
@@ -344,3 +371,19 @@ def test_a_returned_row_must_be_read_by_id_from_the_table_the_update_changes() -
         returning_clause(QUERIES["finish_attempt"], QUERIES["get_run"])  # attempts, read from runs
     with pytest.raises(ValueError):
         returning_clause(QUERIES["get_run"], QUERIES["get_run"])  # not an update
+
+
+def test_each_one_statement_batch_form_takes_its_query_parameters() -> None:
+    """A write's one-statement form for a batch (PostgreSQL, ``sql/postgres_batch.sql``) takes
+    exactly the parameters of the query it stands for, its row's key first, and returns the id
+    of each row it changed: a call's parameters fill it as they fill the single statement."""
+    import re
+
+    from browserworker.store.postgres._queries import BATCHES, QUERIES
+
+    assert {"claim_queued_by_id", "start_run", "end_run", "heartbeat", "finish_attempt"} <= set(BATCHES)
+    for name, (sql, names) in BATCHES.items():
+        single = set(re.findall(r"%\((\w+)\)s", QUERIES[name]))
+        assert set(names) == single, name
+        assert names[0] in ("id", "attempt_id") and f"WHERE id = %({names[0]})s" in " ".join(QUERIES[name].split())
+        assert re.search(r"RETURNING \w+\.(id|\*)", sql), name

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
 
-__all__ = ["DB_NOW", "FRAGMENTS", "QUERIES", "Deferred", "Tx", "each", "flush_before", "to_pyformat"]
+__all__ = ["BATCHES", "DB_NOW", "FRAGMENTS", "QUERIES", "Deferred", "Tx", "each", "flush_before", "to_pyformat"]
 
 #: the database's clock, in seconds since the epoch (``extract`` gives numeric: cast it)
 DB_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
@@ -48,6 +48,23 @@ def _compile() -> dict[str, str]:
 
 
 QUERIES = _compile()
+
+
+def _compile_batches() -> dict[str, tuple[str, list[str]]]:
+    """``postgres_batch.sql``: for a shared write, its one statement for a batch's calls, and
+    its parameters in order of first use (the first is the key of a call's row)."""
+    raw = compile_queries(load_queries(SQL_PACKAGE, "postgres_batch.sql"), {}, FRAGMENTS)
+    unknown = set(raw) - set(QUERIES)
+    if unknown:
+        raise ValueError(f"batch forms of no shared query: {sorted(unknown)}")
+    batches = {}
+    for name, sql in raw.items():
+        compiled = to_pyformat(sql)
+        batches[name] = (compiled, list(dict.fromkeys(re.findall(r"%\((\w+)\)s", compiled))))
+    return batches
+
+
+BATCHES = _compile_batches()
 
 
 def _positional(sql: str) -> tuple[str, list[int]]:
@@ -133,6 +150,26 @@ def returning_clause(write: str, read: str) -> str:
     return f" RETURNING {reading['columns']}"
 
 
+_BATCH_READS: dict[tuple[str, str], bool] = {}
+
+
+def batch_reads(query: str, read: str) -> bool:
+    """Whether the batch form of ``query`` returns every column the read by id ``read`` reads."""
+    known = _BATCH_READS.get((query, read))
+    if known is None:
+        batch = BATCHES.get(query)
+        reading = _READ_BY_ID.fullmatch(_statement(QUERIES[read]))
+        returning = re.search(r"RETURNING (.+)$", batch[0], re.S) if batch is not None else None
+        known = False
+        if reading is not None and returning is not None:
+            table = reading["table"]
+            given = {column.strip() for column in returning[1].split(",")}
+            wanted = {column.strip() for column in reading["columns"].split(",")}
+            known = f"{table}.*" in given or {f"{table}.{column}" for column in wanted} <= given
+        _BATCH_READS[(query, read)] = known
+    return known
+
+
 def _statement(sql: str) -> str:
     """``sql`` without its comment lines."""
     return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
@@ -187,7 +224,25 @@ class Tx:
         if len(params) == 1:
             return [self.execute(query, params[0])]
         flush_before(self._deferred, query)
+        batched = self._batched(query, params)
+        if batched is not None:
+            return [0 if row is None else 1 for row in batched]
         return [result.rowcount for result in each(self._conn, QUERIES[query] + " RETURNING 1", params, tuples=True)]
+
+    def _batched(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None] | None:
+        """``query`` for every parameter set in one statement (its form in ``postgres_batch.sql``):
+        each set's changed row, or None where it changed nothing; None if ``query`` has no such
+        form or two sets name one row (one statement cannot change a row twice)."""
+        batch = BATCHES.get(query)
+        if batch is None:
+            return None
+        sql, names = batch
+        keys = [p[names[0]] for p in params]
+        if len(set(keys)) != len(keys):
+            return None
+        rows = self._conn.execute(sql, {name: [p[name] for p in params] for name in names}).fetchall()
+        changed = {row["id"]: row for row in rows}
+        return [changed.get(key) for key in keys]
 
     def insert_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int | None]:
         if len(params) == 1:
@@ -207,6 +262,10 @@ class Tx:
     ) -> list[Row | None]:
         # the update returns the row: one statement each, not an update and a read
         flush_before(self._deferred, query)
+        if len(params) > 1 and batch_reads(query, read):
+            batched = self._batched(query, params)
+            if batched is not None:
+                return batched
         sql = _RETURNING.get((query, read))
         if sql is None:
             sql = _RETURNING[(query, read)] = QUERIES[query] + returning_clause(QUERIES[query], QUERIES[read])

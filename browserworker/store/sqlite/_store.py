@@ -136,7 +136,7 @@ class SQLiteConnector:
         self._setup(conn)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._to_wal(conn)
             if str(mode).lower() != "wal":  # pragma: no cover - e.g. a read-only medium
                 raise StoreError(f"{self.path}: could not switch to WAL (journal_mode is {mode})")
             conn.execute("PRAGMA synchronous = FULL")
@@ -145,6 +145,20 @@ class SQLiteConnector:
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"cannot open database {self.path}: {unopenable(self.path, exc)}") from exc
+
+    def _to_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch the file to WAL; its journal mode after. A new file that other processes open
+        at the same moment answers "database is locked" at once, without the busy timeout (its
+        switch needs the file alone, and SQLite will not wait on a lock another switch may hold
+        while waiting on its own): tried again until the busy timeout has passed."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.005)
 
     @classmethod
     def over(cls, conn: sqlite3.Connection, path: str | os.PathLike[str]) -> SQLiteConnector:
