@@ -216,14 +216,15 @@ class AgentService:
     async def session(self, run_id: str) -> tuple[AgentSession, list[str]]:
         """The live session of ``run_id``, taken up here if another process drove it (its steps
         replayed in a new page). Returns it and what its replay said."""
-        found = self.live.get(run_id)
-        if found is not None and found.live.journal.alive:
-            return found, []
+        alive = self._alive(run_id)
+        if alive is not None:
+            return alive, []
         lock = self._attaching.setdefault(run_id, asyncio.Lock())
         async with lock:
+            alive = self._alive(run_id)
+            if alive is not None:
+                return alive, []
             found = self.live.get(run_id)
-            if found is not None and found.live.journal.alive:
-                return found, []
             if found is not None:  # its lease was lost: let it go
                 self.live.pop(run_id, None)
                 with contextlib.suppress(Exception):
@@ -288,12 +289,16 @@ class AgentService:
         events = await self.astore.call(self.store.events, run_id)
         return journaled_calls(events)
 
+    def _alive(self, run_id: str) -> AgentSession | None:
+        """``run_id``'s session, if this server drives it and still holds its lease."""
+        found = self.live.get(run_id)
+        return found if found is not None and found.live.journal.alive else None
+
     async def call(self, run_id: str, work: Callable[[AgentSession], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         """Run one tool call on ``run_id``'s session, one at a time per session."""
-        session = self.live.get(run_id)
-        if session is not None and session.live.journal.alive:  # the common case, without a coroutine
-            notes: list[str] = []
-        else:
+        session = self._alive(run_id)  # the common case, without a coroutine
+        notes: list[str] = []
+        if session is None:
             session, notes = await self.session(run_id)
         async with session.lock:
             try:

@@ -78,8 +78,7 @@ class AgentSession:
     _unwritten: list[Call] = field(default_factory=list)  # read calls noted, not yet journaled
     _noting: asyncio.TimerHandle | None = None  # when they will be
     _watched: Any = None  # the page whose navigations make refs stale
-    navigations: int = 0  # of the watched page's main frame
-    acted_on: bool = False  # the running action has done its work on its element (see act)
+    moves: int = 0  # the watched page navigated, or an action acted on its element (see acted)
 
     @property
     def run_id(self) -> str:
@@ -199,12 +198,12 @@ class AgentSession:
         """The page's document was replaced: every ref of its last snapshot is stale."""
         if self._watched is not None and frame == self._watched.main_frame:
             self.refs = {}
-            self.navigations += 1
+            self.moves += 1
 
     def acted(self) -> None:
         """The running action has done its work on its element (a click done: what it set off is
         still settling). Its element may be gone from now on, and that is not a stale ref."""
-        self.acted_on = True
+        self.moves += 1
 
     def aim(self, ref: str | None, selector: str | None) -> tuple[str, Target | None]:
         """What a call names, checked without the page: ``(selector to act on now, the ref's
@@ -269,7 +268,6 @@ class AgentSession:
             if acting is not None:
                 outcome = await acting
             elif aimed is not None:  # a ref: the action in this task, stopped if the late probe fails
-                self.acted_on = False
                 late = _LateProbe(self, aimed[0], ref, aimed[1])
                 outcome = await late.around(self.live.action(step))  # type: ignore[arg-type]
             else:
@@ -329,7 +327,7 @@ class _LateProbe:
         me = asyncio.current_task()
         assert me is not None
         self.session, self.probe, self.me = session, probe, me
-        self.navigations = session.navigations
+        self.moves = session.moves
         self.running = True  # the action
         self.stopped = False  # by the probe (the task cancelled)
         self.task: asyncio.Future[Target] | None = None
@@ -337,7 +335,7 @@ class _LateProbe:
 
     def _moved_on(self) -> bool:
         """The action is past its element (it acted on it, or the page navigated meanwhile)."""
-        return self.session.acted_on or self.session.navigations != self.navigations
+        return self.session.moves != self.moves
 
     def _start(self) -> None:
         if self.running and not self._moved_on():

@@ -382,7 +382,8 @@ def test_each_one_statement_batch_form_takes_its_query_parameters() -> None:
     from browserworker.store.postgres._queries import BATCHES, QUERIES
 
     assert {"claim_queued_by_id", "start_run", "end_run", "heartbeat", "finish_attempt"} <= set(BATCHES)
-    for name, (sql, names) in BATCHES.items():
+    for name, batch in BATCHES.items():
+        sql, names = batch.sql, batch.params
         single = set(re.findall(r"%\((\w+)\)s", QUERIES[name]))
         assert set(names) == single, name
         assert names[0] in ("id", "attempt_id") and f"WHERE id = %({names[0]})s" in " ".join(QUERIES[name].split())

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..connector import SQL_PACKAGE, Row, compile_queries, load_queries, shared_queries
 
-__all__ = ["BATCHES", "DB_NOW", "FRAGMENTS", "QUERIES", "Deferred", "Tx", "each", "flush_before", "to_pyformat"]
+__all__ = [
+    "BATCHES",
+    "DB_NOW",
+    "FRAGMENTS",
+    "QUERIES",
+    "Batch",
+    "Deferred",
+    "Tx",
+    "each",
+    "flush_before",
+    "to_pyformat",
+]
 
 #: the database's clock, in seconds since the epoch (``extract`` gives numeric: cast it)
 DB_NOW = "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
@@ -50,9 +61,15 @@ def _compile() -> dict[str, str]:
 QUERIES = _compile()
 
 
-def _compile_batches() -> dict[str, tuple[str, list[str]]]:
-    """``postgres_batch.sql``: for a shared write, its one statement for a batch's calls, and
-    its parameters in order of first use (the first is the key of a call's row)."""
+class Batch(NamedTuple):
+    """A shared write's one statement for a batch's calls (``postgres_batch.sql``)."""
+
+    sql: str
+    params: list[str]  # in order of first use: the first is the key of a call's row
+    returns: frozenset[str]  # what its RETURNING gives, e.g. ``runs.*`` or ``attempts.id``
+
+
+def _compile_batches() -> dict[str, Batch]:
     raw = compile_queries(load_queries(SQL_PACKAGE, "postgres_batch.sql"), {}, FRAGMENTS)
     unknown = set(raw) - set(QUERIES)
     if unknown:
@@ -60,7 +77,14 @@ def _compile_batches() -> dict[str, tuple[str, list[str]]]:
     batches = {}
     for name, sql in raw.items():
         compiled = to_pyformat(sql)
-        batches[name] = (compiled, list(dict.fromkeys(re.findall(r"%\((\w+)\)s", compiled))))
+        returning = re.search(r"RETURNING (.+)$", compiled, re.S)
+        if returning is None:
+            raise ValueError(f"the batch form of {name} returns nothing")
+        batches[name] = Batch(
+            compiled,
+            list(dict.fromkeys(re.findall(r"%\((\w+)\)s", compiled))),
+            frozenset(column.strip() for column in returning[1].split(",")),
+        )
     return batches
 
 
@@ -81,7 +105,6 @@ def _positional(sql: str) -> tuple[str, list[int]]:
 
 
 _POSITIONAL: dict[str, tuple[str, list[int]]] = {}
-_RETURNING: dict[tuple[str, str], str] = {}  # (update, read) -> the update returning what the read reads
 
 
 class Deferred:
@@ -143,31 +166,41 @@ def returning_clause(write: str, read: str) -> str:
     """``RETURNING <columns>`` that makes the ``UPDATE`` ``write`` return what the read by id
     ``read`` would read after it (:meth:`~browserworker.store.connector.Tx.changed_each`);
     ValueError for a pair that is not an update and a read of the same table by id."""
-    reading = _READ_BY_ID.fullmatch(_statement(read))
+    table, columns = _read_by_id(read)
     updating = _UPDATE.match(_statement(write))
-    if reading is None or updating is None or reading["table"] != updating["table"]:
+    if updating is None or updating["table"] != table:
         raise ValueError(f"not an update and a read by id of the same table: {write[:60]!r}, {read[:60]!r}")
-    return f" RETURNING {reading['columns']}"
+    return f" RETURNING {', '.join(columns)}"
 
 
-_BATCH_READS: dict[tuple[str, str], bool] = {}
+def _read_by_id(read: str) -> tuple[str, list[str]]:
+    """The table and the columns of a read by id (``SELECT <columns> FROM <table> WHERE id = ...``)."""
+    reading = _READ_BY_ID.fullmatch(_statement(read))
+    if reading is None:
+        raise ValueError(f"not a read by id: {read[:60]!r}")
+    return reading["table"], [column.strip() for column in reading["columns"].split(",")]
 
 
-def batch_reads(query: str, read: str) -> bool:
-    """Whether the batch form of ``query`` returns every column the read by id ``read`` reads."""
-    known = _BATCH_READS.get((query, read))
-    if known is None:
+class _Changed(NamedTuple):
+    """How :meth:`Tx.changed_each` runs an update whose row a read by id reads back."""
+
+    single: str  # the update with the read's columns as RETURNING
+    batched: bool  # whether its batch form (BATCHES) returns those columns too
+
+
+_CHANGED: dict[tuple[str, str], _Changed] = {}  # (update, read) -> its plan, made on first use
+
+
+def _changed(query: str, read: str) -> _Changed:
+    plan = _CHANGED.get((query, read))
+    if plan is None:
+        table, columns = _read_by_id(QUERIES[read])
         batch = BATCHES.get(query)
-        reading = _READ_BY_ID.fullmatch(_statement(QUERIES[read]))
-        returning = re.search(r"RETURNING (.+)$", batch[0], re.S) if batch is not None else None
-        known = False
-        if reading is not None and returning is not None:
-            table = reading["table"]
-            given = {column.strip() for column in returning[1].split(",")}
-            wanted = {column.strip() for column in reading["columns"].split(",")}
-            known = f"{table}.*" in given or {f"{table}.{column}" for column in wanted} <= given
-        _BATCH_READS[(query, read)] = known
-    return known
+        returned = batch.returns if batch is not None else frozenset()
+        batched = batch is not None and (f"{table}.*" in returned or {f"{table}.{c}" for c in columns} <= returned)
+        single = QUERIES[query] + returning_clause(QUERIES[query], QUERIES[read])
+        plan = _CHANGED[(query, read)] = _Changed(single, batched)
+    return plan
 
 
 def _statement(sql: str) -> str:
@@ -236,11 +269,10 @@ class Tx:
         batch = BATCHES.get(query)
         if batch is None:
             return None
-        sql, names = batch
-        keys = [p[names[0]] for p in params]
+        keys = [p[batch.params[0]] for p in params]
         if len(set(keys)) != len(keys):
             return None
-        rows = self._conn.execute(sql, {name: [p[name] for p in params] for name in names}).fetchall()
+        rows = self._conn.execute(batch.sql, {name: [p[name] for p in params] for name in batch.params}).fetchall()
         changed = {row["id"]: row for row in rows}
         return [changed.get(key) for key in keys]
 
@@ -262,17 +294,15 @@ class Tx:
     ) -> list[Row | None]:
         # the update returns the row: one statement each, not an update and a read
         flush_before(self._deferred, query)
-        if len(params) > 1 and batch_reads(query, read):
+        plan = _changed(query, read)
+        if len(params) > 1 and plan.batched:
             batched = self._batched(query, params)
             if batched is not None:
                 return batched
-        sql = _RETURNING.get((query, read))
-        if sql is None:
-            sql = _RETURNING[(query, read)] = QUERIES[query] + returning_clause(QUERIES[query], QUERIES[read])
         if len(params) == 1:
-            row: Row | None = self._conn.execute(sql, params[0]).fetchone()
+            row: Row | None = self._conn.execute(plan.single, params[0]).fetchone()
             return [row]
-        return [result.fetchone() for result in each(self._conn, sql, params)]
+        return [result.fetchone() for result in each(self._conn, plan.single, params)]
 
 
 def each(conn: Any, sql: str, params: Sequence[Mapping[str, Any]], *, tuples: bool = False) -> Iterator[Any]:
