@@ -19,8 +19,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
+from ..logs import get_logger
 from ..store.records import AttemptRecord, RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["HOOKS", "IN_PATH", "Extension", "Extensions", "Later"]
 
-log = structlog.get_logger("browserworker.extensions")
+log = get_logger("browserworker.extensions")
 
 
 class Extension:

@@ -27,13 +27,13 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from playwright.async_api import APIResponse, Page, Request, Response, Route
 
 from .. import _faults as faults
 from ..errors import LeaseLost, StoreError
 from ..flow import Effect, Extensions
 from ..journal import RunJournal
+from ..logs import get_logger
 from ..store.records import AttemptRecord
 from ._outbox import DETECTED, GateOutbox
 from ._routes import SOCKET, ApiSend, ContextRoute, safe_url
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["API", "NOT_APPROVED", "WEBSOCKET", "Detector", "DispatchGate", "api_call", "approved", "socket_message"]
 
-log = structlog.get_logger("browserworker.gate")
+log = get_logger("browserworker.gate")
 
 SETTLE_WAIT = 60.0
 """Seconds :meth:`DispatchGate.remove` waits for the dispatches it claimed to be decided

@@ -12,10 +12,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import structlog
 from playwright.async_api import Page, Response
 
 from ..journal import RunJournal
+from ..logs import get_logger
 from ..store import limit_rules
 from ..store.records import AttemptRecord, OutboxRecord
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "pause_quietly", "watch_navigations"]
 
-log = structlog.get_logger("browserworker.gate")
+log = get_logger("browserworker.gate")
 
 DETECTED = "detected"
 

@@ -17,8 +17,9 @@ from functools import partial
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import structlog
 from playwright.async_api import APIResponse, BrowserContext, Page, Request, Route, WebSocketRoute
+
+from ..logs import get_logger
 
 __all__ = [
     "SOCKET",
@@ -32,7 +33,7 @@ __all__ = [
     "stop_renderer",
 ]
 
-log = structlog.get_logger("browserworker.gate")
+log = get_logger("browserworker.gate")
 
 RouteHandler = Callable[[Route, Request], Awaitable[None]]
 ApiSend = Callable[[], Awaitable[APIResponse]]

@@ -12,12 +12,13 @@ removes the main frame's unload listeners first (through the DevTools protocol, 
 
 from __future__ import annotations
 
-import structlog
 from playwright.async_api import Page
+
+from ..logs import get_logger
 
 __all__ = ["UNLOAD_EVENTS", "disarm_unload"]
 
-log = structlog.get_logger("browserworker.gate")
+log = get_logger("browserworker.gate")
 
 UNLOAD_EVENTS = ("pagehide", "unload", "beforeunload", "visibilitychange", "freeze")
 """The events a document may send on as it is left, hidden or unloaded."""

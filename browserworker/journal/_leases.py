@@ -11,10 +11,9 @@ import time
 import uuid
 from pathlib import Path
 
-import structlog
-
 from ..errors import LeaseLost, StoreError
 from ..flow import Extensions
+from ..logs import get_logger
 from ..store.aio import AsyncStore
 from ..store.records import Owner, RunRecord
 
@@ -32,7 +31,7 @@ __all__ = [
     "this_owner",
 ]
 
-log = structlog.get_logger("browserworker.leases")
+log = get_logger("browserworker.leases")
 
 
 class LeaseSettings:

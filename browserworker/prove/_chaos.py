@@ -24,11 +24,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from .._faults import CHAOS_POINTS
 from ..errors import UsageError
 from ..flow import Action, Effect, LoadedFlow, StepContext, Verdict
+from ..logs import get_logger
 from ..runtime import BrowserProcess, BrowserSettings
 from ..states import AttemptState, RunState
 from ..store import Store, open_store
@@ -208,7 +207,7 @@ async def _probe(
     flow = loaded.flow
     inputs = flow.validate_inputs(run.inputs)
     results = {a.step_id: a.result for a in store.attempts(run_id) if a.state == AttemptState.SUCCEEDED}
-    log = structlog.get_logger("browserworker.chaos")
+    log = get_logger("browserworker.chaos")
     async with BrowserProcess(browser) as session, session.context() as context:
         page = await context.new_page()
 

@@ -26,7 +26,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from playwright.async_api import APIResponse, BrowserContext
 from pydantic import BaseModel
 
@@ -34,6 +33,7 @@ from .._redact import REDACTED, Redactor
 from ..errors import InputError, RunNotFound, UsageError
 from ..flow import Effect, Extension, Extensions, Flow, LoadedFlow, Step, StepContext, secret_values
 from ..gate import ApiCall, observe_api
+from ..logs import get_logger
 from ..states import RunState
 from ..store.base import Store
 from ..store.records import AttemptRecord, RunRecord
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["RecordedRun", "Recorder", "TraceChunks", "journal_data", "record", "redact_trace"]
 
-log = structlog.get_logger("browserworker.recording")
+log = get_logger("browserworker.recording")
 
 _DETECT_SECRET_FIELDS = """
 (() => {

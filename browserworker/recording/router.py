@@ -44,15 +44,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import structlog
 from playwright.async_api import BrowserContext, Request, Route
 
 from .._redact import Redactor
+from ..logs import get_logger
 from .files import VERIFY_PHASES, Ledger, Recording, Segment
 
 __all__ = ["Answer", "Entry", "ReplayProxy", "ReplayRouter", "request_key", "tls_context"]
 
-log = structlog.get_logger("browserworker.replay")
+log = get_logger("browserworker.replay")
 
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _DROP_RESPONSE_HEADERS = frozenset(

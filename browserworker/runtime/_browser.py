@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
 from ..errors import BrowserNotFound, UsageError
 from ..journal import own_start_time, pid_space, process_is_gone
+from ..logs import get_logger
 
-log = structlog.get_logger("browserworker.browser")
+log = get_logger("browserworker.browser")
 
 __all__ = ["LEAN_FEATURES", "BrowserProcess", "BrowserSettings", "find_chromium", "launch_options"]
 

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import structlog
 from playwright.async_api import BrowserContext, Page
 
 from ..errors import SessionKeyError
 from ..flow import Action, Effect, Extension, Extensions, Flow, Login, Step
 from ..gate import ContextRoute, StepGap, watch_navigations
 from ..journal import RunJournal
+from ..logs import get_logger
 from ..states import AttemptState, RunState
 from ..store.records import AttemptRecord, RunRecord
 from ._actions import run_action
@@ -35,7 +35,7 @@ from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["Executor", "PassOutcome"]
 
-log = structlog.get_logger("browserworker")
+log = get_logger("browserworker")
 
 # pass outcomes that end the run: (state, decision)
 _ENDINGS: dict[str, tuple[RunState, str]] = {

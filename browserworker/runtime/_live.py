@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
 from playwright.async_api import Page
 
 from ..errors import LeaseLost
 from ..flow import Action, Effect, Extensions, Flow, Login, Step
 from ..gate import ActionGuard, ContextRoute, StepGap, watch_navigations
 from ..journal import Lease, LeaseSettings, RunJournal
+from ..logs import get_logger
 from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import Owner, RunRecord
@@ -40,7 +40,7 @@ from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["LiveRun", "StepOutcome"]
 
-log = structlog.get_logger("browserworker")
+log = get_logger("browserworker")
 
 MAX_PASSES = 6
 """Passes one effect may take (each after an outcome in doubt) before it is left to a person."""

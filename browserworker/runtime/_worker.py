@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import structlog
-
 from ..errors import BrowserworkerError, LeaseLost, StoreError, UsageError
 from ..flow import Extension, Extensions, LoadedFlow, file_hash, load_flow
 from ..journal import LeaseSettings, owner_is_gone, this_owner
+from ..logs import get_logger
 from ..states import RunState
 from ..store.aio import AsyncStore
 from ..store.records import RunRecord
@@ -38,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["FlowResolver", "Worker", "WorkerSettings", "WorkerStats", "leftovers"]
 
-log = structlog.get_logger("browserworker.worker")
+log = get_logger("browserworker.worker")
 
 _PAST_EDGE = 0.01  # seconds past a lease's expiry (plus skew) at which the reclaimer wakes for it
 _EXPIRE_EVERY = 5.0  # seconds between two looks for approvals past their expiry

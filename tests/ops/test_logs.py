@@ -44,6 +44,53 @@ def test_json_lines_mask_secret_keys_and_secret_values(capsys: pytest.CaptureFix
         assert secret not in err
 
 
+def test_structlog_loads_only_for_a_line_to_write() -> None:
+    """A line below the level costs no structlog import (nor rich's); the first line at the level
+    loads it, set up as the command's default: JSON on stderr, secrets masked. A bound logger
+    keeps its context until then."""
+    code = (
+        "import sys\n"
+        "from browserworker.logs import get_logger\n"
+        "log = get_logger('browserworker.test').bind(run_id='r1')\n"
+        "log.info('below the level', password='hidden-pw')\n"
+        "print('structlog' in sys.modules, 'rich' in sys.modules)\n"
+        "log.warning('at the level', password='shown-pw')\n"
+        "print('structlog' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert done.stdout.split() == ["False", "False", "True"], done.stdout
+    [line] = done.stderr.splitlines()
+    event = json.loads(line)
+    assert (event["event"], event["run_id"], event["password"], event["level"]) == (
+        "at the level",
+        "r1",
+        "[redacted]",
+        "warning",
+    )
+    assert "below the level" not in done.stderr and "pw" not in line.replace("password", "")
+
+
+def test_configure_logging_sets_the_level_before_structlog_loads() -> None:
+    """The command configures logging before anything is imported: at --log-level info an info
+    line is written (structlog loads for it), at error a warning is not and structlog stays out."""
+    code = (
+        "import sys\n"
+        "from browserworker.logs import configure_logging, get_logger\n"
+        "configure_logging(sys.argv[1], json=True)\n"
+        "get_logger('browserworker.test').info('an info line')\n"
+        "get_logger('browserworker.test').warning('a warning line')\n"
+        "print('structlog' in sys.modules)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin"}
+    info = subprocess.run([sys.executable, "-c", code, "info"], capture_output=True, text=True, check=True, env=env)
+    assert [json.loads(line)["event"] for line in info.stderr.splitlines()] == ["an info line", "a warning line"]
+    assert info.stdout.strip() == "True"
+    error = subprocess.run([sys.executable, "-c", code, "error"], capture_output=True, text=True, check=True, env=env)
+    assert error.stderr == "" and error.stdout.strip() == "False"
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_worker_logs_identify_every_step_and_never_the_password(tmp_path: Path, shop: Any) -> None:

@@ -14,14 +14,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import structlog
+from ...logs import get_logger
 
 __all__ = ["CHANNEL", "Listener"]
 
 CHANNEL = "browserworker_queued"
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.1, 5.0
 
-log = structlog.get_logger("browserworker.store")
+log = get_logger("browserworker.store")
 
 
 class Listener:

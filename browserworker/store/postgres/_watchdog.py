@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import structlog
+from ...logs import get_logger
 
 __all__ = ["Watchdog"]
 
-log = structlog.get_logger("browserworker.store")
+log = get_logger("browserworker.store")
 
 
 class Watchdog:
