@@ -9,13 +9,20 @@ store: the managers :mod:`.runs`, :mod:`.journal`, :mod:`.fleet`, :mod:`.review`
 (waking idle workers), :mod:`.testing` (helpers for tests of any store).
 """
 
-from .base import Store
-from .connector import Connector
-from .postgres import PostgresStore
-from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
-from .shared import SQLStore
-from .sqlite import SCHEMA_VERSION, SQLiteConnector, SQLiteStore
-from .url import DEFAULT_DB, ENV_DB, open_store
+from typing import TYPE_CHECKING
+
+from .._lazy import face
+
+if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from .base import Store
+    from .connector import Connector
+    from .postgres import PostgresStore
+    from .records import AttemptRecord, EventRecord, NewRun, OutboxRecord, Owner, RunRecord
+    from .shared import SQLStore
+    from .sqlite import SCHEMA_VERSION, SQLiteConnector, SQLiteStore
+    from .url import DEFAULT_DB, ENV_DB, open_store
+
+__getattr__, __dir__ = face(__name__)
 
 __all__ = [
     "DEFAULT_DB",
