@@ -134,3 +134,45 @@ def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str,
     assert "last" in received
     assert len(let_go) >= 4 * 20  # the route let POSTs go on in every context
     assert received - {"last"} <= let_go
+
+
+ON_PAGEHIDE = """() => addEventListener('pagehide', () => {
+    navigator.sendBeacon('/post', `beacon${location.search}`);
+    fetch('/post', {method: 'POST', body: `keepalive${location.search}`, keepalive: true});
+})"""
+
+
+def test_a_shut_context_sends_nothing_on_unload_and_leaves_no_crash_report(
+    post_log: tuple[str, set[str]], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages armed to send a beacon and a keepalive fetch on ``pagehide``: a context closed
+    without ``shut()`` sends both (the page would send), three shut first send nothing, their
+    pages are seen stopped, and Chromium's crash handler writes no report for them (a renderer
+    made to crash, as CDP ``Page.crash`` does, leaves one on disk per page)."""
+    base, received = post_log
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    monkeypatch.setenv("BREAKPAD_DUMP_LOCATION", str(dumps))  # where Chromium writes crash reports
+
+    async def scenario() -> list[bool]:
+        stopped: list[bool] = []
+        async with BrowserProcess(BrowserSettings.discover()) as session:
+            for name in ("shut1", "shut2", "shut3", "closed"):
+                async with session.context() as context:
+                    page = await context.new_page()
+                    crashed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+                    page.on("crash", lambda _, seen=crashed: seen.done() or seen.set_result(True))
+                    await page.goto(f"{base}/?{name}")
+                    await page.evaluate(ON_PAGEHIDE)
+                    if name != "closed":
+                        await ContextRoute(context).shut()
+                        stopped.append(crashed.done())
+            deadline = asyncio.get_running_loop().time() + 10
+            while not {"beacon?closed", "keepalive?closed"} <= received:  # the control's sends, sent after the others
+                assert asyncio.get_running_loop().time() < deadline, received
+                await asyncio.sleep(0.05)
+        return stopped
+
+    assert asyncio.run(scenario()) == [True, True, True]
+    assert not [body for body in received if "shut" in body]
+    assert list(dumps.rglob("*.dmp")) == []

@@ -169,15 +169,15 @@ class FakeRoute:
 
 
 class FakeCDPSession:
-    """The DevTools calls the loop makes: stop a renderer (``Page.crash``), find unload listeners
-    (none here), take a screenshot."""
+    """The DevTools calls the loop makes: stop a renderer (a typed navigation to
+    ``chrome://kill``), find unload listeners (none here), take a screenshot."""
 
     def __init__(self, page: FakePage) -> None:
         self.page = page
 
     async def send(self, method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         self.page.cdp.append(method)
-        if method == "Page.crash":
+        if method == "Page.navigate" and params is not None and params.get("url") == "chrome://kill":
             self.page.crash()
         if method == "Runtime.evaluate":
             return {"result": {"type": "object"}}  # no objectId: nothing to disarm
