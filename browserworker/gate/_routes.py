@@ -52,6 +52,9 @@ _EXIT = {"url": "chrome://kill", "transitionType": "typed"}
 """A typed navigation to ``chrome://kill``: Chromium starts no navigation for it but has the
 frame's renderer process exit at once (a debug URL, honoured only as if typed)."""
 
+_EXIT_WAIT = 2.0
+"""Seconds a renderer told to exit has before it is made to crash instead."""
+
 Listener = Callable[..., None]
 
 
@@ -365,8 +368,8 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
 
     The renderer is told to exit (:data:`_EXIT`), not to crash: it runs no unload handler
     either way, but a crash (CDP ``Page.crash``) has Chromium's crash handler write a report of
-    ~128 KB to disk for every pass, kept until someone deletes it, and costs the renderer and
-    the browser more CPU."""
+    ~128 KB to disk for every pass, kept until someone deletes it. A renderer not gone after
+    :data:`_EXIT_WAIT` (a Chromium that would not honour the exit) is made to crash."""
     if page.is_closed():
         return
     # heard by listeners, not page.wait_for_event: that one sends the driver three messages
@@ -383,11 +386,16 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
 
     page.on("crash", crashed)
     page.on("close", closed)
-    sent: asyncio.Future[object] | None = None
+    sent: list[asyncio.Future[object]] = []  # never answered: the renderer is gone
     try:
         session = await context.new_cdp_session(page)
-        sent = _background(session.send("Page.navigate", _EXIT))  # never answered: its renderer is gone
-        await asyncio.wait_for(gone, SHUT_TIMEOUT)
+        sent.append(_background(session.send("Page.navigate", _EXIT)))
+        try:
+            await asyncio.wait_for(asyncio.shield(gone), _EXIT_WAIT)
+        except TimeoutError:
+            log.warning("a page's renderer did not exit within 2 s of being told to; making it crash", url=page.url)
+            sent.append(_background(session.send("Page.crash")))
+            await asyncio.wait_for(gone, SHUT_TIMEOUT - _EXIT_WAIT)
     except Exception as exc:  # closed, crashed by a page sharing its renderer, or stuck
         log.debug("page renderer not seen stopped before closing", error=str(exc) or type(exc).__name__)
     finally:
@@ -397,8 +405,8 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
             gone.cancel()
         elif not gone.cancelled():
             gone.exception()  # retrieved: a close after the wait gave up is no error of anyone's
-        if sent is not None:
-            sent.cancel()
+        for future in sent:
+            future.cancel()
 
 
 def _background(work: Awaitable[object]) -> asyncio.Future[object]:

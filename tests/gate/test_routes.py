@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from playwright.async_api import Request, Route
 
-from browserworker.gate import ContextRoute
+from browserworker.gate import ContextRoute, _routes
 from browserworker.runtime import BrowserProcess, BrowserSettings
 from tests.support.bw import BW
+from tests.support.loop_fakes import FakeContext, FakeSite
 from tests.support.paths import TEST_FLOWS
 
 pytestmark = pytest.mark.browser
@@ -176,3 +177,22 @@ def test_a_shut_context_sends_nothing_on_unload_and_leaves_no_crash_report(
     assert asyncio.run(scenario()) == [True, True, True]
     assert not [body for body in received if "shut" in body]
     assert list(dumps.rglob("*.dmp")) == []
+
+
+@pytest.mark.parametrize("exits", [True, False])
+def test_a_renderer_that_does_not_exit_when_told_is_made_to_crash(monkeypatch: pytest.MonkeyPatch, exits: bool) -> None:
+    """Shutting a context tells each page's renderer to exit; one still there after the exit's
+    wait (a Chromium that would not honour it) is made to crash, so the page is stopped all
+    the same before its context closes."""
+    monkeypatch.setattr(_routes, "_EXIT_WAIT", 0.05)
+
+    async def scenario() -> tuple[list[str], bool]:
+        context = FakeContext(FakeSite())
+        page = await context.new_page()
+        page.exits_when_told = exits
+        await ContextRoute(context).shut()  # type: ignore[arg-type]
+        return page.cdp, page.crashed
+
+    sent, stopped = asyncio.run(scenario())
+    assert stopped
+    assert sent == (["Page.navigate"] if exits else ["Page.navigate", "Page.crash"])

@@ -178,6 +178,9 @@ class FakeCDPSession:
     async def send(self, method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         self.page.cdp.append(method)
         if method == "Page.navigate" and params is not None and params.get("url") == "chrome://kill":
+            if self.page.exits_when_told:
+                self.page.crash()
+        if method == "Page.crash":
             self.page.crash()
         if method == "Runtime.evaluate":
             return {"result": {"type": "object"}}  # no objectId: nothing to disarm
@@ -241,6 +244,7 @@ class FakePage(Emitter):
         self.main_frame = FakeFrame(self)
         self.request = FakeAPIRequest(context)
         self.cdp: list[str] = []  # the DevTools methods sent to this page
+        self.exits_when_told = True  # its renderer exits on a typed chrome://kill
         self._closed = False
         self._crashed = asyncio.Event()
 
