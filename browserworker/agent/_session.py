@@ -316,9 +316,10 @@ class AgentSession:
 class _LateProbe:
     """The probe of a ref's element beside its action, which runs in the caller's task: started
     only if the action is still running after :data:`PROBE_AFTER` (a timer, cancelled when the
-    action ends first). A probe that fails (the element is not there) while the action may
-    still be waiting for its element stops the action: it cancels the task, and :meth:`around`
-    raises the probe's error instead. Once the action has done its work on the element
+    action ends first). A probe that finds the element not there while the action may still
+    be waiting for it stops the action: it cancels the task, and :meth:`around` raises the
+    probe's error instead; a probe that could not look (the page navigated under it) stops
+    nothing. Once the action has done its work on the element
     (:meth:`AgentSession.acted`), or the page has navigated since it began (a link clicked),
     a missing element is what the action did, not a stale ref: the probe is not started, or
     what it found is let be; so is a failed probe of an action that ended by itself."""
@@ -343,7 +344,9 @@ class _LateProbe:
             self.task.add_done_callback(self._probed)
 
     def _probed(self, task: asyncio.Future[Target]) -> None:
-        if self.running and not task.cancelled() and task.exception() is not None and not self._moved_on():
+        # only a probe that looked and found no element stops the action: one that could not
+        # look (the page navigating under it, the link just clicked) says nothing of the element
+        if self.running and not task.cancelled() and isinstance(task.exception(), _StaleRef) and not self._moved_on():
             self.stopped = True
             self.me.cancel()
 
@@ -373,5 +376,9 @@ class _LateProbe:
             self.task.cancel()
 
 
+class _StaleRef(ToolCallError):
+    """A ref whose element is not on the page (the probe looked and found none)."""
+
+
 def _stale(ref: str) -> ToolCallError:
-    return ToolCallError(f"ref {ref!r} is stale: the page changed since the snapshot that gave it; take a new snapshot")
+    return _StaleRef(f"ref {ref!r} is stale: the page changed since the snapshot that gave it; take a new snapshot")
