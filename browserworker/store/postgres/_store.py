@@ -52,7 +52,7 @@ from ._conninfo import (
     redact_url,
     schema_name,
 )
-from ._queries import DB_NOW, QUERIES, Deferred, Tx, each, flush_before
+from ._queries import DB_NOW, QUERIES, Deferred, Tx, batched_rows, each, flush_before
 from ._schema import SCHEMA_VERSION, migrate, require_schema, schema_version
 from ._watchdog import Watchdog
 
@@ -348,6 +348,9 @@ class PostgresConnector:
         with self._borrowed() as conn:
             try:
                 flush_before(getattr(self._local, "deferred", None), query)
+                batched = batched_rows(conn, query, params)
+                if batched is not None:
+                    return batched
                 return [result.fetchone() for result in each(conn, QUERIES[query], params)]
             except self._psycopg.Error as exc:
                 raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc
