@@ -7,6 +7,7 @@ bound by name (``%(name)s``); :class:`Tx`, a transaction's named-query calls; an
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -66,7 +67,9 @@ class Batch(NamedTuple):
     """A shared query's one statement for a batch's calls (``postgres_batch.sql``)."""
 
     sql: str
-    params: list[str]  # in order of first use: the first is the key of a call's row
+    #: the single query's parameters it reads from each call (the columns of its
+    #: ``json_to_recordset``), in order: the first is the key of a call's row
+    params: list[str]
     returns: frozenset[str]  # what its RETURNING gives, e.g. ``runs.*`` or ``attempts.id``
     #: the column of a returned row that holds its call's key (the first parameter): ``id`` for
     #: an update (of the row of that id), the key's own column for an insert, and for a read
@@ -75,9 +78,13 @@ class Batch(NamedTuple):
     #: the single query's parameters that the batch form computes itself (``insert_attempt``:
     #: the attempt's number); a batch form that computes none stands in for its query anywhere
     computes: frozenset[str]
+    #: the statement returning only its rows' keys, for a caller that counts them
+    #: (``Tx.execute_each``: an update returning ``runs.*`` sends and builds 25 columns a row)
+    keys_sql: str
 
 
-_NAMES = re.compile(r"%\((\w+)\)[sb]")
+_NAMES = re.compile(r"%\((\w+)\)s")
+_CALLS = re.compile(r"json_to_recordset\(CAST\(%\(calls\)s AS json\)\)\s+AS t\(([^)]*)\)")
 
 
 def _compile_batches() -> dict[str, Batch]:
@@ -87,18 +94,20 @@ def _compile_batches() -> dict[str, Batch]:
         raise ValueError(f"batch forms of no shared query: {sorted(unknown)}")
     batches = {}
     for name, sql in raw.items():
-        # the arrays are sent in binary: psycopg dumps a list in text element by element
-        # (escaping each), several times slower than in binary
-        compiled = re.sub(r"%\((\w+)\)s", r"%(\1)b", to_pyformat(sql))
-        params = list(dict.fromkeys(_NAMES.findall(compiled)))
+        compiled = to_pyformat(sql)
+        calls = _CALLS.search(compiled)
+        if calls is None or set(_NAMES.findall(compiled)) != {"calls"}:
+            raise ValueError(f"the batch form of {name} does not read its calls from :calls alone")
+        params = [column.split()[0] for column in calls[1].split(",")]
         single = set(_NAMES.findall(QUERIES[name]))
         if not set(params) <= single:
             raise ValueError(f"the batch form of {name} takes parameters its query does not: {set(params) - single}")
+        computes = frozenset(single - set(params))
         verb = compiled.split(None, 1)[0].upper()
         if verb == "SELECT":
-            if "AS batch_key" not in compiled:
+            if f"t.{params[0]} AS batch_key" not in compiled:
                 raise ValueError(f"the batch form of {name} does not read its calls' keys (AS batch_key)")
-            batches[name] = Batch(compiled, params, frozenset(), "batch_key", frozenset(single - set(params)))
+            batches[name] = Batch(compiled, params, frozenset(), "batch_key", computes, compiled)
             continue
         returning = re.search(r"RETURNING (.+)$", compiled, re.S)
         if returning is None:
@@ -107,7 +116,10 @@ def _compile_batches() -> dict[str, Batch]:
         key = "id" if verb == "UPDATE" else params[0]
         if not any(column.endswith((f".{key}", ".*")) for column in returns):
             raise ValueError(f"the batch form of {name} does not return its rows' keys ({key})")
-        batches[name] = Batch(compiled, params, returns, key, frozenset(single - set(params)))
+        table = re.match(r"(?:UPDATE|INSERT INTO) (\w+)", compiled)
+        assert table is not None
+        keys_sql = compiled[: returning.start()] + f"RETURNING {table[1]}.{key}"
+        batches[name] = Batch(compiled, params, returns, key, computes, keys_sql)
     return batches
 
 
@@ -280,7 +292,7 @@ class Tx:
         if len(params) == 1:
             return [self.execute(query, params[0])]
         flush_before(self._deferred, query)
-        batched = batched_rows(self._conn, query, params)
+        batched = batched_rows(self._conn, query, params, keys_only=True)
         if batched is not None:
             return [0 if row is None else 1 for row in batched]
         return [result.rowcount for result in each(self._conn, QUERIES[query] + " RETURNING 1", params, tuples=True)]
@@ -336,13 +348,18 @@ class Tx:
 
 
 def batched_rows(
-    conn: Any, query: str, params: Sequence[Mapping[str, Any]], *, computing: str | None = None
+    conn: Any,
+    query: str,
+    params: Sequence[Mapping[str, Any]],
+    *,
+    computing: str | None = None,
+    keys_only: bool = False,
 ) -> list[Row | None] | None:
     """``query`` for every parameter set in one statement (its form in ``postgres_batch.sql``):
     each set's row (the row it changed or inserted, or read), or None where it has none (a fence
     let nothing through); None if ``query`` has no such form, or its form computes a parameter
     other than ``computing`` (it does not stand in for the query then), or two sets name one row
-    (one statement cannot change a row twice)."""
+    (one statement cannot change a row twice). ``keys_only``: rows of the key alone."""
     batch = BATCHES.get(query)
     if batch is None or batch.computes != (frozenset() if computing is None else {computing}):
         return None
@@ -350,7 +367,14 @@ def batched_rows(
     keys = [p[first] for p in params]
     if len(set(keys)) != len(keys):
         return None
-    rows = conn.execute(batch.sql, {name: [p[name] for p in params] for name in batch.params}).fetchall()
+    try:
+        # the calls' parameters as one JSON text (encoded in C), not an array per parameter
+        calls = json.dumps(params, allow_nan=False)
+    except (TypeError, ValueError):  # a value JSON has no form for: the calls run one by one
+        return None
+    if not set(batch.params) <= params[0].keys():
+        raise KeyError(f"{query}: no parameters {sorted(set(batch.params) - params[0].keys())}")
+    rows = conn.execute(batch.keys_sql if keys_only else batch.sql, {"calls": calls}).fetchall()
     column = batch.key
     if column == "batch_key":
         found = {row.pop(column): row for row in rows}
