@@ -15,7 +15,8 @@ UPDATE runs
 SET state = 'LEASED', owner = t.owner, owner_host = t.host, owner_pid = t.pid, owner_pid_start = t.pid_start,
     lease_epoch = runs.lease_epoch + 1, lease_expires_at = t.now + t.ttl, updated_at = t.now
 FROM json_to_recordset(CAST(:calls AS json))
-     AS t(id text, owner text, host text, pid integer, pid_start text, now double precision, ttl double precision)
+     AS t(id text, owner text, host text, pid integer, pid_start text, now double precision,
+          ttl double precision)
 WHERE runs.id = t.id AND runs.state = 'QUEUED'
 RETURNING runs.*
 
@@ -57,7 +58,8 @@ SET state = t.state, finished_at = t.now, result_json = t.result_json, decided_b
     evidence = t.evidence, error = t.error,
     dispatched_at = CASE WHEN t.dispatched THEN COALESCE(attempts.dispatched_at, t.now) ELSE attempts.dispatched_at END
 FROM json_to_recordset(CAST(:calls AS json))
-     AS t(attempt_id bigint, from_state text, state text, now double precision, epoch integer, result_json text, decided_by text, evidence text, error text, dispatched boolean)
+     AS t(attempt_id bigint, from_state text, state text, now double precision, epoch integer, result_json text,
+          decided_by text, evidence text, error text, dispatched boolean)
 WHERE attempts.id = t.attempt_id AND attempts.state = t.from_state
   AND EXISTS (SELECT 1 FROM runs WHERE runs.id = attempts.run_id AND runs.lease_epoch = t.epoch {share_run})
 RETURNING attempts.id, attempts.dispatched_at
@@ -75,17 +77,21 @@ RETURNING attempts.id
 -- name: insert_attempt
 -- The attempt's number is read in the statement (as next_attempt_no reads it: the statement
 -- does not see the rows it inserts, and a batch's runs are distinct), so this form takes no
--- :attempt_no and returns it (Tx.insert_numbered_each). Fenced as the single insert, on the
--- run row it joins (FOR SHARE).
+-- :attempt_no and returns it (Tx.insert_numbered_each). Fenced as the single insert: each
+-- call's run row read by its id, under FOR SHARE (a sub-select with a locking clause is not
+-- merged into the join: one index probe a call, whatever the statistics say).
 INSERT INTO attempts (run_id, step_id, kind, attempt_no, request_key, request_fingerprint, state,
                       lease_epoch, worker, intent_at)
 SELECT t.run_id, t.step_id, t.kind,
-       (SELECT COALESCE(MAX(a.attempt_no), 0) + 1 FROM attempts AS a WHERE a.run_id = t.run_id AND a.step_id = t.step_id),
+       (SELECT COALESCE(MAX(a.attempt_no), 0) + 1 FROM attempts AS a
+        WHERE a.run_id = t.run_id AND a.step_id = t.step_id),
        t.request_key, t.fingerprint, t.state, t.epoch, t.worker, t.now
 FROM json_to_recordset(CAST(:calls AS json))
-     AS t(run_id text, step_id text, kind text, request_key text, fingerprint text, state text, epoch integer, worker text, now double precision, margin double precision)
-JOIN runs ON runs.id = t.run_id AND runs.lease_epoch = t.epoch AND runs.lease_expires_at >= {clock} + t.margin
-{share_run}
+     AS t(run_id text, step_id text, kind text, request_key text, fingerprint text, state text, epoch integer,
+          worker text, now double precision, margin double precision)
+CROSS JOIN LATERAL (SELECT 1 FROM runs
+                    WHERE runs.id = t.run_id AND runs.lease_epoch = t.epoch
+                      AND runs.lease_expires_at >= {clock} + t.margin {share_run}) AS fence
 RETURNING attempts.id, attempts.run_id, attempts.attempt_no
 
 -- name: insert_outbox
@@ -96,9 +102,11 @@ FROM json_to_recordset(CAST(:calls AS json))
 RETURNING outbox.id, outbox.attempt_id
 
 -- name: effect_boundary
-SELECT t.run_id AS batch_key, runs.cancel_requested AS run_cancel_requested, attempts.*
-FROM json_to_recordset(CAST(:calls AS json))
-     AS t(run_id text, step_id text)
-JOIN runs ON runs.id = t.run_id
-LEFT JOIN attempts ON attempts.id = (
-    SELECT a.id FROM attempts AS a WHERE a.run_id = t.run_id AND a.step_id = t.step_id ORDER BY a.attempt_no DESC LIMIT 1)
+-- Read outside a transaction: each call's rows by index, whatever the statistics say (a
+-- sub-select with OFFSET or LIMIT is not merged into the join).
+SELECT t.run_id AS batch_key, r.run_cancel_requested, a.*
+FROM json_to_recordset(CAST(:calls AS json)) AS t(run_id text, step_id text)
+CROSS JOIN LATERAL (SELECT runs.cancel_requested AS run_cancel_requested FROM runs
+                    WHERE runs.id = t.run_id OFFSET 0) AS r
+LEFT JOIN LATERAL (SELECT attempts.* FROM attempts WHERE attempts.run_id = t.run_id AND attempts.step_id = t.step_id
+                   ORDER BY attempts.attempt_no DESC LIMIT 1) AS a ON true
