@@ -73,39 +73,39 @@ class Entry:
 
 
 def plan(calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]) -> list[Entry]:
-    """The calls ``(function, args, kwargs)`` of a batch as the entries to run, in order."""
+    """The calls ``(function, args, kwargs)`` of a batch as the entries to run, in order.
+
+    A call joins the latest entry of its method, at index ``at``, when every entry from ``at``
+    on is coalesced and none holds a call of its run: kept as the index of the last entry that
+    is not coalesced, and for each run the index of the last entry that holds a call of it."""
     entries: list[Entry] = []
     latest: dict[tuple[int, str], int] = {}  # (the manager's id, its many form) -> its latest entry
+    barrier = -1  # the index of the last entry that is not coalesced (nothing passes it)
+    last_of: dict[Hashable, int] = {}  # a run's key -> the index of the last entry holding a call of it
     for index, (fn, args, kwargs) in enumerate(calls):
         how: Coalesce | None = getattr(fn, "coalesce", None)
         owner = getattr(fn, "__self__", None)
         if how is None or owner is None:
+            barrier = len(entries)
             entries.append(Entry([index]))
             continue
         try:
             item = how.spec(*args, **kwargs)
         except TypeError:  # not a call the method takes: it runs alone and raises there
+            barrier = len(entries)
             entries.append(Entry([index]))
             continue
         key = how.key(item)
         slot = (id(owner), how.many)
         at = latest.get(slot)
-        if at is not None and _may_join(entries, at, key):
+        if at is not None and at > barrier and last_of.get(key, -1) < at:
             entry = entries[at]
             entry.calls.append(index)
             assert entry.items is not None and entry.keys is not None
             entry.items.append(item)
             entry.keys.add(key)
+            last_of[key] = at
             continue
-        latest[slot] = len(entries)
+        at = latest[slot] = last_of[key] = len(entries)
         entries.append(Entry([index], getattr(owner, how.many), [item], {key}))
     return entries
-
-
-def _may_join(entries: list[Entry], at: int, key: Hashable) -> bool:
-    """Whether a call of run ``key`` may join ``entries[at]``: no call of its run is in it, and
-    every entry after it is coalesced and acts on other runs."""
-    for entry in entries[at:]:
-        if entry.keys is None or key in entry.keys:
-            return False
-    return True
