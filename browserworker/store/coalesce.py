@@ -4,10 +4,11 @@ A worker's runs in flight make the same store calls at about the same time: 64 r
 journal an intent send 64 ``begin_attempt`` calls into one batch of
 :class:`~browserworker.store.aio.AsyncStore`. Run one by one, each is a round trip or more to a
 database server. A hot method is therefore written once, for many calls
-(``JournalManager.begin_attempts``), runs each of its queries once per call in one go
-(``Tx.execute_each``: one pipeline on PostgreSQL) and reads every result back before it
-returns; the method of one call is that form with one item. Each fence is still one statement
-per call whose row count is read before anything is decided.
+(``JournalManager.begin_attempts``), runs each of its queries for all its calls in one go
+(``Tx.execute_each``: on PostgreSQL one statement for the batch, ``sql/postgres_batch.sql``,
+or one pipeline) and reads every result back before it returns; the method of one call is that
+form with one item. Each call's fence is still decided by the database, and its outcome (the
+row it changed, or none) read before anything is decided.
 
 ``@coalesced(Intent, "begin_attempts", key=...)`` on the method of one call says how: ``Intent``
 is a ``NamedTuple`` whose fields are the method's parameters in order, with its defaults (so
