@@ -363,6 +363,8 @@ def batched_rows(
     batch = BATCHES.get(query)
     if batch is None or batch.computes != (frozenset() if computing is None else {computing}):
         return None
+    if not params:
+        return []
     first = batch.params[0]
     keys = [p[first] for p in params]
     if len(set(keys)) != len(keys):
