@@ -4,10 +4,11 @@ A worker's runs in flight make the same store calls at about the same time: 64 r
 journal an intent send 64 ``begin_attempt`` calls into one batch of
 :class:`~browserworker.store.aio.AsyncStore`. Run one by one, each is a round trip or more to a
 database server. A hot method is therefore written once, for many calls
-(``JournalManager.begin_attempts``), runs each of its queries once per call in one go
-(``Tx.execute_each``: one pipeline on PostgreSQL) and reads every result back before it
-returns; the method of one call is that form with one item. Each fence is still one statement
-per call whose row count is read before anything is decided.
+(``JournalManager.begin_attempts``), runs each of its queries for all its calls in one go
+(``Tx.execute_each``: on PostgreSQL one statement for the batch, ``sql/postgres_batch.sql``,
+or one pipeline) and reads every result back before it returns; the method of one call is that
+form with one item. Each call's fence is still decided by the database, and its outcome (the
+row it changed, or none) read before anything is decided.
 
 ``@coalesced(Intent, "begin_attempts", key=...)`` on the method of one call says how: ``Intent``
 is a ``NamedTuple`` whose fields are the method's parameters in order, with its defaults (so
@@ -73,39 +74,39 @@ class Entry:
 
 
 def plan(calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]) -> list[Entry]:
-    """The calls ``(function, args, kwargs)`` of a batch as the entries to run, in order."""
+    """The calls ``(function, args, kwargs)`` of a batch as the entries to run, in order.
+
+    A call joins the latest entry of its method, at index ``at``, when every entry from ``at``
+    on is coalesced and none holds a call of its run: kept as the index of the last entry that
+    is not coalesced, and for each run the index of the last entry that holds a call of it."""
     entries: list[Entry] = []
     latest: dict[tuple[int, str], int] = {}  # (the manager's id, its many form) -> its latest entry
+    barrier = -1  # the index of the last entry that is not coalesced (nothing passes it)
+    last_of: dict[Hashable, int] = {}  # a run's key -> the index of the last entry holding a call of it
     for index, (fn, args, kwargs) in enumerate(calls):
         how: Coalesce | None = getattr(fn, "coalesce", None)
         owner = getattr(fn, "__self__", None)
         if how is None or owner is None:
+            barrier = len(entries)
             entries.append(Entry([index]))
             continue
         try:
             item = how.spec(*args, **kwargs)
         except TypeError:  # not a call the method takes: it runs alone and raises there
+            barrier = len(entries)
             entries.append(Entry([index]))
             continue
         key = how.key(item)
         slot = (id(owner), how.many)
         at = latest.get(slot)
-        if at is not None and _may_join(entries, at, key):
+        if at is not None and at > barrier and last_of.get(key, -1) < at:
             entry = entries[at]
             entry.calls.append(index)
             assert entry.items is not None and entry.keys is not None
             entry.items.append(item)
             entry.keys.add(key)
+            last_of[key] = at
             continue
-        latest[slot] = len(entries)
+        at = latest[slot] = last_of[key] = len(entries)
         entries.append(Entry([index], getattr(owner, how.many), [item], {key}))
     return entries
-
-
-def _may_join(entries: list[Entry], at: int, key: Hashable) -> bool:
-    """Whether a call of run ``key`` may join ``entries[at]``: no call of its run is in it, and
-    every entry after it is coalesced and acts on other runs."""
-    for entry in entries[at:]:
-        if entry.keys is None or key in entry.keys:
-            return False
-    return True

@@ -99,6 +99,17 @@ class Tx(Protocol):
         """:meth:`insert` once per parameter set: each new id, or None."""
         ...
 
+    def insert_numbered_each(
+        self, query: str, params: Sequence[Mapping[str, Any]], number: str, column: str
+    ) -> list[tuple[int, Any] | None]:
+        """:meth:`insert` once per parameter set, its ``column`` parameter the ``n`` that the
+        read ``number`` gives for the same parameters in this transaction just before (the next
+        number of a sequence kept in the table it inserts into): each ``(new id, that number)``,
+        or None where the insert's fence let nothing through. A dialect may read the number in
+        the insert itself (one statement, not two) where no two parameter sets name one key
+        (the statement does not read the rows it inserts)."""
+        ...
+
     def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
         """:meth:`one` once per parameter set: each first row, or None."""
         ...

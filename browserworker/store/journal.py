@@ -118,16 +118,14 @@ class JournalManager(Manager):
         """:meth:`begin_attempt` of many runs in one transaction (raises for the first fenced out)."""
         now = self.c.now()
         with self.c.transaction() as tx:
-            numbers = tx.one_each("next_attempt_no", [{"run_id": i.run_id, "step_id": i.step_id} for i in intents])
             states = [AttemptState.INTENT if i.kind == "effect" else AttemptState.RUNNING for i in intents]
-            ids = tx.insert_each(
+            inserted = tx.insert_numbered_each(
                 "insert_attempt",
                 [
                     {
                         "run_id": i.run_id,
                         "step_id": i.step_id,
                         "kind": i.kind,
-                        "attempt_no": number["n"],  # type: ignore[index]
                         "request_key": i.request_key,
                         "fingerprint": i.fingerprint,
                         "state": str(state),
@@ -136,19 +134,22 @@ class JournalManager(Manager):
                         "now": now,
                         "margin": i.margin,
                     }
-                    for i, number, state in zip(intents, numbers, states, strict=True)
+                    for i, state in zip(intents, states, strict=True)
                 ],
+                "next_attempt_no",
+                "attempt_no",
             )
             attempts = []
-            for i, number, state, attempt_id in zip(intents, numbers, states, ids, strict=True):
-                if attempt_id is None:  # the fence let nothing through
+            for i, state, new in zip(intents, states, inserted, strict=True):
+                if new is None:  # the fence let nothing through
                     raise self._lease_lost(i.run_id, i.epoch, i.margin, f"intent for {i.step_id}")
+                attempt_id, attempt_no = new
                 attempt = AttemptRecord.new(
                     id=attempt_id,
                     run_id=i.run_id,
                     step_id=i.step_id,
                     kind=i.kind,
-                    attempt_no=number["n"],  # type: ignore[index]
+                    attempt_no=attempt_no,
                     request_key=i.request_key,
                     request_fingerprint=i.fingerprint,
                     state=state,

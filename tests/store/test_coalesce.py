@@ -374,17 +374,178 @@ def test_a_returned_row_must_be_read_by_id_from_the_table_the_update_changes() -
 
 
 def test_each_one_statement_batch_form_takes_its_query_parameters() -> None:
-    """A write's one-statement form for a batch (PostgreSQL, ``sql/postgres_batch.sql``) takes
-    exactly the parameters of the query it stands for, its row's key first, and returns the id
-    of each row it changed: a call's parameters fill it as they fill the single statement."""
+    """A query's one-statement form for a batch (PostgreSQL, ``sql/postgres_batch.sql``) reads
+    the parameters of the query it stands for from its calls' JSON, its row's key first (only
+    ``insert_attempt`` computes one itself, the attempt's number), and names each call's row by
+    that key: an update returns the id of each row it changed, an insert each row's key, a
+    read its call's key as ``batch_key``."""
     import re
 
     from browserworker.store.postgres._queries import BATCHES, QUERIES
 
-    assert {"claim_queued_by_id", "start_run", "end_run", "heartbeat", "finish_attempt"} <= set(BATCHES)
+    assert {
+        "claim_queued_by_id",
+        "start_run",
+        "end_run",
+        "heartbeat",
+        "finish_attempt",
+        "insert_attempt",
+        "insert_outbox",
+        "effect_boundary",
+    } <= set(BATCHES)
     for name, batch in BATCHES.items():
         sql, names = batch.sql, batch.params
         single = set(re.findall(r"%\((\w+)\)s", QUERIES[name]))
-        assert set(names) == single, name
-        assert names[0] in ("id", "attempt_id") and f"WHERE id = %({names[0]})s" in " ".join(QUERIES[name].split())
-        assert re.search(r"RETURNING \w+\.(id|\*)", sql), name
+        assert set(names) | batch.computes == single and not set(names) & batch.computes, name
+        assert batch.computes == ({"attempt_no"} if name == "insert_attempt" else set()), name
+        assert re.findall(r"%\((\w+)\)s", sql) == ["calls"], name
+        if sql.startswith("UPDATE"):
+            assert names[0] in ("id", "attempt_id") and f"WHERE id = %({names[0]})s" in " ".join(QUERIES[name].split())
+            assert batch.key == "id" and re.search(r"RETURNING \w+\.(id|\*)", sql), name
+        elif sql.startswith("INSERT"):
+            assert batch.key == names[0] and re.search(rf"RETURNING .*\w+\.{names[0]}\b", sql), name
+        else:
+            assert batch.key == "batch_key" and f"t.{names[0]} AS batch_key" in sql, name
+
+
+def test_a_batch_whose_values_json_cannot_carry_runs_call_by_call(any_store: SQLStore) -> None:
+    """A batch's heartbeats with a TTL JSON has no number for (infinity) still extend each lease:
+    on PostgreSQL its calls then run one statement each, as on SQLite."""
+    s = any_store
+    _six_leased(s)
+    with s.connector.transaction() as tx:
+        params = [{"id": f"r{i}", "epoch": 1, "now": s.now(), "ttl": float("inf")} for i in range(6)]
+        assert tx.execute_each("heartbeat", params) == [1] * 6
+    runs = [s.get_run(f"r{i}") for i in range(6)]
+    assert all(r is not None and r.lease_expires_at == float("inf") for r in runs)
+
+
+_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
+
+
+class _Statements:
+    """The statements a PostgreSQL store sends while counting (each execution: a pipeline of n
+    is n), transaction control (BEGIN, COMMIT, savepoints) left out; nothing is counted on
+    SQLite (``count`` stays None)."""
+
+    def __init__(self, store: SQLStore) -> None:
+        self.count: int | None = None if store.connector.dialect == "sqlite" else 0
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> _Statements:
+        if self.count is None:
+            return self
+        import psycopg
+
+        cursor = psycopg.Cursor
+        execute, executemany = cursor.execute, cursor.executemany
+
+        def counted_execute(cur: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            if str(query).split(None, 1)[0].upper() not in _CONTROL:
+                self.count += 1  # type: ignore[operator]
+            return execute(cur, query, *args, **kwargs)
+
+        def counted_executemany(cur: Any, query: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
+            params = list(params)
+            self.count += len(params)  # type: ignore[operator]
+            return executemany(cur, query, params, *args, **kwargs)
+
+        self._undo = [(cursor, "execute", execute), (cursor, "executemany", executemany)]
+        cursor.execute, cursor.executemany = counted_execute, counted_executemany  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, real in self._undo:
+            setattr(owner, name, real)
+
+
+def _move_lease(s: SQLStore, run_id: str) -> None:
+    """Another owner (B) takes ``run_id``'s expired lease: the run is at epoch 2."""
+    backdate(s, run_id, 120)
+    taken = s.claim_run(run_id, B, 30.0)
+    assert taken is not None and taken.lease_epoch == 2
+
+
+def test_numbered_inserts_of_a_batch_continue_each_sequence_and_report_a_fence_per_call(any_store: SQLStore) -> None:
+    """``Tx.insert_numbered_each`` (a batch's intents): each attempt gets the next number of its
+    own run and step, a call whose lease moved on gets None and inserts nothing, the others are
+    inserted; on PostgreSQL all six are one statement (the number read in the insert)."""
+    s = any_store
+    _six_leased(s)
+    s.begin_attempt("r1", 1, "pay", "effect", "r1/pay", "fp")
+    s.begin_attempt("r1", 1, "pay", "effect", "r1/pay", "fp")
+    s.begin_attempt("r4", 1, "other", "action", "r4/other", "fp")
+    _move_lease(s, "r3")
+    now = s.now()
+    params = [
+        {
+            "run_id": f"r{i}",
+            "step_id": "pay",
+            "kind": "effect",
+            "request_key": f"r{i}/pay",
+            "fingerprint": "fp",
+            "state": "INTENT",
+            "epoch": 1,
+            "worker": A.worker,
+            "now": now,
+            "margin": 0.0,
+        }
+        for i in range(6)
+    ]
+    with _Statements(s) as sent, s.connector.transaction() as tx:
+        inserted = tx.insert_numbered_each("insert_attempt", params, "next_attempt_no", "attempt_no")
+    assert sent.count in (None, 1)
+    assert [None if new is None else new[1] for new in inserted] == [1, 3, 1, None, 1, 1]
+    assert s.attempts("r3") == []
+    for i, new in enumerate(inserted):
+        if new is not None:
+            latest = s.latest_attempt(f"r{i}", "pay")
+            assert latest is not None and (latest.id, latest.attempt_no) == new
+
+
+def test_a_lost_lease_in_a_batch_of_dispatches_fails_only_its_own_call(any_store: SQLStore) -> None:
+    """Six dispatch commits in one batch, one under an epoch another claim has moved on: that
+    call raises LeaseLost and writes no outbox row; each other call gets the id of its own
+    attempt's outbox row (on PostgreSQL the outbox rows are one insert)."""
+    s = any_store
+    _six_leased(s)
+    attempts = _six_intents(s)
+    _move_lease(s, "r3")
+    sizes = _spy(s, s.journal, "mark_dispatched_each")
+    outcome = _in_one_batch(s, [(s.mark_dispatched, (attempts[i], 1, "POST", f"http://shop/{i}")) for i in range(6)])
+    assert sizes[0] == 6
+    assert isinstance(outcome[3], LeaseLost)
+    assert s.outbox(attempts[3].id) == []
+    for i in (0, 1, 2, 4, 5):
+        rows = s.outbox(attempts[i].id)
+        assert [(r.id, r.url, r.run_id) for r in rows] == [(outcome[i], f"http://shop/{i}", f"r{i}")]
+
+
+def test_boundaries_read_in_one_batch_are_each_calls_own(any_store: SQLStore) -> None:
+    """Boundary reads of one batch (runs with no attempt, with several, a cancel asked, a run
+    that does not exist) give each call what it reads alone; on PostgreSQL they are one
+    statement."""
+    s = any_store
+    _six_leased(s)
+    s.begin_attempt("r1", 1, "pay", "effect", "r1/pay", "fp1")
+    s.begin_attempt("r1", 1, "pay", "effect", "r1/pay", "fp2")
+    s.begin_attempt("r4", 1, "pay", "effect", "r4/pay", "fp4")
+    s.begin_attempt("r5", 1, "other", "action", "r5/other", "fp5")
+    assert s.cancel("r2") == "requested"
+    runs = ["r0", "r1", "r2", "gone", "r4", "r5"]
+    alone = [s.effect_boundary(run_id, "pay") for run_id in runs]
+    with _Statements(s) as sent:
+        together = _in_one_batch(s, [(s.effect_boundary, (run_id, "pay")) for run_id in runs])
+    assert sent.count in (None, 1)
+    assert together == alone
+    summary = [
+        (cancelled, None if latest is None else (latest.run_id, latest.attempt_no)) for cancelled, latest in together
+    ]
+    assert summary == [
+        (False, None),
+        (False, ("r1", 2)),
+        (True, None),
+        (False, None),
+        (False, ("r4", 1)),
+        (False, None),
+    ]

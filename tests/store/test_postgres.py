@@ -325,3 +325,74 @@ def test_a_bare_groups_event_rows_are_written_at_its_commit_yet_read_inside_it(p
         ]
     finally:
         store.close()
+
+
+def _batch_plans(conn: Any, begin: str, calls: int = 8) -> dict[str, str]:
+    """The plan of each one-statement batch form (``postgres_batch.sql``) for ``calls`` calls of
+    rows that exist, in a transaction begun by ``begin`` (then rolled back)."""
+    from browserworker.store.postgres._queries import BATCHES
+
+    conn = conn.cursor(row_factory=psycopg.rows.tuple_row)
+    run_ids = [r[0] for r in conn.execute("SELECT id FROM runs ORDER BY id LIMIT %s", (calls,))]
+    attempt_ids = [r[0] for r in conn.execute("SELECT id FROM attempts ORDER BY id LIMIT %s", (calls,))]
+    outbox_ids = [r[0] for r in conn.execute("SELECT id FROM outbox ORDER BY id LIMIT %s", (calls,))]
+    plans = {}
+    for name, batch in BATCHES.items():
+        keys = {"id": outbox_ids if name == "record_response" else run_ids, "run_id": run_ids}
+        values = [
+            {p: keys.get(p, attempt_ids if p == "attempt_id" else [None] * calls)[i] for p in batch.params}
+            for i in range(calls)
+        ]
+        conn.execute(begin)
+        try:
+            rows = conn.execute("EXPLAIN " + batch.sql, {"calls": json.dumps(values)}).fetchall()
+        finally:
+            conn.execute("ROLLBACK")
+        plans[name] = "\n".join(row[0] for row in rows)
+    return plans
+
+
+def _reads_a_table(plan: str) -> bool:
+    return (
+        "Hash Join" in plan
+        or "Merge Join" in plan
+        or any(f"Seq Scan on {table} " in plan for table in ("runs", "attempts", "outbox"))
+    )
+
+
+def test_a_bare_groups_batch_statements_probe_each_calls_row(pg_url: str) -> None:
+    """A batch statement finds its calls' rows by key, an index probe a call: in a bare group
+    (the transaction a worker's batch runs in) none reads or hashes a whole table of 2,000
+    runs, attempts and outbox rows for eight calls, as the planner would rather do otherwise;
+    the two run outside it too (the boundary read, an intent alone) probe by their form."""
+    store = open_store(pg_url)
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as setup:
+            setup.execute(f"SET search_path TO {store.connector.schema}")
+            setup.execute(
+                "INSERT INTO runs (id, flow_name, inputs_json, queue, priority, state, created_at, updated_at, "
+                "lease_epoch, lease_expires_at) SELECT 'r' || i, 'f', '{}', 'default', 0, "
+                "CASE WHEN i % 2 = 0 THEN 'QUEUED' ELSE 'RUNNING' END, i, i, 1, 1e12 FROM generate_series(1, 2000) i"
+            )
+            setup.execute(
+                "INSERT INTO attempts (run_id, step_id, kind, attempt_no, request_key, request_fingerprint, state, "
+                "lease_epoch, intent_at) SELECT id, 's', 'effect', 1, id, 'fp', 'INTENT', 1, 0 FROM runs"
+            )
+            setup.execute(
+                "INSERT INTO outbox (attempt_id, run_id, step_id, method, url, released_at, channel) "
+                "SELECT id, run_id, 's', 'POST', 'u', 0, 'held' FROM attempts"
+            )
+            setup.execute("ANALYZE")
+        with store.group(isolate=False):
+            conn = store.connector._local.conn
+            conn.execute("ROLLBACK")  # the group's own transaction: each plan below begins the group's way
+            from browserworker.store.postgres._store import _BEGIN_BARE
+
+            bare = _batch_plans(conn, _BEGIN_BARE)
+            plain = _batch_plans(conn, "BEGIN")
+            conn.execute("BEGIN")
+    finally:
+        store.close()
+    assert {name: plan for name, plan in bare.items() if _reads_a_table(plan)} == {}
+    assert not _reads_a_table(plain["effect_boundary"]) and not _reads_a_table(plain["insert_attempt"])
+    assert any(_reads_a_table(plan) for plan in plain.values())  # what the group's settings are for

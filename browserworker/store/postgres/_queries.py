@@ -7,6 +7,7 @@ bound by name (``%(name)s``); :class:`Tx`, a transaction's named-query calls; an
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -21,6 +22,7 @@ __all__ = [
     "Batch",
     "Deferred",
     "Tx",
+    "batched_rows",
     "each",
     "flush_before",
     "to_pyformat",
@@ -62,11 +64,27 @@ QUERIES = _compile()
 
 
 class Batch(NamedTuple):
-    """A shared write's one statement for a batch's calls (``postgres_batch.sql``)."""
+    """A shared query's one statement for a batch's calls (``postgres_batch.sql``)."""
 
     sql: str
-    params: list[str]  # in order of first use: the first is the key of a call's row
+    #: the single query's parameters it reads from each call (the columns of its
+    #: ``json_to_recordset``), in order: the first is the key of a call's row
+    params: list[str]
     returns: frozenset[str]  # what its RETURNING gives, e.g. ``runs.*`` or ``attempts.id``
+    #: the column of a returned row that holds its call's key (the first parameter): ``id`` for
+    #: an update (of the row of that id), the key's own column for an insert, and for a read
+    #: ``batch_key``, which is not one of the read's columns (it is taken out of the row)
+    key: str
+    #: the single query's parameters that the batch form computes itself (``insert_attempt``:
+    #: the attempt's number); a batch form that computes none stands in for its query anywhere
+    computes: frozenset[str]
+    #: the statement returning only its rows' keys, for a caller that counts them
+    #: (``Tx.execute_each``: an update returning ``runs.*`` sends and builds 25 columns a row)
+    keys_sql: str
+
+
+_NAMES = re.compile(r"%\((\w+)\)s")
+_CALLS = re.compile(r"json_to_recordset\(CAST\(%\(calls\)s AS json\)\)\s+AS t\(([^)]*)\)")
 
 
 def _compile_batches() -> dict[str, Batch]:
@@ -77,14 +95,31 @@ def _compile_batches() -> dict[str, Batch]:
     batches = {}
     for name, sql in raw.items():
         compiled = to_pyformat(sql)
+        calls = _CALLS.search(compiled)
+        if calls is None or set(_NAMES.findall(compiled)) != {"calls"}:
+            raise ValueError(f"the batch form of {name} does not read its calls from :calls alone")
+        params = [column.split()[0] for column in calls[1].split(",")]
+        single = set(_NAMES.findall(QUERIES[name]))
+        if not set(params) <= single:
+            raise ValueError(f"the batch form of {name} takes parameters its query does not: {set(params) - single}")
+        computes = frozenset(single - set(params))
+        verb = compiled.split(None, 1)[0].upper()
+        if verb == "SELECT":
+            if f"t.{params[0]} AS batch_key" not in compiled:
+                raise ValueError(f"the batch form of {name} does not read its calls' keys (AS batch_key)")
+            batches[name] = Batch(compiled, params, frozenset(), "batch_key", computes, compiled)
+            continue
         returning = re.search(r"RETURNING (.+)$", compiled, re.S)
         if returning is None:
             raise ValueError(f"the batch form of {name} returns nothing")
-        batches[name] = Batch(
-            compiled,
-            list(dict.fromkeys(re.findall(r"%\((\w+)\)s", compiled))),
-            frozenset(column.strip() for column in returning[1].split(",")),
-        )
+        returns = frozenset(column.strip() for column in returning[1].split(","))
+        key = "id" if verb == "UPDATE" else params[0]
+        if not any(column.endswith((f".{key}", ".*")) for column in returns):
+            raise ValueError(f"the batch form of {name} does not return its rows' keys ({key})")
+        table = re.match(r"(?:UPDATE|INSERT INTO) (\w+)", compiled)
+        assert table is not None
+        keys_sql = compiled[: returning.start()] + f"RETURNING {table[1]}.{key}"
+        batches[name] = Batch(compiled, params, returns, key, computes, keys_sql)
     return batches
 
 
@@ -257,36 +292,43 @@ class Tx:
         if len(params) == 1:
             return [self.execute(query, params[0])]
         flush_before(self._deferred, query)
-        batched = self._batched(query, params)
+        batched = batched_rows(self._conn, query, params, keys_only=True)
         if batched is not None:
             return [0 if row is None else 1 for row in batched]
         return [result.rowcount for result in each(self._conn, QUERIES[query] + " RETURNING 1", params, tuples=True)]
-
-    def _batched(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None] | None:
-        """``query`` for every parameter set in one statement (its form in ``postgres_batch.sql``):
-        each set's changed row, or None where it changed nothing; None if ``query`` has no such
-        form or two sets name one row (one statement cannot change a row twice)."""
-        batch = BATCHES.get(query)
-        if batch is None:
-            return None
-        keys = [p[batch.params[0]] for p in params]
-        if len(set(keys)) != len(keys):
-            return None
-        rows = self._conn.execute(batch.sql, {name: [p[name] for p in params] for name in batch.params}).fetchall()
-        changed = {row["id"]: row for row in rows}
-        return [changed.get(key) for key in keys]
 
     def insert_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int | None]:
         if len(params) == 1:
             return [self.insert(query, params[0])]
         flush_before(self._deferred, query)
+        batched = batched_rows(self._conn, query, params)
+        if batched is not None:
+            return [None if row is None else int(row["id"]) for row in batched]
         ids = (result.fetchone() for result in each(self._conn, QUERIES[query] + " RETURNING id", params, tuples=True))
         return [None if row is None else int(row[0]) for row in ids]
+
+    def insert_numbered_each(
+        self, query: str, params: Sequence[Mapping[str, Any]], number: str, column: str
+    ) -> list[tuple[int, Any] | None]:
+        # the batch form reads the number in the insert itself: one statement, even for one call
+        flush_before(self._deferred, query)
+        batched = batched_rows(self._conn, query, params, computing=column)
+        if batched is not None:
+            return [None if row is None else (int(row["id"]), row[column]) for row in batched]
+        numbers = self.one_each(number, params)
+        ids = self.insert_each(query, [{**p, column: n["n"]} for p, n in zip(params, numbers, strict=True)])  # type: ignore[index]
+        return [
+            None if new_id is None else (new_id, n["n"])  # type: ignore[index]
+            for new_id, n in zip(ids, numbers, strict=True)
+        ]
 
     def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
         if len(params) == 1:
             return [self.one(query, params[0])]
         flush_before(self._deferred, query)
+        batched = batched_rows(self._conn, query, params)
+        if batched is not None:
+            return batched
         return [result.fetchone() for result in each(self._conn, QUERIES[query], params)]
 
     def changed_each(
@@ -296,13 +338,51 @@ class Tx:
         flush_before(self._deferred, query)
         plan = _changed(query, read)
         if len(params) > 1 and plan.batched:
-            batched = self._batched(query, params)
+            batched = batched_rows(self._conn, query, params)
             if batched is not None:
                 return batched
         if len(params) == 1:
             row: Row | None = self._conn.execute(plan.single, params[0]).fetchone()
             return [row]
         return [result.fetchone() for result in each(self._conn, plan.single, params)]
+
+
+def batched_rows(
+    conn: Any,
+    query: str,
+    params: Sequence[Mapping[str, Any]],
+    *,
+    computing: str | None = None,
+    keys_only: bool = False,
+) -> list[Row | None] | None:
+    """``query`` for every parameter set in one statement (its form in ``postgres_batch.sql``):
+    each set's row (the row it changed or inserted, or read), or None where it has none (a fence
+    let nothing through); None if ``query`` has no such form, or its form computes a parameter
+    other than ``computing`` (it does not stand in for the query then), or two sets name one row
+    (one statement cannot change a row twice). ``keys_only``: rows of the key alone."""
+    batch = BATCHES.get(query)
+    if batch is None or batch.computes != (frozenset() if computing is None else {computing}):
+        return None
+    if not params:
+        return []
+    first = batch.params[0]
+    keys = [p[first] for p in params]
+    if len(set(keys)) != len(keys):
+        return None
+    try:
+        # the calls' parameters as one JSON text (encoded in C), not an array per parameter
+        calls = json.dumps(params, allow_nan=False)
+    except (TypeError, ValueError):  # a value JSON has no form for: the calls run one by one
+        return None
+    if not set(batch.params) <= params[0].keys():
+        raise KeyError(f"{query}: no parameters {sorted(set(batch.params) - params[0].keys())}")
+    rows = conn.execute(batch.keys_sql if keys_only else batch.sql, {"calls": calls}).fetchall()
+    column = batch.key
+    if column == "batch_key":
+        found = {row.pop(column): row for row in rows}
+    else:
+        found = {row[column]: row for row in rows}
+    return [found.get(key) for key in keys]
 
 
 def each(conn: Any, sql: str, params: Sequence[Mapping[str, Any]], *, tuples: bool = False) -> Iterator[Any]:

@@ -52,7 +52,7 @@ from ._conninfo import (
     redact_url,
     schema_name,
 )
-from ._queries import DB_NOW, QUERIES, Deferred, Tx, each, flush_before
+from ._queries import DB_NOW, QUERIES, Deferred, Tx, batched_rows, each, flush_before
 from ._schema import SCHEMA_VERSION, migrate, require_schema, schema_version
 from ._watchdog import Watchdog
 
@@ -66,6 +66,13 @@ __all__ = [
     "PostgresStore",
 ]
 
+# A bare group runs a batch's calls of a method as one statement (postgres_batch.sql): each
+# joins the calls' rows to the rows they change, by primary key. The planner, which takes an
+# index probe for a disk read, would rather hash a whole table (a seq scan of runs, or of its
+# queued runs) than probe it for a few dozen rows, until the table is large: in the group's
+# transaction it joins by nested loop (an index probe a call; no statement of a worker's batch
+# needs a hash or a merge join), one round trip with the BEGIN.
+_BEGIN_BARE = "BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
 _CLOCK_EVERY = 60.0  # seconds between readings of the database's clock
 # the server's side: a session idle inside a transaction (its client frozen or cut off) is
 # ended, releasing its locks; no statement runs forever
@@ -244,7 +251,7 @@ class PostgresConnector:
         """One transaction, one commit, around many store calls (see ``Connector.group``): each
         call a savepoint with ``isolate``; without, the first failing call spoils the group."""
         with self._borrowed() as conn:
-            self._execute(conn, "BEGIN")
+            self._execute(conn, "BEGIN" if isolate else _BEGIN_BARE)
             local = self._local
             local.conn, local.isolated, local.lost = conn, isolate, None
             local.deferred = None if isolate else Deferred(conn)
@@ -348,6 +355,9 @@ class PostgresConnector:
         with self._borrowed() as conn:
             try:
                 flush_before(getattr(self._local, "deferred", None), query)
+                batched = batched_rows(conn, query, params)
+                if batched is not None:
+                    return batched
                 return [result.fetchone() for result in each(conn, QUERIES[query], params)]
             except self._psycopg.Error as exc:
                 raise StoreError(f"{self.location}: read failed: {str(exc).strip()}") from exc

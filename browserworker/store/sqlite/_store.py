@@ -371,6 +371,16 @@ class _Tx:
     def insert_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[int | None]:
         return [self.insert(query, p) for p in params]
 
+    def insert_numbered_each(
+        self, query: str, params: Sequence[Mapping[str, Any]], number: str, column: str
+    ) -> list[tuple[int, Any] | None]:
+        out: list[tuple[int, Any] | None] = []
+        for p in params:
+            n = self.one(number, p)["n"]  # type: ignore[index]
+            new_id = self.insert(query, {**p, column: n})
+            out.append(None if new_id is None else (new_id, n))
+        return out
+
     def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
         return [self.one(query, p) for p in params]
 
