@@ -393,7 +393,7 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
         try:
             await asyncio.wait_for(asyncio.shield(gone), _EXIT_WAIT)
         except TimeoutError:
-            log.warning("a page's renderer did not exit within 2 s of being told to; making it crash", url=page.url)
+            log.warning("a page's renderer did not exit when told to; making it crash", url=page.url, waited=_EXIT_WAIT)
             sent.append(_background(session.send("Page.crash")))
             await asyncio.wait_for(gone, SHUT_TIMEOUT - _EXIT_WAIT)
     except Exception as exc:  # closed, crashed by a page sharing its renderer, or stuck

@@ -369,13 +369,13 @@ def batched_rows(
     keys = [p[first] for p in params]
     if len(set(keys)) != len(keys):
         return None
+    if not set(batch.params) <= params[0].keys():
+        raise KeyError(f"{query}: no parameters {sorted(set(batch.params) - params[0].keys())}")
     try:
         # the calls' parameters as one JSON text (encoded in C), not an array per parameter
         calls = json.dumps(params, allow_nan=False)
     except (TypeError, ValueError):  # a value JSON has no form for: the calls run one by one
         return None
-    if not set(batch.params) <= params[0].keys():
-        raise KeyError(f"{query}: no parameters {sorted(set(batch.params) - params[0].keys())}")
     rows = conn.execute(batch.keys_sql if keys_only else batch.sql, {"calls": calls}).fetchall()
     column = batch.key
     if column == "batch_key":
