@@ -3,7 +3,8 @@
 Each command parses its options, calls one library function and prints its result; the
 modules are one concern each:
 
-- :mod:`.app`: the command group; a browserworker error ends a command there;
+- :mod:`.app`: the command group, which imports a command's module when the command is asked
+  for; a browserworker error ends a command there;
 - :mod:`.failures`: the one place an error becomes a line and an exit code;
 - :mod:`.options`: the options several commands share (flow and inputs, ``--db``, ``--json``...);
 - :mod:`.invocation`: the store of one invocation, opened once and closed on exit;
@@ -25,7 +26,6 @@ run SUCCEEDED but a verifier failed its self-test, 8 AWAITING_APPROVAL.
 
 from __future__ import annotations
 
-from . import approvals, console, execute, limits, mcp, ops, prove, runs, sessions  # noqa: F401  (each registers its commands)
 from .app import main
 
 __all__ = ["main"]

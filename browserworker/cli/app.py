@@ -1,8 +1,14 @@
 """The command group: every command hangs off :data:`main`, and :meth:`Commands.invoke`
-turns a browserworker error into its one line on stderr and its exit code (never a traceback)."""
+turns a browserworker error into its one line on stderr and its exit code (never a traceback).
+
+A command's module is imported when the command is asked for (:data:`COMMAND_MODULES`), not
+before: ``browserworker run`` loads neither the console nor the MCP server, and it can start
+the browser's driver before it loads the flow and the runtime (see :mod:`.execute`).
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
@@ -15,8 +21,32 @@ from .invocation import Invocation
 __all__ = ["Commands", "main"]
 
 
+COMMAND_MODULES = {
+    **dict.fromkeys(("run", "enqueue", "worker"), "execute"),
+    **dict.fromkeys(("show", "runs", "review", "resolve", "cancel", "requeue", "queue"), "runs"),
+    **dict.fromkeys(("status", "metrics", "health", "backup", "restore", "check-db", "migrate"), "ops"),
+    "sessions": "sessions",
+    "limits": "limits",
+    **dict.fromkeys(("approvals", "approve", "reject"), "approvals"),
+    **dict.fromkeys(("chaos", "replay", "sandbox"), "prove"),
+    "console": "console",
+    "mcp": "mcp",
+}
+"""Which module of this package registers each command on :data:`main`."""
+
+
 class Commands(click.Group):
-    """The command group: a browserworker error ends a command with one line and its exit code."""
+    """The command group: a browserworker error ends a command with one line and its exit code.
+    Each command's module is imported the first time the command is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if cmd_name not in self.commands and module is not None:
+            importlib.import_module(f"{__package__}.{module}")
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -24,7 +24,7 @@ from .. import control
 from ..errors import UsageError
 from ..journal import LeaseSettings
 from ..ops import Progress, broken_line, journal_view, outcome_line, run_summary, worker_line
-from ..runtime import BrowserSettings
+from ..runtime import BrowserProcess, BrowserSettings
 from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.records import RunRecord
 from .app import main
@@ -82,19 +82,33 @@ def run(
     8 AWAITING_APPROVAL (``browserworker approve``, then a worker or ``run --run-id`` dispatches it).
     """
     _check_record(record_name, trace, force)
-    # opening a missing database creates it: a new run's inputs are checked before that
-    request = flow.request(run_id, validate=not run_id or not invocation().exists())
-    engine = invocation().engine(
-        browser=BrowserSettings.discover(headless=not headed), lease=lease, extensions=[Progress(sys.stderr)]
-    )
-    record = _prepare(engine, request, announce=not as_json)
-    with stage(
-        left=f", run {record.id} stopped without an outcome",
-        hint=f"; resume it with --run-id {record.id}",
-        under_way=True,
-    ):
-        final, broken = _execute(engine, request, record, record_name, trace)
+    with _browser_first(BrowserSettings.discover(headless=not headed)) as (runner, browser):
+        # opening a missing database creates it: a new run's inputs are checked before that
+        request = flow.request(run_id, validate=not run_id or not invocation().exists())
+        engine = invocation().engine(browser=browser.settings, lease=lease, extensions=[Progress(sys.stderr)])
+        record = _prepare(engine, request, announce=not as_json)
+        with stage(
+            left=f", run {record.id} stopped without an outcome",
+            hint=f"; resume it with --run-id {record.id}",
+            under_way=True,
+        ):
+            final, broken = _execute(runner, engine, request, record, browser, record_name, trace)
     ctx.exit(_report(engine, final, broken, as_json))
+
+
+@contextmanager
+def _browser_first(settings: BrowserSettings) -> Iterator[tuple[asyncio.Runner, BrowserProcess]]:
+    """The event loop ``run`` runs on, with the browser's driver started on it first: node
+    boots while this process loads the flow, pydantic and the runtime. The process exits after
+    the run, so the browser closes quickly (``quick_close``); a driver the run did not use
+    (bad input, nothing to run) is stopped on the way out."""
+    with asyncio.Runner() as runner:
+        browser = BrowserProcess(settings, quick_close=True)
+        runner.run(browser.start_driver())
+        try:
+            yield runner, browser
+        finally:
+            runner.run(browser.close())
 
 
 def _check_record(record_name: str | None, trace: bool, force: bool) -> None:
@@ -129,10 +143,16 @@ def _prepare(engine: Engine, request: RunRequest, *, announce: bool) -> RunRecor
 
 
 def _execute(
-    engine: Engine, request: RunRequest, run: RunRecord, record_name: str | None, trace: bool
+    runner: asyncio.Runner,
+    engine: Engine,
+    request: RunRequest,
+    run: RunRecord,
+    browser: BrowserProcess,
+    record_name: str | None,
+    trace: bool,
 ) -> tuple[RunRecord, list[str]]:
-    """Execute the run (recording it with ``record_name``); returns the final run and the
-    steps whose verifier failed its self-test."""
+    """Execute the run on ``browser`` (recording it with ``record_name``); returns the final
+    run and the steps whose verifier failed its self-test."""
     stop = asyncio.Event()
 
     def first_signal() -> None:
@@ -142,11 +162,14 @@ def _execute(
     if record_name:  # the same run, with its network, journal and verifier self-tests recorded
         from ..recording import record
 
-        recorded = asyncio.run(
-            on_signals(first_signal, record(engine, request.loaded, run, name=record_name, trace=trace, stop=stop))
+        recorded = runner.run(
+            on_signals(
+                first_signal,
+                record(engine, request.loaded, run, name=record_name, trace=trace, stop=stop, browser=browser),
+            )
         )
         return recorded.run, list(recorded.broken)
-    return asyncio.run(on_signals(first_signal, engine.run(request.loaded, run, stop=stop))), []
+    return runner.run(on_signals(first_signal, engine.run(request.loaded, run, stop=stop, browser=browser))), []
 
 
 def _report(engine: Engine, final: RunRecord, broken: list[str], as_json: bool) -> int:

@@ -16,17 +16,18 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click import ParameterSource
 
 from ..errors import InputError
-from ..flow import load_flow, parse_inputs, unproven_effects
 from ..journal import LeaseSettings
-from ..runtime import RunRequest, validate_run_id
 from ..store.url import DEFAULT_DB, DEFAULT_SCHEMA, ENV_DB, ENV_SCHEMA
 from .invocation import Invocation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime import RunRequest
 
 __all__ = ["FlowArgs", "db_option", "emit", "flow_options", "headed_option", "json_option", "lease_option"]
 
@@ -44,7 +45,13 @@ class FlowArgs:
 
     def request(self, run_id: str | None = None, *, validate: bool = True) -> RunRequest:
         """Load the flow and parse the inputs; check the run id and (with ``validate``) the
-        inputs. Raises :class:`~browserworker.errors.UsageError`; nothing is written."""
+        inputs. Raises :class:`~browserworker.errors.UsageError`; nothing is written.
+
+        The flow package (and pydantic) is imported here, not with this module: ``run`` starts
+        the browser's driver first, so that node starts while Python loads the flow."""
+        from ..flow import load_flow, parse_inputs, unproven_effects
+        from ..runtime import RunRequest, validate_run_id
+
         loaded = load_flow(self.file, self.name)
         for line in unproven_effects(loaded.flow):
             click.echo(f"warning: {line}", err=True)

@@ -41,7 +41,7 @@ from .files import FORMAT, RecordingWriter, Segment, api_har_entry, recording_pa
 from .selftest import SelfTest, expected_after, run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime import Engine
+    from ..runtime import BrowserProcess, Engine
 
 __all__ = ["RecordedRun", "Recorder", "TraceChunks", "journal_data", "record", "redact_trace"]
 
@@ -519,13 +519,15 @@ async def record(
     base: Path | None = None,
     stop: asyncio.Event | None = None,
     extensions: Sequence[object] = (),
+    browser: BrowserProcess | None = None,
 ) -> RecordedRun:
     """Execute a new run with ``engine`` (:meth:`~browserworker.runtime._engine.Engine.run`), recording it into
     ``recordings/NAME``; returns the final run with the verifier self-tests (``broken`` names the
     steps whose verifier failed).
 
     Replaces an existing recording of that name. Raises :class:`UsageError` for a run that
-    has already started (a recording must cover a run from its first step).
+    has already started (a recording must cover a run from its first step). ``browser`` is
+    passed to :meth:`~browserworker.runtime._engine.Engine.run` (which closes it).
     """
     store = engine.store
     path = recording_path(name, base)
@@ -553,7 +555,7 @@ async def record(
     recorder._save()
     final: RunRecord | None = None
     try:
-        final = await engine.run(loaded, run, stop=stop, extensions=[recorder, *extensions])
+        final = await engine.run(loaded, run, stop=stop, extensions=[recorder, *extensions], browser=browser)
     finally:
         recorder.finish(final)
     requests = sum(s["entries"] for s in writer.segments)

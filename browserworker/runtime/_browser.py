@@ -26,10 +26,12 @@ Playwright's own ``--disable-features`` list (see :func:`launch_options`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import sys
@@ -145,6 +147,8 @@ class BrowserSettings:
 
 _NODE_ENV = "PLAYWRIGHT_NODEJS_PATH"  # how playwright-python lets one choose the driver's node
 _CACHE_ENV = "NODE_COMPILE_CACHE"  # node >= 22.1 keeps compiled scripts there
+_PID_ENV = "BROWSERWORKER_PID_FILE"  # the tethered script writes its pid there (then unsets it)
+_DRIVER_PID = "driver.pid"  # in a session's directory: the driver's pid, for a quick close
 
 
 def tethered(executable: str) -> str:
@@ -153,12 +157,15 @@ def tethered(executable: str) -> str:
     It is a small shell script in a private directory (``setpriv`` keeps the signal
     across ``exec``). Returns ``executable`` itself where that cannot be done (not Linux, no
     ``setpriv``, no private directory): the process then outlives a killed parent briefly.
+    Started with ``$BROWSERWORKER_PID_FILE`` set, the script writes its pid (the process's,
+    kept across ``exec``) to that file, and unsets the variable for what it runs.
     """
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
     if setpriv is None:
         return executable
     script = (
         f"#!/bin/sh\n# browserworker: dies with the process that started it\n"
+        f'if [ -n "${_PID_ENV}" ]; then echo $$ > "${_PID_ENV}"; unset {_PID_ENV}; fi\n'
         f'exec {shlex.quote(setpriv)} --pdeathsig KILL -- {shlex.quote(executable)} "$@"\n'
     )
     try:
@@ -295,21 +302,43 @@ def _without_shared_workers(args: list[str]) -> list[str]:
 
 
 class BrowserProcess:
-    """One Playwright driver and one Chromium for this process; contexts on demand."""
+    """One Playwright driver and one Chromium for this process; contexts on demand.
 
-    def __init__(self, settings: BrowserSettings) -> None:
+    ``async with`` starts both. :meth:`start_driver` starts the driver ahead of that, in the
+    background, so that node boots (about 0.3 s) while the caller does other work (the
+    ``run`` command loads the flow meanwhile); :meth:`close` stops a driver started so and
+    never entered.
+
+    ``quick_close``, for a process that exits after it (the ``run`` command): closing kills
+    the driver, and Chromium with it (tied to the driver: see the module docstring), instead of
+    closing Chromium gracefully, which takes about 0.1 s. Only once every context is closed
+    (each pass stops its pages' renderers, then closes its context: nothing is left to send or
+    to save) and only where the driver is tied; otherwise it closes as usual."""
+
+    def __init__(self, settings: BrowserSettings, *, quick_close: bool = False) -> None:
         self.settings = settings
+        self.quick_close = quick_close
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
+        self._starting: asyncio.Future[Playwright] | None = None  # the driver, from start_driver()
         self.temp_dir: Path | None = None  # the driver's TMPDIR while open (see the module docstring)
         self.gone = False
         """Set when the driver or the browser was found dead (a new context could not be opened):
         :meth:`restart` before using the session again."""
 
+    async def start_driver(self) -> None:
+        """Start the driver now and return once its process is running; ``async with`` then
+        waits for it to be ready and launches Chromium. Does nothing if already started."""
+        if self._starting is None and self._pw is None:
+            self.temp_dir = _session_dir()
+            self._starting = await _spawn_driver(self.temp_dir)
+
     async def __aenter__(self) -> BrowserProcess:
-        self.temp_dir = _session_dir()
+        if self._starting is None:
+            self.temp_dir = _session_dir()
         try:
-            self._pw = await _start_tethered_driver(self.temp_dir)
+            starting, self._starting = self._starting, None
+            self._pw = await (starting if starting is not None else await _spawn_driver(self.temp_dir))
             self._browser = await self._launch(self._pw)
         except BaseException:
             if self._pw is not None:
@@ -334,21 +363,45 @@ class BrowserProcess:
             ) from exc
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close Chromium and stop the driver (one only started by :meth:`start_driver` too);
+        closing again does nothing."""
+        starting, self._starting = self._starting, None
         try:
-            if self._browser is not None:
+            if starting is not None:
                 try:
-                    await self._browser.close()
+                    self._pw = await starting
+                except Exception:  # it did not start: nothing to stop
+                    pass
+            browser, self._browser = self._browser, None
+            if browser is not None and not (self.quick_close and not browser.contexts and self._kill_driver()):
+                try:
+                    await browser.close()
                 except Exception:  # pragma: no cover - the browser may already be gone
                     pass
-            if self._pw is not None:
-                await self._pw.stop()
+            pw, self._pw = self._pw, None
+            if pw is not None:
+                await pw.stop()
         finally:
             self._remove_temp_dir()
 
+    def _kill_driver(self) -> bool:
+        """SIGKILL the driver (its Chromium dies with it); False if it cannot be told which
+        process that is (the driver is not tied, or no session directory)."""
+        if self.temp_dir is None:
+            return False
+        try:
+            pid = int((self.temp_dir / _DRIVER_PID).read_text())
+            os.kill(pid, signal.SIGKILL)  # our child, not reaped yet: the pid is still its
+        except (OSError, ValueError):
+            return False
+        return True
+
     async def restart(self) -> None:
         """A new driver and Chromium in place of ones that died; contexts of the old ones are gone."""
-        await self.__aexit__(None, None, None)
-        self._pw = self._browser = None
+        await self.close()
         await self.__aenter__()
         self.gone = False
 
@@ -381,13 +434,19 @@ class BrowserProcess:
                 pass
 
 
-async def _start_tethered_driver(temp_dir: Path | None = None) -> Playwright:
+_SPAWN_TURNS = 8
+"""Loop turns :func:`_spawn_driver` gives Playwright to start node (it takes two: one to
+make its client, one to read the environment and start the process)."""
+
+
+async def _spawn_driver(temp_dir: Path | None = None) -> asyncio.Future[Playwright]:
     """Start Playwright with its node driver tied to this process (see the module docstring),
     with node's compile cache on (:func:`_compile_cache`) and, if given, ``temp_dir`` as the
     driver's ``TMPDIR`` (where it makes the browser's profile and its artifacts directory).
+    Returns once node is started: the future is done when the driver is ready.
 
     playwright-python reads which node to run, and the driver its environment, as it
-    starts, so the variables are set for that moment only, and put back as they were.
+    starts node, so the variables are set for those loop turns only, and put back as they were.
     """
     overrides: dict[str, str] = {}
     cache = _compile_cache()
@@ -402,10 +461,16 @@ async def _start_tethered_driver(temp_dir: Path | None = None) -> Playwright:
         overrides[_NODE_ENV] = node
     if temp_dir is not None:
         overrides["TMPDIR"] = str(temp_dir)
+        if node != real:  # the tethered script writes the driver's pid there
+            overrides[_PID_ENV] = str(temp_dir / _DRIVER_PID)
     before = {name: os.environ.get(name) for name in overrides}
     os.environ.update(overrides)
     try:
-        return await async_playwright().start()
+        starting = asyncio.ensure_future(async_playwright().start())
+        for _ in range(_SPAWN_TURNS):
+            await asyncio.sleep(0)
+            if starting.done():
+                break
     finally:
         for name, value in overrides.items():
             previous = before[name]
@@ -415,6 +480,7 @@ async def _start_tethered_driver(temp_dir: Path | None = None) -> Playwright:
                 del os.environ[name]
             else:
                 os.environ[name] = previous
+    return starting
 
 
 _SESSION = "session-"

@@ -86,6 +86,7 @@ class Engine:
         *,
         stop: asyncio.Event | None = None,
         extensions: Sequence[object] = (),
+        browser: BrowserProcess | None = None,
     ) -> RunRecord:
         """Lease ``run`` and execute it to its end in this process; returns the final run.
 
@@ -93,7 +94,24 @@ class Engine:
         back (QUEUED) at its next step boundary. A run whose key's budget holds it (or that a
         site throttled) waits for the budget, with a notice. ``extensions`` hear this run only.
         Raises :class:`~browserworker.errors.LeaseLost` if another owner takes the run away.
+        ``browser``: a :class:`BrowserProcess` of this engine's settings, not entered yet (its
+        driver may be starting, see :meth:`BrowserProcess.start_driver`), for the first pass;
+        it is closed when this returns, used or not.
         """
+        try:
+            return await self._run(loaded, run, stop, extensions, browser)
+        finally:
+            if browser is not None:
+                await browser.close()  # closed already if a pass used it; else its driver is stopped
+
+    async def _run(
+        self,
+        loaded: LoadedFlow,
+        run: RunRecord,
+        stop: asyncio.Event | None,
+        extensions: Sequence[object],
+        first: BrowserProcess | None,
+    ) -> RunRecord:
         if run.state in TERMINAL_RUN_STATES or run.state in (RunState.NEEDS_REVIEW, RunState.AWAITING_APPROVAL):
             return run
         ext = self.extensions_for(extensions)
@@ -116,7 +134,8 @@ class Engine:
                     evidence_dir=self.evidence_dir,
                 )
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
-                async with BrowserProcess(self.browser) as session:
+                process, first = (first or BrowserProcess(self.browser)), None
+                async with process as session:
                     watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None
                     try:
                         run = await leased.execute(session)

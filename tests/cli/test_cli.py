@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -12,13 +14,14 @@ from click.testing import CliRunner
 
 from browserworker.cli import main
 from browserworker.store import NewRun, SQLiteStore
+from tests.support.cli import commands
 from tests.support.paths import FLOWS
 
 FLOW = FLOWS / "place_order.py"
 
 
 def all_commands() -> list[str]:
-    return sorted(main.commands)
+    return sorted(commands())
 
 
 @pytest.mark.parametrize("command", all_commands())
@@ -26,7 +29,7 @@ def test_every_command_has_help(command: str) -> None:
     """`browserworker CMD --help` prints usage and a description."""
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0
-    assert "Usage:" in result.output and len(main.commands[command].help or "") > 10
+    assert "Usage:" in result.output and len(commands()[command].help or "") > 10
 
 
 def invoke(tmp_path: Path, *args: str) -> click.testing.Result:
@@ -121,3 +124,35 @@ def test_db_defaults_to_cwd_and_env_overrides(tmp_path: Path, monkeypatch: pytes
     env = {k: v for k, v in os.environ.items() if k != "BROWSERWORKER_DB"}
     result = CliRunner().invoke(main, ["runs", "--json"], env={**env, "BROWSERWORKER_DB": None})
     assert [r["id"] for r in json.loads(result.output)] == ["here"]
+
+
+def test_each_command_is_registered_by_the_module_the_group_loads_for_it() -> None:
+    """The group imports a command's module only when the command is asked for: every module
+    of ``COMMAND_MODULES`` registers exactly the commands it is named for, and nothing else
+    registers one (a new command missing from the table would not be found)."""
+    import importlib
+
+    from browserworker.cli.app import COMMAND_MODULES
+
+    for module in set(COMMAND_MODULES.values()):
+        importlib.import_module(f"browserworker.cli.{module}")
+    assert sorted(main.commands) == sorted(COMMAND_MODULES)
+    for name, command in main.commands.items():
+        assert command.callback is not None
+        assert command.callback.__module__ == f"browserworker.cli.{COMMAND_MODULES[name]}", name
+
+
+def test_run_loads_no_flow_pydantic_or_runtime_before_its_driver_starts() -> None:
+    """``browserworker run`` starts the browser's driver before it loads the flow: importing the
+    group and the ``run`` command's module loads neither pydantic, the flow's definitions, the
+    runtime's engine nor the gate, nor any other command's module."""
+    heavy = ["pydantic", "browserworker.flow._flow", "browserworker.flow._loader", "browserworker.runtime._engine"]
+    heavy += ["browserworker.gate._gate", *(f"browserworker.cli.{m}" for m in ("runs", "ops", "console", "mcp"))]
+    code = (
+        "import json, sys, click\n"
+        "from browserworker.cli import main\n"
+        "assert main.get_command(click.Context(main), 'run') is not None\n"
+        f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []

@@ -22,6 +22,7 @@ from browserworker.recording import ReplayError
 from browserworker.states import AttemptState, RunState
 from browserworker.store import SQLiteStore
 from tests.support import opsdata
+from tests.support.cli import commands
 from tests.support.paths import FLOWS, TEST_FLOWS
 
 FLOW = FLOWS / "place_order.py"
@@ -59,12 +60,12 @@ def as_json(result: Result) -> Any:
 
 @pytest.mark.parametrize("command", SCRIPTED)
 def test_commands_a_script_reads_have_json(command: str) -> None:
-    assert "--json" in {opt for p in main.commands[command].params for opt in p.opts}
+    assert "--json" in {opt for p in commands()[command].params for opt in p.opts}
 
 
 def test_every_option_of_every_command_says_what_it_does() -> None:
     """`--help` describes every option (the CLI reference is generated from it)."""
-    for name, command in main.commands.items():
+    for name, command in commands().items():
         assert command.callback is not None and command.callback.__module__.startswith("browserworker.cli."), name
         for param in command.params:
             if isinstance(param, click.Option) and param.name != "limit":

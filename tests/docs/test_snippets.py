@@ -165,9 +165,11 @@ def test_every_browserworker_command_in_the_docs_parses() -> None:
     for page in PAGES:
         for line in command_lines(page):
             argv = argv_of(line)
-            group = main
-            while isinstance(group, click.Group) and argv and argv[0] in group.commands:
-                group, argv = group.commands[argv[0]], argv[1:]
+            group: click.Command = main
+            while isinstance(group, click.Group) and argv and argv[0] in group.list_commands(click.Context(group)):
+                found = group.get_command(click.Context(group), argv[0])
+                assert found is not None
+                group, argv = found, argv[1:]
             assert group is not main, f"{page.name}: {line!r} names no command"
             try:
                 group.make_context(group.name or "", list(argv), parent=click.Context(main))

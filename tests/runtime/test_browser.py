@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from browserworker.journal._leases import _stat
 from browserworker.runtime import BrowserProcess, BrowserSettings
 from browserworker.runtime._browser import (
     LEAN_FEATURES,
-    _start_tethered_driver,
+    _spawn_driver,
     _without_shared_workers,
     find_chromium,
     merge_disabled_features,
@@ -117,7 +118,7 @@ def test_cli_reports_missing_browser(tmp_path: Path) -> None:
 
 def _start_and_stop_driver() -> None:
     async def go() -> None:
-        playwright = await _start_tethered_driver()
+        playwright = await (await _spawn_driver())
         await playwright.stop()
 
     asyncio.run(go())
@@ -335,3 +336,100 @@ def test_a_browser_that_cannot_start_is_one_clear_error_and_leaves_no_files(tmp_
     with pytest.raises(BrowserNotFound, match="could not launch Chromium .*not-a-browser.*apt-get install chromium"):
         asyncio.run(start())
     assert set((Path(tempfile.gettempdir()) / f"browserworker-{os.getuid()}").glob(ours)) <= before
+
+
+def _children(parent: int | None = None) -> dict[int, str]:
+    """The child processes of ``parent`` (this process): pid to the executable's name."""
+    parent = os.getpid() if parent is None else parent
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                name, rest = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        if int(rest.split()[1]) == parent:
+            found[int(entry)] = name.split("(", 1)[1]
+    return found
+
+
+def _environ_of(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.decode().partition("=") for item in f.read().split(b"\0") if item]
+    return {k: v for k, _, v in pairs}
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="the driver is tied to its parent with setpriv")
+def test_the_driver_started_early_runs_before_the_browser_is_entered_and_the_environment_is_put_back() -> None:
+    """``start_driver()`` returns with the driver's node running, started with the session's
+    directory as its ``TMPDIR`` and its pid written there, while this process's environment
+    is already as it was (the flow that loads next sees no borrowed ``TMPDIR``). Entering it
+    then launches Chromium on that driver; a driver never entered is stopped by ``close()``."""
+
+    async def go() -> None:
+        for enter in (True, False):
+            before_env, before_children = dict(os.environ), set(_children())
+            process = BrowserProcess(BrowserSettings.discover())
+            await process.start_driver()
+            assert dict(os.environ) == before_env
+            new = {pid: name for pid, name in _children().items() if pid not in before_children}
+            assert [name[:4] for name in new.values()] == ["node"], new
+            (driver,) = new
+            assert process.temp_dir is not None and process.temp_dir.is_dir()
+            assert _environ_of(driver)["TMPDIR"] == str(process.temp_dir)
+            assert "BROWSERWORKER_PID_FILE" not in _environ_of(driver)
+            assert (process.temp_dir / "driver.pid").read_text().strip() == str(driver)
+            if enter:
+                async with process:
+                    async with process.context() as context:
+                        page = await context.new_page()
+                        assert await page.evaluate("1 + 1") == 2
+            else:
+                await process.close()
+            assert _gone(driver) and not process.temp_dir.exists()
+
+    asyncio.run(go())
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="the driver is tied to its parent with setpriv")
+def test_a_quick_close_kills_the_driver_and_chromium_once_no_context_is_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quick_close``: with every context closed, closing SIGKILLs the driver instead of
+    closing Chromium gracefully, and Chromium (tied to the driver) dies with it; with a
+    context still open it closes gracefully, as without the option."""
+    kills: list[tuple[int, int]] = []
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        kills.append((pid, sig))
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", kill)
+
+    async def go() -> None:
+        for leave_open in (False, True):
+            kills.clear()
+            process = BrowserProcess(BrowserSettings.discover(), quick_close=True)
+            async with process:
+                (driver,) = [pid for pid, name in _children().items() if name.startswith("node")]
+                chromium = list(_children(driver))
+                assert chromium
+                context = await process.browser.new_context()
+                await (await context.new_page()).goto("about:blank")
+                if not leave_open:
+                    await context.close()
+            assert [kill for kill in kills if kill[1] == signal.SIGKILL] == (
+                [] if leave_open else [(driver, signal.SIGKILL)]
+            )
+            assert _gone(driver) and all(_gone(pid) for pid in chromium)
+
+    asyncio.run(go())
