@@ -394,8 +394,12 @@ class BrowserProcess:
             return False
         try:
             pid = int((self.temp_dir / _DRIVER_PID).read_text())
-            os.kill(pid, signal.SIGKILL)  # our child, not reaped yet: the pid is still its
-        except (OSError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:  # still our child (a driver that died and was
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])  # reaped may have its pid reused)
+            if parent != os.getpid():
+                return False
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
             return False
         return True
 

@@ -433,3 +433,29 @@ def test_a_quick_close_kills_the_driver_and_chromium_once_no_context_is_open(mon
             assert _gone(driver) and all(_gone(pid) for pid in chromium)
 
     asyncio.run(go())
+
+
+def test_a_quick_close_kills_only_a_driver_that_is_still_this_processs_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's pid is read from the session's directory; a pid that is not (or no longer)
+    a child of this process (a driver that died and was reaped: its pid may be reused) is
+    never signalled, and neither is a missing or garbled file: the close is then graceful."""
+    kills: list[tuple[int, int]] = []
+    real_kill = os.kill
+    monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    process = BrowserProcess(BrowserSettings(executable_path="/bin/true"), quick_close=True)
+    process.temp_dir = tmp_path
+    assert not process._kill_driver()  # no file
+    (tmp_path / "driver.pid").write_text("garbled\n")
+    assert not process._kill_driver()
+    (tmp_path / "driver.pid").write_text(f"{os.getppid()}\n")  # alive, but our parent, not our child
+    assert not process._kill_driver()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "driver.pid").write_text(f"{child.pid}\n")
+        assert process._kill_driver()
+        assert kills == [(child.pid, signal.SIGKILL)]
+    finally:
+        real_kill(child.pid, signal.SIGKILL)
+        child.wait()
