@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -380,25 +381,36 @@ def test_the_driver_started_early_runs_before_the_browser_is_entered_and_the_env
         for enter in (True, False):
             before_env, before_children = dict(os.environ), set(_children())
             process = BrowserProcess(BrowserSettings.discover())
-            await process.start_driver()
-            assert dict(os.environ) == before_env
-            new = {pid: name for pid, name in _children().items() if pid not in before_children}
-            assert [name[:4] for name in new.values()] == ["node"], new
-            (driver,) = new
-            assert process.temp_dir is not None and process.temp_dir.is_dir()
-            assert _environ_of(driver)["TMPDIR"] == str(process.temp_dir)
-            assert "BROWSERWORKER_PID_FILE" not in _environ_of(driver)
-            assert (process.temp_dir / "driver.pid").read_text().strip() == str(driver)
-            if enter:
-                async with process:
-                    async with process.context() as context:
-                        page = await context.new_page()
-                        assert await page.evaluate("1 + 1") == 2
-            else:
+            try:
+                await process.start_driver()
+                assert dict(os.environ) == before_env
+                new = [pid for pid in _children() if pid not in before_children]
+                assert len(new) == 1, new  # started: the tethered script, on its way to exec node
+                (driver,) = new
+                _wait_for_exec(driver, "node")
+                assert process.temp_dir is not None and process.temp_dir.is_dir()
+                assert _environ_of(driver)["TMPDIR"] == str(process.temp_dir)
+                assert "BROWSERWORKER_PID_FILE" not in _environ_of(driver)
+                assert (process.temp_dir / "driver.pid").read_text().strip() == str(driver)
+                if enter:
+                    async with process:
+                        async with process.context() as context:
+                            page = await context.new_page()
+                            assert await page.evaluate("1 + 1") == 2
+            finally:
                 await process.close()
             assert _gone(driver) and not process.temp_dir.exists()
 
     asyncio.run(go())
+
+
+def _wait_for_exec(pid: int, name: str, timeout: float = 30.0) -> None:
+    """Wait until process ``pid`` runs ``name`` (the tethered script execs ``setpriv``, which
+    execs the executable: the pid stays, the name changes)."""
+    deadline = time.monotonic() + timeout
+    while not _children().get(pid, "").startswith(name):
+        assert time.monotonic() < deadline, f"{pid} never ran {name}: {_children().get(pid)}"
+        time.sleep(0.01)
 
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="the driver is tied to its parent with setpriv")
@@ -420,7 +432,8 @@ def test_a_quick_close_kills_the_driver_and_chromium_once_no_context_is_open(mon
             kills.clear()
             process = BrowserProcess(BrowserSettings.discover(), quick_close=True)
             async with process:
-                (driver,) = [pid for pid, name in _children().items() if name.startswith("node")]
+                assert process.temp_dir is not None
+                driver = int((process.temp_dir / "driver.pid").read_text())
                 chromium = list(_children(driver))
                 assert chromium
                 context = await process.browser.new_context()
