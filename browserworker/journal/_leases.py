@@ -24,6 +24,7 @@ __all__ = [
     "next_beat",
     "own_start_time",
     "owner_is_gone",
+    "parent_pid",
     "pid_space",
     "pid_start_time",
     "process_is_gone",
@@ -71,6 +72,12 @@ def pid_start_time(pid: int) -> str | None:
 _TICK = 0.25
 
 _OWN_START: dict[int, str | None] = {}  # this process's start time, by pid (a fork has its own)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of process ``pid`` (Linux ``/proc``), or None if it is gone or cannot be told."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
 
 
 def own_start_time() -> str | None:

@@ -527,7 +527,7 @@ async def record(
 
     Replaces an existing recording of that name. Raises :class:`UsageError` for a run that
     has already started (a recording must cover a run from its first step). ``browser`` is
-    passed to :meth:`~browserworker.runtime._engine.Engine.run` (which closes it).
+    passed to :meth:`~browserworker.runtime._engine.Engine.run`.
     """
     store = engine.store
     path = recording_path(name, base)

@@ -45,7 +45,7 @@ from typing import Any, Literal
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
 from ..errors import BrowserNotFound, UsageError
-from ..journal import own_start_time, pid_space, process_is_gone
+from ..journal import own_start_time, parent_pid, pid_space, process_is_gone
 from ..logs import get_logger
 
 log = get_logger("browserworker.browser")
@@ -334,11 +334,11 @@ class BrowserProcess:
             self._starting = await _spawn_driver(self.temp_dir)
 
     async def __aenter__(self) -> BrowserProcess:
-        if self._starting is None:
-            self.temp_dir = _session_dir()
         try:
+            await self.start_driver()  # unless started already
             starting, self._starting = self._starting, None
-            self._pw = await (starting if starting is not None else await _spawn_driver(self.temp_dir))
+            assert starting is not None
+            self._pw = await starting
             self._browser = await self._launch(self._pw)
         except BaseException:
             if self._pw is not None:
@@ -394,13 +394,11 @@ class BrowserProcess:
             return False
         try:
             pid = int((self.temp_dir / _DRIVER_PID).read_text())
-            with open(f"/proc/{pid}/stat") as f:  # still our child (a driver that died and was
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])  # reaped may have its pid reused)
-            if parent != os.getpid():
-                return False
-            os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             return False
+        if parent_pid(pid) != os.getpid():  # a driver that died and was reaped: its pid may be reused
+            return False
+        os.kill(pid, signal.SIGKILL)
         return True
 
     async def restart(self) -> None:

@@ -95,23 +95,10 @@ class Engine:
         site throttled) waits for the budget, with a notice. ``extensions`` hear this run only.
         Raises :class:`~browserworker.errors.LeaseLost` if another owner takes the run away.
         ``browser``: a :class:`BrowserProcess` of this engine's settings, not entered yet (its
-        driver may be starting, see :meth:`BrowserProcess.start_driver`), for the first pass;
-        it is closed when this returns, used or not.
+        driver may be starting, see :meth:`BrowserProcess.start_driver`), for the first pass,
+        which enters and closes it; if no pass runs, closing it is the caller's (closing again
+        does nothing).
         """
-        try:
-            return await self._run(loaded, run, stop, extensions, browser)
-        finally:
-            if browser is not None:
-                await browser.close()  # closed already if a pass used it; else its driver is stopped
-
-    async def _run(
-        self,
-        loaded: LoadedFlow,
-        run: RunRecord,
-        stop: asyncio.Event | None,
-        extensions: Sequence[object],
-        first: BrowserProcess | None,
-    ) -> RunRecord:
         if run.state in TERMINAL_RUN_STATES or run.state in (RunState.NEEDS_REVIEW, RunState.AWAITING_APPROVAL):
             return run
         ext = self.extensions_for(extensions)
@@ -134,7 +121,7 @@ class Engine:
                     evidence_dir=self.evidence_dir,
                 )
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
-                process, first = (first or BrowserProcess(self.browser)), None
+                process, browser = (browser or BrowserProcess(self.browser)), None
                 async with process as session:
                     watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None
                     try:

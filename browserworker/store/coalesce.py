@@ -107,6 +107,6 @@ def plan(calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...], dict[str, An
             entry.keys.add(key)
             last_of[key] = at
             continue
-        at = latest[slot] = last_of[key] = len(entries)
+        latest[slot] = last_of[key] = len(entries)
         entries.append(Entry([index], getattr(owner, how.many), [item], {key}))
     return entries

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from browserworker.errors import BrowserNotFound, UsageError
+from browserworker.journal import process_is_gone
 from browserworker.journal._leases import _stat
 from browserworker.runtime import BrowserProcess, BrowserSettings
 from browserworker.runtime._browser import (
@@ -340,34 +341,19 @@ def test_a_browser_that_cannot_start_is_one_clear_error_and_leaves_no_files(tmp_
 
 
 def _children(parent: int | None = None) -> dict[int, str]:
-    """The child processes of ``parent`` (this process): pid to the executable's name."""
+    """The child processes of ``parent`` (this process): pid to the name of what it runs."""
     parent = os.getpid() if parent is None else parent
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                name, rest = f.read().rsplit(")", 1)
-        except OSError:
-            continue
-        if int(rest.split()[1]) == parent:
-            found[int(entry)] = name.split("(", 1)[1]
-    return found
+    return {
+        pid: Path(cmd.split(" ", 1)[0]).name
+        for pid, cmd in _descendants(parent)
+        if (stat := _stat(pid)) is not None and int(stat[1]) == parent
+    }
 
 
 def _environ_of(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/environ", "rb") as f:
         pairs = [item.decode().partition("=") for item in f.read().split(b"\0") if item]
     return {k: v for k, _, v in pairs}
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="the driver is tied to its parent with setpriv")
@@ -399,7 +385,7 @@ def test_the_driver_started_early_runs_before_the_browser_is_entered_and_the_env
                             assert await page.evaluate("1 + 1") == 2
             finally:
                 await process.close()
-            assert _gone(driver) and not process.temp_dir.exists()
+            assert process_is_gone(driver) and not process.temp_dir.exists()
 
     asyncio.run(go())
 
@@ -408,7 +394,7 @@ def _wait_for_exec(pid: int, name: str, timeout: float = 30.0) -> None:
     """Wait until process ``pid`` runs ``name`` (the tethered script execs ``setpriv``, which
     execs the executable: the pid stays, the name changes)."""
     deadline = time.monotonic() + timeout
-    while not _children().get(pid, "").startswith(name):
+    while _children().get(pid) != name:
         assert time.monotonic() < deadline, f"{pid} never ran {name}: {_children().get(pid)}"
         time.sleep(0.01)
 
@@ -443,7 +429,7 @@ def test_a_quick_close_kills_the_driver_and_chromium_once_no_context_is_open(mon
             assert [kill for kill in kills if kill[1] == signal.SIGKILL] == (
                 [] if leave_open else [(driver, signal.SIGKILL)]
             )
-            assert _gone(driver) and all(_gone(pid) for pid in chromium)
+            assert process_is_gone(driver) and all(process_is_gone(pid) for pid in chromium)
 
     asyncio.run(go())
 

@@ -315,12 +315,12 @@ class Tx:
         batched = batched_rows(self._conn, query, params, computing=column)
         if batched is not None:
             return [None if row is None else (int(row["id"]), row[column]) for row in batched]
-        numbers = self.one_each(number, params)
-        ids = self.insert_each(query, [{**p, column: n["n"]} for p, n in zip(params, numbers, strict=True)])  # type: ignore[index]
-        return [
-            None if new_id is None else (new_id, n["n"])  # type: ignore[index]
-            for new_id, n in zip(ids, numbers, strict=True)
-        ]
+        out: list[tuple[int, Any] | None] = []
+        for p in params:  # in order: a set's number counts the rows inserted before it
+            n = self.one(number, p)["n"]  # type: ignore[index]
+            new_id = self.insert(query, {**p, column: n})
+            out.append(None if new_id is None else (new_id, n))
+        return out
 
     def one_each(self, query: str, params: Sequence[Mapping[str, Any]]) -> list[Row | None]:
         if len(params) == 1:
