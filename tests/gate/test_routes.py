@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from playwright.async_api import Request, Route
+from playwright.async_api import Page, Request, Route
 
 from browserworker.gate import ContextRoute, _routes
 from browserworker.runtime import BrowserProcess, BrowserSettings
@@ -96,6 +96,36 @@ BUSY = """() => { let n = 0;
 }"""
 
 
+async def _shut_twenty_while_sending(base: str, tag: str, send: Callable[[Page], Awaitable[object]]) -> set[str]:
+    """Twenty contexts in turn, each with a route that lets every POST go on: a page opened at
+    ``{base}/?{tag}{i}`` is made to keep sending (``send``, which returns once the route has let
+    some of its POSTs go), then the context is shut and closed. Then one last POST (body
+    ``last``) from a fresh context: by the time it lands, anything let out earlier has too.
+    Returns the bodies the route let go."""
+    let_go: set[str] = set()
+
+    async def spy(route: Route, request: Request) -> None:
+        if request.method == "POST":
+            let_go.add(request.post_data or "")
+        await route.fallback()
+
+    async with BrowserProcess(BrowserSettings.discover()) as session:
+        for i in range(20):
+            async with session.context() as context:
+                gate_route = ContextRoute(context)
+                gate_route.handler = spy
+                await gate_route.install()
+                page = await context.new_page()
+                await page.goto(f"{base}/?{tag}{i}")
+                await send(page)
+                await gate_route.shut()
+        async with session.context() as context:
+            page = await context.new_page()
+            await page.goto(f"{base}/?last")
+            await page.evaluate("() => fetch('/post', {method: 'POST', body: 'last'})")
+    return let_go
+
+
 def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str, set[str]]) -> None:
     """A page POSTing every 2 ms while its context is shut and closed, 20 times over: the
     server receives only POSTs the route let go on, none that closing let out by itself.
@@ -105,35 +135,38 @@ def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str,
     paused without a network id while the page navigates.)"""
     base, received = post_log
 
-    async def scenario() -> set[str]:
-        let_go: set[str] = set()
+    async def send(page: Page) -> None:
+        await page.evaluate(BUSY)
+        await page.wait_for_function("() => performance.getEntriesByType('resource').length >= 4")
 
-        async def spy(route: Route, request: Request) -> None:
-            if request.method == "POST":
-                let_go.add(request.post_data or "")
-            await route.fallback()
-
-        async with BrowserProcess(BrowserSettings.discover()) as session:
-            for i in range(20):
-                async with session.context() as context:
-                    gate_route = ContextRoute(context)
-                    gate_route.handler = spy
-                    await gate_route.install()
-                    page = await context.new_page()
-                    await page.goto(f"{base}/?c{i}")
-                    await page.evaluate(BUSY)
-                    await page.wait_for_function("() => performance.getEntriesByType('resource').length >= 4")
-                    await gate_route.shut()
-            # one last POST from a fresh context: by the time it lands, anything let out earlier has
-            async with session.context() as context:
-                page = await context.new_page()
-                await page.goto(f"{base}/?last")
-                await page.evaluate("() => fetch('/post', {method: 'POST', body: 'last'})")
-        return let_go
-
-    let_go = asyncio.run(scenario())
+    let_go = asyncio.run(_shut_twenty_while_sending(base, "c", send))
     assert "last" in received
     assert len(let_go) >= 4 * 20  # the route let POSTs go on in every context
+    assert received - {"last"} <= let_go
+
+
+BUSY_WORKER = """() => new Promise(up => {
+    const code = `let n = 0; postMessage('up');
+        setInterval(() => fetch('${location.origin}/post', {method: 'POST', body: 'w${location.search}-' + n++})
+            .then(() => n > 4 && postMessage('sent'), () => {}), 2);`;
+    const worker = new Worker(URL.createObjectURL(new Blob([code], {type: 'text/javascript'})));
+    worker.onmessage = (message) => message.data === 'sent' && up();
+})"""
+
+
+def test_a_shut_context_lets_out_nothing_more_from_a_dedicated_worker(post_log: tuple[str, set[str]]) -> None:
+    """A dedicated worker POSTing every 2 ms while its page's context is shut and closed, 20
+    times over: the server receives only POSTs the route let go on. The worker runs in the
+    page's renderer, so stopping the renderer stops it; a way of ending a pass that stopped
+    only the page's own scripts (its timers, its unload handlers) would leave it sending."""
+    base, received = post_log
+
+    async def send(page: Page) -> None:
+        await page.evaluate(BUSY_WORKER)  # returns once the worker has had answers to a few POSTs
+
+    let_go = asyncio.run(_shut_twenty_while_sending(base, "w", send))
+    assert "last" in received
+    assert sum(body.startswith("w?w") for body in let_go) >= 4 * 20  # every worker's POSTs went on
     assert received - {"last"} <= let_go
 
 
