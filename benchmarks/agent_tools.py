@@ -155,16 +155,20 @@ async def _blocks(sides: list[tuple[str, Callable[[], Awaitable[Any]]]]) -> dict
             blocks[side].append(await _time_block(call, CALLS))
     out: dict[str, Any] = {f"{side}_ms": statistics.median(times) for side, times in blocks.items()}
     for other in ("playwright", "plain_mcp"):
-        ratios = [o / p for o, p in zip(blocks["ours"], blocks[other], strict=True)]
-        out[f"ratio_{other}"] = statistics.median(ratios)
-        out[f"ratio_{other}_range"] = [min(ratios), max(ratios)]
+        out[f"ratio_{other}"], out[f"ratio_{other}_range"] = _ratio(blocks["ours"], blocks[other])
     # the protocol's own share: a plain MCP tool over the same call made directly (no tool
     # server on this SDK's in-memory transport can be faster than that)
-    floor = [m / p for m, p in zip(blocks["plain_mcp"], blocks["playwright"], strict=True)]
-    out["plain_mcp_over_playwright"] = statistics.median(floor)
-    out["plain_mcp_over_playwright_range"] = [min(floor), max(floor)]
+    out["plain_mcp_over_playwright"], out["plain_mcp_over_playwright_range"] = _ratio(
+        blocks["plain_mcp"], blocks["playwright"]
+    )
     out["blocks"] = blocks
     return out
+
+
+def _ratio(over: list[float], under: list[float]) -> tuple[float, list[float]]:
+    """The median of the rounds' ratios ``over / under``, and their min-max."""
+    ratios = [o / u for o, u in zip(over, under, strict=True)]
+    return statistics.median(ratios), [min(ratios), max(ratios)]
 
 
 async def _submits(tool: Callable[..., Awaitable[Any]], run_id: str, page: Any, base_url: str) -> dict[str, Any]:

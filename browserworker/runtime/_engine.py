@@ -121,7 +121,8 @@ class Engine:
                     evidence_dir=self.evidence_dir,
                 )
                 leased.start()  # before Chromium starts: a slow launch must not outlive a short lease
-                process, browser = (browser or BrowserProcess(self.browser)), None
+                process = browser or BrowserProcess(self.browser)
+                browser = None  # the given one serves the first pass only; a later one starts its own
                 async with process as session:
                     watcher = asyncio.create_task(_watch_stop(stop, leased)) if stop is not None else None
                     try:

@@ -146,7 +146,7 @@ def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str,
 
 
 BUSY_WORKER = """() => new Promise(up => {
-    const code = `let n = 0; postMessage('up');
+    const code = `let n = 0;
         setInterval(() => fetch('${location.origin}/post', {method: 'POST', body: 'w${location.search}-' + n++})
             .then(() => n > 4 && postMessage('sent'), () => {}), 2);`;
     const worker = new Worker(URL.createObjectURL(new Blob([code], {type: 'text/javascript'})));
