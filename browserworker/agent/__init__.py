@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .._lazy import face
 
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
-    from ._calls import click_and_settle, settled
+    from ._calls import MaySend, click_and_settle, settled
     from ._export import export_flow
     from ._service import AgentPolicy, AgentService, submit_status
     from ._verify import VerifySpec, verifier
@@ -23,6 +23,7 @@ __getattr__, __dir__ = face(__name__)
 __all__ = [
     "AgentPolicy",
     "AgentService",
+    "MaySend",
     "VerifySpec",
     "click_and_settle",
     "export_flow",

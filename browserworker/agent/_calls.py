@@ -20,7 +20,7 @@ from typing import Any
 from playwright.async_api import Page, Request
 
 from .._canonical import fingerprint_of
-from ..flow import Action, Effect, Step, StepContext
+from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
 from ..store.records import AttemptRecord, EventRecord
 from ._snapshot import Target
 from ._verify import VerifySpec, verifier
@@ -30,6 +30,7 @@ __all__ = [
     "TOOL_CALL",
     "UNDONE",
     "Call",
+    "MaySend",
     "click_and_settle",
     "journaled_calls",
     "latest_by_step",
@@ -124,6 +125,47 @@ class Call:
         )
 
 
+class MaySend:
+    """What the pages of a session may send at any time, with no submit: requests that change
+    nothing the agent is answerable for (analytics posts, an autosave of a draft), named by the
+    server's operator (``browserworker mcp --may-send``), never by the agent.
+
+    Each rule is a URL glob (any method) or ``"METHOD glob"``, as a flow's ``sends=``. A staging
+    call lets what they match go (``sends=self``), a submit's gate does not count it as the
+    submit's dispatch (``dispatch=self.dispatch``), and the gap between calls lets it go.
+    """
+
+    __slots__ = ("rules",)
+
+    def __init__(self, *rules: str) -> None:
+        for rule in rules:
+            text = isinstance(rule, str) and rule.strip()
+            problem = rule_problem(rule) if text else f"must be a URL glob or 'METHOD glob', not {rule!r}"
+            if problem is not None:
+                raise ValueError(f"may-send rule {problem}")
+        self.rules: tuple[str, ...] = tuple(rule.strip() for rule in rules)
+
+    def __call__(self, request: Any) -> bool:
+        """Whether ``request`` (a Playwright request, or anything with ``method`` and ``url``) is one of them."""
+        return any(is_dispatch(rule, request.method, request.url) for rule in self.rules)
+
+    def dispatch(self, request: Any) -> bool:
+        """Whether ``request`` counts as a submit's dispatch: what counts by default, but for these."""
+        return is_dispatch(None, request.method, request.url) and not self(request)
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MaySend) and other.rules == self.rules
+
+    def __hash__(self) -> int:
+        return hash(self.rules)
+
+    def __repr__(self) -> str:
+        return f"MaySend({', '.join(map(repr, self.rules))})"
+
+
 def latest_by_step(attempts: Iterable[AttemptRecord]) -> dict[str, AttemptRecord]:
     """Each step's latest attempt."""
     latest: dict[str, AttemptRecord] = {}
@@ -215,12 +257,14 @@ def step_of(
     approve: bool = False,
     live_selector: str | None = None,
     acted: Callable[[], None] | None = None,
+    may_send: MaySend | None = None,
 ) -> Step:
     """The step ``call`` runs as (see the module docstring). ``value`` gives a ``fill``'s secret
     value (unsealed) when the call's own arguments do not hold it; ``approve``: a person approves
     the submit's request first; ``live_selector`` finds the element the agent's ref named in the
     live page (a replay finds it by the target's selector); ``acted`` is called once the step has
-    acted on its element (a click done, before what it set off has settled)."""
+    acted on its element (a click done, before what it set off has settled); ``may_send``: what
+    its pages may send with no submit (:class:`MaySend`)."""
     build = _STEP_FNS.get(call.tool)
     if build is None:
         raise ValueError(f"no step for tool {call.tool!r}")
@@ -233,11 +277,14 @@ def step_of(
             settle=call.verify.settle if call.verify is not None else 3.0,
             fingerprint_fn=lambda inputs, results: fp,
             approve=approve,
+            dispatch=may_send.dispatch if may_send else None,
         )
         if call.verify is not None:
             effect.verifier = verifier(call.verify)
         return effect
-    return Action(id=call.step_id, fn=fn, sends=call.tool == "submit")
+    if call.tool == "submit":
+        return Action(id=call.step_id, fn=fn, sends=True)
+    return Action(id=call.step_id, fn=fn, sends=may_send if may_send else False)
 
 
 StepFn = Callable[[StepContext[Any]], Awaitable[Any]]

@@ -4,6 +4,8 @@ Each page-changing call that succeeded becomes a step, in order: navigations, cl
 selections and key presses as actions; an idempotent submit (a login) as an action that may
 send; each done ``submit`` as an effect with the verifier the agent declared. Read calls
 (snapshots, finds, extracts, screenshots) and calls that failed or were refused are left out.
+What the session's pages could send with no submit (its ``--may-send`` rules) the actions may
+send too, and the effects do not count as theirs.
 
 The values the agent typed become the flow's inputs, with what was typed as their defaults; a
 secret value (a password) becomes a required ``SecretStr`` input and is never written. A typed
@@ -38,8 +40,9 @@ def _identifier(text: str, taken: set[str]) -> str:
 
 
 class _Writer:
-    def __init__(self, run_id: str, calls: list[Call], done: set[str]) -> None:
+    def __init__(self, run_id: str, calls: list[Call], done: set[str], may_send: list[str]) -> None:
         self.run_id = run_id
+        self.may_send = may_send
         self.calls = calls
         self.done = done
         self.inputs: list[str] = []  # lines of the Inputs model
@@ -118,13 +121,14 @@ class _Writer:
         lines = ["", ""]
         if call.is_effect:
             settle = call.verify.settle if call.verify is not None else 3.0
-            lines += [f'@flow.effect(id="{call.step_id}", settle={settle})', f"{sig} -> dict[str, Any]:"]
+            dispatch = ", dispatch=MAY_SEND.dispatch" if self.may_send else ""
+            lines += [f'@flow.effect(id="{call.step_id}", settle={settle}{dispatch})', f"{sig} -> dict[str, Any]:"]
             lines.append(f"    return await click_and_settle(ctx.page, {selector})")
             if call.verify is not None:
                 lines += self._verify(fn, call.verify)
             self.steps += lines
             return
-        sends = ", sends=True" if call.tool == "submit" else ""
+        sends = ", sends=True" if call.tool == "submit" else (", sends=MAY_SEND" if self.may_send else "")
         lines += [f'@flow.step(id="{call.step_id}"{sends})', f"{sig} -> None:"]
         args = call.args
         if call.tool == "navigate":
@@ -162,7 +166,9 @@ class _Writer:
             "from pydantic import BaseModel, SecretStr",
             "",
             "from browserworker import Flow, StepContext, Verdict",
-            "from browserworker.agent import click_and_settle, settled, verifier",
+            "from browserworker.agent import "
+            + ("MaySend, " if self.may_send else "")
+            + "click_and_settle, settled, verifier",
             "",
             "",
             "class Inputs(BaseModel):",
@@ -171,6 +177,13 @@ class _Writer:
         ]
         body = self.inputs or ["    pass"]
         flow = ["", "", f'flow = Flow("{flow_name}", inputs=Inputs, undeclared_effects="fail")']
+        if self.may_send:  # the session's --may-send rules: its steps let them go, its effects do not count them
+            rules = ", ".join(repr(rule) for rule in self.may_send)
+            flow += [
+                "",
+                "# what the pages may send with no effect (the agent server's --may-send)",
+                f"MAY_SEND = MaySend({rules})",
+            ]
         return "\n".join(head + body + flow + self.steps) + "\n"
 
 
@@ -182,4 +195,5 @@ def export_flow(store: Store, run_id: str, *, name: str | None = None) -> str:
     calls = journaled_calls(store.events(run_id))
     done = {step for step, a in latest_by_step(store.attempts(run_id)).items() if a.state == AttemptState.SUCCEEDED}
     flow_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", f"agent-{run_id}")[:64]
-    return _Writer(run_id, calls, done).source(flow_name)
+    may_send = [str(rule) for rule in run.inputs.get("may_send") or []]
+    return _Writer(run_id, calls, done, may_send).source(flow_name)

@@ -46,7 +46,7 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
-from ._calls import Call, journaled_calls, latest_by_step, step_of
+from ._calls import Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
     EVIDENCE,
     FLOW_NAME,
@@ -73,13 +73,18 @@ ALERTS = "[role=alert], [role=status], .error, .errors, .alert, .flash"
 @dataclass(frozen=True)
 class AgentPolicy:
     """What the server enforces, whatever the agent asks: submits a person approves first
-    (every one, or those on the listed hosts), how long a session waits for another owner's
-    lease, and where the console is (for the links in answers)."""
+    (every one, or those on the listed hosts), what pages may send with no submit (rules of
+    :class:`~browserworker.agent.MaySend`, kept by each session opened here), how long a session
+    waits for another owner's lease, and where the console is (for the links in answers)."""
 
     approve_all: bool = False
     approve_hosts: tuple[str, ...] = ()
+    may_send: tuple[str, ...] = ()
     wait: float = 5.0
     console_url: str | None = None
+
+    def __post_init__(self) -> None:
+        MaySend(*self.may_send)  # a rule that is not one fails here (ValueError), not at the first call
 
     def approves(self, url: str) -> bool:
         host = urlsplit(url).hostname or ""
@@ -146,7 +151,7 @@ class AgentService:
         parts = urlsplit(site)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ToolCallError(f"site must be an http(s) URL, not {site!r}")
-        inputs = AgentInputs(site=site, session_key=session_key or None)
+        inputs = AgentInputs(site=site, session_key=session_key or None, may_send=list(self.policy.may_send))
         try:
             flow = agent_flow(inputs)
         except UsageError as exc:
@@ -175,7 +180,12 @@ class AgentService:
         if outcome.kind != "done":
             await session.live.end(RunState.FAILED, outcome.reason, "failed")
             self.live.pop(run.id, None)
-            raise ToolCallError(f"could not open {site}: {outcome.reason or outcome.refused}")
+            if outcome.kind == "refused":
+                raise ToolCallError(
+                    f"could not open {site}: {_held(outcome)}, as it loads; if the page sends it by itself "
+                    "(analytics), the server's operator can let it go (browserworker mcp --may-send)"
+                )
+            raise ToolCallError(f"could not open {site}: {outcome.reason}")
         await session.record(call)
         answer = {
             "run_id": run.id,
@@ -188,6 +198,7 @@ class AgentService:
         return answer
 
     async def _lease(self, run: RunRecord, flow: Flow[Any], calls: list[Call]) -> AgentSession:
+        may_send = MaySend(*AgentInputs.model_validate(run.inputs).may_send)
         live = await LiveRun.lease(
             self.astore,
             run,
@@ -200,6 +211,7 @@ class AgentService:
             sessions=self.sessions,
             evidence_dir=self.evidence_dir,
             wait=self.policy.wait,
+            lets=may_send or None,
         )
         if live is None:
             current = await self.astore.call(self.store.get_run, run.id)
@@ -209,7 +221,7 @@ class AgentService:
             sealer = await asyncio.to_thread(sealer_for, self.store, self.sessions)
         except SessionKeyError:  # none here (PostgreSQL with no BROWSERWORKER_SESSION_KEY): kept in memory only
             sealer = None
-        session = AgentSession(live, calls, approves=self.policy.approves, sealer=sealer)
+        session = AgentSession(live, calls, approves=self.policy.approves, sealer=sealer, may_send=may_send or None)
         self.live[run.id] = session
         return session
 
@@ -365,7 +377,7 @@ class AgentService:
         async def work(s: AgentSession) -> dict[str, Any]:
             absolute = _absolute(s.page.url, url)
             call = Call(seq=s.next_seq(), tool="navigate", args={"url": absolute})
-            return await self._unstaged(s, call, step_of(call))
+            return await self._unstaged(s, call, s.step(call))
 
         return await self.call(run_id, work)
 
@@ -384,8 +396,7 @@ class AgentService:
         async def work(s: AgentSession) -> dict[str, Any]:
             aimed = None if tool == "press" and ref is None and selector is None else s.aim(ref, selector)
             call = Call(seq=s.next_seq(), tool=tool, args=dict(args, ref=ref, selector=selector))
-            # a fill's value is in its args
-            step = step_of(call, live_selector=aimed[0] if aimed else None, acted=s.acted)
+            step = s.step(call, live_selector=aimed[0] if aimed else None, acted=s.acted)
             call, outcome = await s.act(call, step, aimed, secret=secret)
             answer = self._staged(s, call, outcome)
             if call.args.get("secret") and aimed is not None:  # masked in snapshots and screenshots from now on
@@ -399,13 +410,10 @@ class AgentService:
     def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
         """The answer to a page-changing call, journaled already as it ended."""
         if outcome.kind == "refused":
-            held = "; ".join(outcome.refused)
-            leaked = (
-                f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
-            )
             raise ToolCallError(
-                f"{call.tool} was stopped: this would send {held}, which only submit may send; "
-                f"use submit for the element that sends it{leaked}"
+                f"{call.tool} was stopped: {_held(outcome)}; use submit for the element that sends it. If "
+                "the page posts it by itself (analytics, an autosave), not because of this call, call again; "
+                "the server's operator can let such posts go (browserworker mcp --may-send)"
             )
         if outcome.kind == "failed":
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}")
@@ -481,7 +489,7 @@ class AgentService:
             epoch=s.live.journal.epoch,
         )
         if asked.idempotent:
-            return await self._unstaged(s, call, step_of(call, live_selector=live))
+            return await self._unstaged(s, call, s.step(call, live_selector=live))
         await s.flush()
         await s.record(call)  # before the intent: recovery needs the call and its verifier
         outcome = await s.live.effect(s.step(call, live_selector=live), lambda: [])  # type: ignore[arg-type]
@@ -636,6 +644,12 @@ async def _alerts(page: Any) -> list[str]:
 def _is_last(session: AgentSession, step: Step) -> bool:
     """Whether ``step`` replays the session's last journaled call."""
     return bool(session.calls) and session.calls[-1].step_id == step.id and not session.calls[-1].is_effect
+
+
+def _held(outcome: StepOutcome) -> str:
+    """What a refused staging call would have sent (held, not sent, unless it says so)."""
+    leaked = f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
+    return f"this would send {'; '.join(outcome.refused)}, which only submit may send{leaked}"
 
 
 def _absolute(base: str, url: str) -> str:

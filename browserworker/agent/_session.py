@@ -20,7 +20,7 @@ from ..flow import Flow, Step
 from ..runtime import LiveRun, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
-from ._calls import STAGING, TOOL_CALL, UNDONE, Call, latest_by_step, step_of
+from ._calls import STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
 
 __all__ = [
@@ -48,12 +48,15 @@ _ELEMENT_INFO = """els => els.slice(0, 1).map(e => ({tag: e.tagName.toLowerCase(
 
 
 class AgentInputs(BaseModel):
-    """A session's run inputs: where it started, and the key of its saved login, if any."""
+    """A session's run inputs: where it started, the key of its saved login, if any, and what
+    its pages may send with no submit (the server's ``--may-send`` rules when it was opened:
+    they stay the session's, whichever server takes it up)."""
 
     model_config = ConfigDict(extra="forbid")
 
     site: str
     session_key: str | None = None
+    may_send: list[str] = []
 
 
 def agent_flow(inputs: AgentInputs) -> Flow[Any]:
@@ -69,6 +72,7 @@ class AgentSession:
     live: LiveRun
     calls: list[Call]
     approves: Callable[[str], bool] = lambda url: False  # the server's policy: a person approves a submit on url
+    may_send: MaySend | None = None  # what its pages may send with no submit (its inputs' rules)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refs: dict[str, Target] = field(default_factory=dict)
     next_ref: int = 1
@@ -147,12 +151,14 @@ class AgentSession:
             return None
         return str(self.sealer.open(base64.b64decode(call.secret), self.run_id)["value"])
 
-    def step(self, call: Call, live_selector: str | None = None) -> Step:
+    def step(self, call: Call, live_selector: str | None = None, acted: Callable[[], None] | None = None) -> Step:
         return step_of(
             call,
             lambda: self.unseal(call),
             approve=call.is_effect and self.approves(self.calls_url(call)),
             live_selector=live_selector,
+            acted=acted,
+            may_send=self.may_send,
         )
 
     def calls_url(self, call: Call) -> str:

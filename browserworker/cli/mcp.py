@@ -31,6 +31,14 @@ from .options import db_option
     help="A person approves every submit on this host (host or host:port; repeatable).",
 )
 @click.option(
+    "--may-send",
+    "may_send",
+    multiple=True,
+    metavar="RULE",
+    help="What pages may send with no submit, as analytics posts or an autosave do: a URL glob, or "
+    "'METHOD glob' (e.g. 'POST */api/event*'); kept by each session opened (repeatable).",
+)
+@click.option(
     "--console-url", metavar="URL", help="The console's address, for the links in answers (needs_review, approvals)."
 )
 @click.pass_context
@@ -41,6 +49,7 @@ def mcp_command(
     port: int,
     approve_submits: bool,
     approve_sites: tuple[str, ...],
+    may_send: tuple[str, ...],
     console_url: str | None,
 ) -> None:
     """Serve durable browser tools to an AI agent over MCP (stdio by default).
@@ -59,8 +68,13 @@ def mcp_command(
         ) from None
     from ..agent import AgentPolicy
 
+    try:
+        policy = AgentPolicy(
+            approve_all=approve_submits, approve_hosts=approve_sites, may_send=may_send, console_url=console_url
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--may-send'") from None
     s = invocation()
-    policy = AgentPolicy(approve_all=approve_submits, approve_hosts=approve_sites, console_url=console_url)
     start(s.store, db=s.db, evidence_dir=s.evidence_dir, policy=policy, http=http, host=host, port=port, say=_say)
 
 

@@ -12,7 +12,7 @@ from .._lazy import face
 
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
     from ._context_options import secret_values
-    from ._dispatch_rules import ChannelRequest, is_dispatch
+    from ._dispatch_rules import ChannelRequest, is_dispatch, rule_problem
     from ._extensions import Extension, Extensions
     from ._flow import Action, Effect, Flow, Login, RecordedResponse, Step, StepContext, Verdict, where_defined
     from ._loader import LoadedFlow, file_hash, load_flow, parse_inputs, unproven_effects
@@ -36,6 +36,7 @@ __all__ = [
     "is_dispatch",
     "load_flow",
     "parse_inputs",
+    "rule_problem",
     "secret_values",
     "unproven_effects",
     "where_defined",

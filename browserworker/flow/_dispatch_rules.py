@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from playwright.async_api import Request
 
-__all__ = ["ChannelRequest", "is_dispatch", "matches", "parse_rule"]
+__all__ = ["ChannelRequest", "is_dispatch", "matches", "parse_rule", "rule_problem"]
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _METHOD_RULE = re.compile(r"^([A-Z]+(?:\|[A-Z]+)*)\s+(\S.*)$")
+_METHODS = re.compile(r"[A-Z]+(?:\|[A-Z]+)*")
 
 
 def parse_rule(rule: str) -> tuple[frozenset[str] | None, str]:
@@ -23,6 +24,19 @@ def parse_rule(rule: str) -> tuple[frozenset[str] | None, str]:
     if found:
         return frozenset(found.group(1).split("|")), found.group(2).strip()
     return None, rule.strip()
+
+
+def rule_problem(rule: object) -> str | None:
+    """What is wrong with ``rule`` as a rule of ``dispatch=`` / ``sends=`` (None: nothing; a
+    predicate is taken as it is)."""
+    if callable(rule):
+        return None
+    if not isinstance(rule, str) or not rule.strip():
+        return f"must be a URL glob, 'METHOD glob' or a predicate, not {rule!r}"
+    methods, glob = parse_rule(rule)
+    if methods is None and _METHODS.fullmatch(glob):
+        return f"{rule!r} names methods but no URL glob (write {glob + ' *'!r} for any URL)"
+    return None
 
 
 def matches(rule: Callable[[Request], bool] | str, method: str, url: str, request: Any = None) -> bool:

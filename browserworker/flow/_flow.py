@@ -25,7 +25,7 @@ from ..store.limit_rules import LimitKey
 from . import _context_options as context_options
 from . import _session_options as session_options
 from ._context_options import ContextOptions
-from ._dispatch_rules import ChannelRequest, is_dispatch, matches, parse_rule
+from ._dispatch_rules import ChannelRequest, is_dispatch, matches, rule_problem
 from ._session_options import SessionKey
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -244,15 +244,11 @@ class Effect(Step):
 
 
 def _check_rule(where: str, what: str, rule: object) -> None:
-    if rule is None or callable(rule):
+    if rule is None:
         return
-    if not isinstance(rule, str) or not rule.strip():
-        raise FlowDefinitionError(f"{where}: {what} must be a URL glob, 'METHOD glob' or a predicate, not {rule!r}")
-    methods, glob = parse_rule(rule)
-    if methods is None and re.fullmatch(r"[A-Z]+(?:\|[A-Z]+)*", glob):
-        raise FlowDefinitionError(
-            f"{where}: {what} {rule!r} names methods but no URL glob (write {glob + ' *'!r} for any URL)"
-        )
+    problem = rule_problem(rule)
+    if problem is not None:
+        raise FlowDefinitionError(f"{where}: {what} {problem}")
 
 
 class Flow(Generic[InputsT]):

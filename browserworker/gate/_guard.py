@@ -140,9 +140,15 @@ class StepGap:
     gap of the pass saw."""
 
     def __init__(
-        self, route: ContextRoute, report: Callable[[str, str, str, bool], None], *, keep_page: bool = False
+        self,
+        route: ContextRoute,
+        report: Callable[[str, str, str, bool], None],
+        *,
+        keep_page: bool = False,
+        lets: Callable[[Request], bool] | None = None,
     ) -> None:
         self.route = route
+        self.lets = lets
         self.report = report  # (after step, method, url, refused)
         self.keep_page = keep_page  # a refused navigation answered 204: the page stays as it was
         self.after: Step | None = None
@@ -168,6 +174,8 @@ class StepGap:
         if step is None:
             return False
         method, url = request.method, request.url
+        if self.lets is not None and self.lets(request):
+            return False
         if isinstance(step, Action) and step.declares(method, url, request):
             return False
         if isinstance(step, Effect) and step.is_dispatch(method, url, request):

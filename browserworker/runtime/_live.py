@@ -79,8 +79,10 @@ class LiveRun:
         approvals: ApprovalSettings,
         sessions: SessionSettings | None = None,
         evidence_dir: Path | None = None,
+        lets: Callable[[Any], bool] | None = None,
     ) -> None:
         self.flow = flow
+        self.lets = lets  # what a page may send between steps all the same (see StepGap)
         self.journal = journal
         self.browser = browser
         self.extensions = extensions
@@ -117,9 +119,11 @@ class LiveRun:
         sessions: SessionSettings | None = None,
         evidence_dir: Path | None = None,
         wait: float = 5.0,
+        lets: Callable[[Any], bool] | None = None,
     ) -> LiveRun | None:
         """Lease ``run`` (at once if queued, expired or its owner is provably gone; else waiting up
         to ``wait`` seconds for a live owner's lease or the run's budget) and start heartbeating.
+        ``lets``: what a page may send between steps all the same (see :class:`StepGap`).
         None if it could not be leased in time."""
         stop = asyncio.Event()
         timer = asyncio.get_running_loop().call_later(wait, stop.set)
@@ -132,7 +136,14 @@ class LiveRun:
         held = Lease(astore, claimed.id, claimed.lease_epoch, lease, extensions)
         journal = RunJournal(astore, claimed, owner, held, lease)
         live = cls(
-            flow, journal, browser, extensions, approvals=approvals, sessions=sessions, evidence_dir=evidence_dir
+            flow,
+            journal,
+            browser,
+            extensions,
+            approvals=approvals,
+            sessions=sessions,
+            evidence_dir=evidence_dir,
+            lets=lets,
         )
         held.start()
         return live
@@ -170,7 +181,7 @@ class LiveRun:
         stack = contextlib.AsyncExitStack()
         context = await stack.enter_async_context(self.browser.context(**options))
         p = Pass(context=context, route=ContextRoute(context))
-        p.gap = StepGap(p.route, self._between_steps, keep_page=True)
+        p.gap = StepGap(p.route, self._between_steps, keep_page=True, lets=self.lets)
         self._stack, self._pass = stack, p
         await self.extensions.context_created(context)
         await p.route.install()  # nothing leaves this context unrouted

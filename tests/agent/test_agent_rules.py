@@ -1,5 +1,6 @@
 """The rules of agent sessions that need no browser: verifiers as data, which journaled submit a
-call repeats, and what a done submit's answer says (read from its attempts alone)."""
+call repeats, what a done submit's answer says (read from its attempts alone), and what the
+server lets pages send with no submit."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from browserworker.agent import AgentPolicy, VerifySpec, submit_status
-from browserworker.agent._calls import Call
+from browserworker.agent import AgentPolicy, MaySend, VerifySpec, submit_status
+from browserworker.agent._calls import Call, step_of
 from browserworker.agent._service import _retried, _same
 from browserworker.agent._snapshot import Target
 from browserworker.agent._verify import parse_verify
+from browserworker.flow import Action, ChannelRequest, Effect
 from browserworker.states import AttemptState
 from browserworker.store.records import AttemptRecord
 
@@ -141,3 +143,39 @@ def test_the_server_decides_which_submits_a_person_approves() -> None:
     assert not AgentPolicy(approve_hosts=("shop.test",)).approves("http://other.test/")
     assert AgentPolicy(console_url="http://c.test/").link("r-1") == "http://c.test/runs/r-1"
     assert AgentPolicy().link("r-1") == "browserworker show r-1"
+
+
+def test_may_send_rules_are_globs_with_or_without_methods_and_a_bad_one_is_refused() -> None:
+    """A rule is a URL glob (any method) or ``"METHOD glob"``: it matches requests, API calls and
+    socket messages alike; a rule that names methods and no URL, or no rule at all, is refused
+    with what to write; the server's policy refuses it as it is made, not at the first call."""
+    rules = MaySend("POST */collect*", "WEBSOCKET */presence*", "*/autosave*")
+    assert rules(ChannelRequest("POST", "https://a.test/collect?v=2"))
+    assert not rules(ChannelRequest("GET", "https://a.test/collect"))  # not a POST: not this rule's
+    assert rules(ChannelRequest("PUT", "https://a.test/drafts/autosave"))
+    assert rules(ChannelRequest("WEBSOCKET", "wss://a.test/presence"))
+    assert not rules(ChannelRequest("POST", "https://a.test/orders"))
+    assert not MaySend() and MaySend("*/x*") == MaySend(" */x* ")
+    for bad, said in (("POST", "'POST *'"), ("POST|PUT", "names methods but no URL glob"), ("", "URL glob")):
+        with pytest.raises(ValueError, match="may-send rule") as raised:
+            MaySend(bad)
+        assert said in str(raised.value), (bad, str(raised.value))
+    with pytest.raises(ValueError, match="names methods"):
+        AgentPolicy(may_send=("POST",))
+
+
+def test_what_pages_may_send_is_sent_by_staging_steps_and_not_a_submits_dispatch() -> None:
+    """With rules, a staging call's step may send what they match (nothing else), and a submit's
+    effect does not count it as its dispatch (the rest counts as by default); without rules,
+    neither may."""
+    rules = MaySend("POST */collect*")
+    fill = step_of(Call(seq=3, tool="fill", args={"value": "x", "selector": "#a"}), may_send=rules)
+    submit = step_of(Call(seq=4, tool="submit", args={"selector": "#go"}), may_send=rules)
+    assert isinstance(fill, Action) and isinstance(submit, Effect)
+    assert fill.declares("POST", "https://a.test/collect") and not fill.declares("POST", "https://a.test/orders")
+    assert not submit.is_dispatch("POST", "https://a.test/collect")
+    assert submit.is_dispatch("POST", "https://a.test/orders") and not submit.is_dispatch("GET", "https://a.test/o")
+    bare_fill = step_of(Call(seq=3, tool="fill", args={"value": "x", "selector": "#a"}))
+    bare_submit = step_of(Call(seq=4, tool="submit", args={"selector": "#go"}))
+    assert isinstance(bare_fill, Action) and not bare_fill.declares("POST", "https://a.test/collect")
+    assert isinstance(bare_submit, Effect) and bare_submit.is_dispatch("POST", "https://a.test/collect")

@@ -181,3 +181,13 @@ def test_worker_once_says_what_it_left_queued(tmp_path: Path) -> None:
     store = open_store(db)
     assert str(store.get_run("later").state) == "QUEUED"
     store.close()
+
+
+def test_mcp_refuses_a_may_send_rule_that_is_not_one_and_creates_nothing(tmp_path: Path) -> None:
+    """`mcp --may-send POST` (methods, no URL) exits 2 saying what to write, before the journal
+    is opened: no database file."""
+    db = tmp_path / "agent.db"
+    result = CliRunner().invoke(main, ["mcp", "--may-send", "POST", "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert "--may-send" in result.output and "'POST *'" in result.output
+    assert not db.exists()

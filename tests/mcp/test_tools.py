@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from browserworker.agent import AgentPolicy, AgentService
+from browserworker.agent import AgentPolicy, AgentService, export_flow
 from browserworker.agent._calls import journaled_calls
+from browserworker.flow import Action, Effect, load_flow
 from browserworker.mcp import build_server
 from browserworker.states import RunState
 from browserworker.store import Store, open_store
 from tests.support.agent import Agent, order_verify
+from tests.support.channel_target import ChannelTarget
 
 pytestmark = pytest.mark.browser
 
@@ -34,6 +36,7 @@ async def in_memory(store: Store, tmp: Path, policy: AgentPolicy | None = None) 
 
 
 def play(tmp_path: Path, scenario: Callable[[Agent, Store], Awaitable[None]], **kw: Any) -> Store:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     store = open_store(tmp_path / "browserworker.db")
 
     async def go() -> None:
@@ -172,6 +175,50 @@ def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path:
 
     play(tmp_path, scenario)
     assert len(shop.orders(reference)) == 1
+
+
+def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -> None:
+    """A page that posts analytics as it loads, as it is typed into, as a tab is clicked, as its
+    button sends the effect and a second after. With no ``--may-send`` rule its session does not
+    open (the load's post is held, never sent) and the error names the way out. With the rule
+    ``POST */collect*``, opening, typing and clicking go and every post reaches the site (the
+    last between calls, after the submit, with nothing reported); the submit's answer names only
+    its own post, which lands once; the exported flow's steps may send those posts, and its
+    effect does not count them."""
+    key = f"may-send-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+        page, collect = f"{site.url}/analytics?key={key}", f"{site.url}/collect?key={key}"
+
+        async def rule_less(agent: Agent, store: Store) -> None:
+            said = await agent.error("open_session", site=page)
+            assert f"would send POST {collect}" in said and "--may-send" in said
+
+        play(tmp_path / "no-rule", rule_less)
+        assert site.landings(f"collect:{key}") == 0, "held, never sent"
+        exported: dict[str, str] = {}
+
+        async def with_rule(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            await agent.call("fill", run_id=run_id, selector="#note", value="hello")
+            await agent.call("click", run_id=run_id, selector="#tab")
+            assert site.landings(f"collect:{key}") == 3, "load, input, tab"
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            done = await agent.call("submit", run_id=run_id, selector="#go", verify=verify)
+            assert done["status"] == "committed"
+            assert [r["url"] for r in done["responses"]] == [f"{site.url}/land?key={key}"], "only its own post"
+            assert await asyncio.to_thread(site.wait_for, f"collect:{key}", 5, 20), "the beacons of go and later"
+            assert "notes" not in await agent.call("extract", run_id=run_id, selector="#tab"), "nothing refused"
+            exported["source"] = export_flow(store, run_id)
+
+        play(tmp_path / "rule", with_rule, policy=AgentPolicy(may_send=("POST */collect*",)))
+        assert site.landings(key) == 1
+    source = tmp_path / "exported.py"
+    source.write_text(exported["source"])
+    steps = load_flow(source).flow.steps
+    actions = [s for s in steps if isinstance(s, Action)]
+    assert actions and all(a.declares("POST", collect) and not a.declares("POST", page) for a in actions)
+    [effect] = [s for s in steps if isinstance(s, Effect)]
+    assert not effect.is_dispatch("POST", collect) and effect.is_dispatch("POST", f"{site.url}/land?key={key}")
 
 
 def test_bad_input_is_a_clear_tool_error_and_writes_nothing(tmp_path: Path, shop: Any) -> None:

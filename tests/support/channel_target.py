@@ -65,6 +65,17 @@ CHANNEL_PAGES: dict[str, str] = {
 _EXTRA = {
     "closer": "<script>fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});window.close()</script>",
     "done": "<p>done</p>",
+    # a real site's page: it posts analytics (POST /collect, counted as collect:KEY) as it loads,
+    # as its field is typed into and as its tab is clicked (a synchronous XHR: made before the
+    # page goes on, so within the call that set it off); its button posts the effect (a fetch),
+    # with a beacon as it is clicked and another a second after the answer
+    "analytics": "<script>const hit=w=>{{try{{const x=new XMLHttpRequest();"
+    "x.open('POST','/collect?key={key}',false);x.send(w)}}catch(e){{}}}};"
+    "const beacon=w=>navigator.sendBeacon('/collect?key={key}',w);hit('load');"
+    "function go(){{beacon('go');fetch('/land?key={key}',{{method:'POST',body:'x'}})"
+    ".then(()=>{{document.title='sent';setTimeout(()=>beacon('later'),1000)}})}}</script>"
+    "<input id=note oninput=\"hit('input')\"><button id=tab onclick=\"hit('tab');document.title='tab'\">tab</button>"
+    "<button id=go onclick=go()>go</button>",
 }
 _WORKER_JS = "fetch('/land?key={key}', {{method: 'POST', body: 'x'}})"
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -170,6 +181,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, "landed")
         if path == "/preview":  # not the effect: not counted
             return self._send(200, "preview")
+        if path == "/collect":  # analytics: counted apart from landings
+            self.owner.land(f"collect:{key}")
+            return self._send(204)
         if path == "/bounce":  # a 307: the browser POSTs again to /land
             return self._send(307, headers={"location": f"/land?key={key}"})
         return self._send(404, "not found")
