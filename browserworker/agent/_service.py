@@ -181,10 +181,7 @@ class AgentService:
             await session.live.end(RunState.FAILED, outcome.reason, "failed")
             self.live.pop(run.id, None)
             if outcome.kind == "refused":
-                raise ToolCallError(
-                    f"could not open {site}: {_held(outcome)}, as it loads; if the page sends it by itself "
-                    "(analytics), the server's operator can let it go (browserworker mcp --may-send)"
-                )
+                raise ToolCallError(f"could not open {site}: {_held(outcome)}, as the page loads; {_LOADS}")
             raise ToolCallError(f"could not open {site}: {outcome.reason}")
         await session.record(call)
         answer = {
@@ -409,6 +406,8 @@ class AgentService:
 
     def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
         """The answer to a page-changing call, journaled already as it ended."""
+        if outcome.kind == "refused" and call.tool == "navigate":
+            raise ToolCallError(f"navigate was stopped: {_held(outcome)}, as the page loads; {_LOADS}")
         if outcome.kind == "refused":
             raise ToolCallError(
                 f"{call.tool} was stopped: {_held(outcome)}; use submit for the element that sends it. If "
@@ -644,6 +643,11 @@ async def _alerts(page: Any) -> list[str]:
 def _is_last(session: AgentSession, step: Step) -> bool:
     """Whether ``step`` replays the session's last journaled call."""
     return bool(session.calls) and session.calls[-1].step_id == step.id and not session.calls[-1].is_effect
+
+
+_LOADS = (
+    "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
+)
 
 
 def _held(outcome: StepOutcome) -> str:

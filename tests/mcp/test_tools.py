@@ -179,8 +179,9 @@ def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path:
 
 def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -> None:
     """A page that posts analytics as it loads, as it is typed into, as a tab is clicked, as its
-    button sends the effect and a second after. With no ``--may-send`` rule its session does not
-    open (the load's post is held, never sent) and the error names the way out. With the rule
+    button sends the effect and a second after. With no ``--may-send`` rule a session does not open
+    there, nor navigate there (the load's post is held, never sent), and the error names the way
+    out. With the rule
     ``POST */collect*``, opening, typing and clicking go and every post reaches the site (the
     last between calls, after the submit, with nothing reported); the submit's answer names only
     its own post, which lands once; the exported flow's steps may send those posts, and its
@@ -191,7 +192,10 @@ def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -
 
         async def rule_less(agent: Agent, store: Store) -> None:
             said = await agent.error("open_session", site=page)
-            assert f"would send POST {collect}" in said and "--may-send" in said
+            assert f"would send POST {collect}" in said and "as the page loads" in said and "--may-send" in said
+            run_id = (await agent.call("open_session", site=f"{site.url}/done"))["run_id"]
+            said = await agent.error("navigate", run_id=run_id, url=page)
+            assert "navigate was stopped" in said and f"POST {collect}" in said and "--may-send" in said
 
         play(tmp_path / "no-rule", rule_less)
         assert site.landings(f"collect:{key}") == 0, "held, never sent"
