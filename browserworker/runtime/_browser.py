@@ -371,10 +371,15 @@ class BrowserProcess:
         starting, self._starting = self._starting, None
         try:
             if starting is not None:
+                # a driver started and never used (bad input): with quick_close, not waited
+                # for until it is ready only to be stopped; once killed, its start fails at once
+                killed = self.quick_close and self._kill_driver()
                 try:
                     self._pw = await starting
                 except Exception:  # it did not start: nothing to stop
                     pass
+                if killed:
+                    self._pw = None
             browser, self._browser = self._browser, None
             if browser is not None and not (self.quick_close and not browser.contexts and self._kill_driver()):
                 try:

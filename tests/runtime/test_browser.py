@@ -434,6 +434,42 @@ def test_a_quick_close_kills_the_driver_and_chromium_once_no_context_is_open(mon
     asyncio.run(go())
 
 
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="the driver is tied to its parent with setpriv")
+def test_a_quick_close_kills_a_driver_never_used_without_waiting_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver started early and never used (``run`` refused its input): a quick close
+    SIGKILLs it at once, whether its node runs yet or not, instead of waiting for it to be ready
+    only to stop it; its start's failure is not raised, and nothing is left (the process, its
+    session directory)."""
+    kills: list[tuple[int, int]] = []
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        kills.append((pid, sig))
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", kill)
+
+    async def go() -> None:
+        for node_runs in (False, True):
+            kills.clear()
+            process = BrowserProcess(BrowserSettings.discover(), quick_close=True)
+            await process.start_driver()
+            assert process.temp_dir is not None
+            pid_file = process.temp_dir / "driver.pid"
+            deadline = time.monotonic() + 30
+            while not pid_file.exists():  # written by the tethered script as it starts
+                assert time.monotonic() < deadline, "the driver never wrote its pid"
+                await asyncio.sleep(0.01)
+            driver = int(pid_file.read_text())
+            if node_runs:
+                _wait_for_exec(driver, "node")
+            await process.close()
+            assert kills == [(driver, signal.SIGKILL)], (node_runs, kills)
+            assert process_is_gone(driver) and not process.temp_dir.exists()
+
+    asyncio.run(go())
+
+
 def test_a_quick_close_kills_only_a_driver_that_is_still_this_processs_child(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
