@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from playwright.async_api import Page, Request
+from playwright.async_api import Dialog, Page, Request
 
 from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
@@ -186,15 +186,26 @@ def journaled_calls(events: Iterable[EventRecord]) -> list[Call]:
 
 
 async def click_and_settle(
-    page: Page, selector: str, *, timeout: float = 30.0, acted: Callable[[], None] | None = None
+    page: Page,
+    selector: str,
+    *,
+    timeout: float = 30.0,
+    acted: Callable[[], None] | None = None,
+    confirm: bool = False,
 ) -> dict[str, Any]:
     """Click ``selector`` and wait until what the click set off has settled: every document,
     fetch and XHR request it started answered (a form's POST, its redirect, the next page) and the
-    page loaded. Returns where the page is then (``url``, ``title``); raises ``ConnectionError``
-    when a request that may change the world got no answer (whether it landed is unknown).
-    ``acted`` is called once the click is done, before the wait."""
+    page loaded. Returns where the page is then (``url``, ``title``) and the dialogs the page
+    opened meanwhile, if any (``dialogs``); raises ``ConnectionError`` when a request that may
+    change the world got no answer (whether it landed is unknown). ``acted`` is called once the
+    click is done, before the wait.
+
+    A dialog is answered as a person who clicked meant: an ``alert`` and a "leave this page?"
+    (``beforeunload``) are accepted, a ``prompt`` dismissed, and a ``confirm`` ("Place this
+    order?") accepted only with ``confirm=True`` (a submit: the click is the decision), else
+    dismissed (what it guards is not done)."""
     click = page.locator(selector).click
-    return await settled(page, lambda: click(timeout=timeout * 1000), timeout=timeout, acted=acted)
+    return await settled(page, lambda: click(timeout=timeout * 1000), timeout=timeout, acted=acted, confirm=confirm)
 
 
 async def settled(
@@ -203,8 +214,11 @@ async def settled(
     *,
     timeout: float = 30.0,
     acted: Callable[[], None] | None = None,
+    confirm: bool = False,
 ) -> dict[str, Any]:
-    """``await do()`` (a click, a key press), then wait as :func:`click_and_settle` does."""
+    """``await do()`` (a click, a key press), then wait as :func:`click_and_settle` does
+    (its dialogs answered as it says)."""
+    dialogs = _Dialogs(page, confirm)
     pending: set[Request] = set()
     quiet = asyncio.Event()
     quiet.set()
@@ -245,9 +259,33 @@ async def settled(
         page.remove_listener("request", started)
         page.remove_listener("requestfinished", ended)
         page.remove_listener("requestfailed", failed)
+        await dialogs.close()
     if lost:  # sent, and no answer came back: whether it landed is for recovery to find out
         raise ConnectionError(f"no answer to {'; '.join(lost)}")
-    return {"url": page.url, "title": await page.title()}
+    where: dict[str, Any] = {"url": page.url, "title": await page.title()}
+    if dialogs.seen:
+        where["dialogs"] = dialogs.seen
+    return where
+
+
+class _Dialogs:
+    """The dialogs a page opens while :func:`settled` waits, each answered as
+    :func:`click_and_settle` says and noted (``type: message (accepted)``)."""
+
+    def __init__(self, page: Page, confirm: bool) -> None:
+        self.page, self.confirm = page, confirm
+        self.seen: list[str] = []
+        self._answering: list[asyncio.Future[None]] = []
+        page.on("dialog", self._opened)
+
+    def _opened(self, dialog: Dialog) -> None:
+        accept = dialog.type in ("alert", "beforeunload") or (self.confirm and dialog.type == "confirm")
+        self.seen.append(f"{dialog.type}: {dialog.message} ({'accepted' if accept else 'dismissed'})")
+        self._answering.append(asyncio.ensure_future(dialog.accept() if accept else dialog.dismiss()))
+
+    async def close(self) -> None:
+        self.page.remove_listener("dialog", self._opened)
+        await asyncio.gather(*self._answering, return_exceptions=True)  # one gone with its page: nothing to answer
 
 
 def step_of(
@@ -354,7 +392,7 @@ def _press(call: Call, value: Callable[[], str | None], live_selector: str | Non
 
 def _submit(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
     async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted)
+        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted, confirm=True)
 
     return submit
 

@@ -123,7 +123,7 @@ class _Writer:
             settle = call.verify.settle if call.verify is not None else 3.0
             dispatch = ", dispatch=MAY_SEND.dispatch" if self.may_send else ""
             lines += [f'@flow.effect(id="{call.step_id}", settle={settle}{dispatch})', f"{sig} -> dict[str, Any]:"]
-            lines.append(f"    return await click_and_settle(ctx.page, {selector})")
+            lines.append(f"    return await click_and_settle(ctx.page, {selector}, confirm=True)")
             if call.verify is not None:
                 lines += self._verify(fn, call.verify)
             self.steps += lines
@@ -133,8 +133,10 @@ class _Writer:
         args = call.args
         if call.tool == "navigate":
             lines.append(f"    await ctx.page.goto({self._template(str(args['url']))})")
-        elif call.tool in ("click", "submit"):
+        elif call.tool == "click":
             lines.append(f"    await click_and_settle(ctx.page, {selector})")
+        elif call.tool == "submit":
+            lines.append(f"    await click_and_settle(ctx.page, {selector}, confirm=True)")
         elif call.tool == "fill":
             lines.append(f"    await ctx.page.locator({selector}).fill({self._input(call)})")
         elif call.tool == "select":

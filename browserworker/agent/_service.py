@@ -416,7 +416,10 @@ class AgentService:
             )
         if outcome.kind == "failed":
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}")
-        return {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
+        answer = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
+        if isinstance(outcome.value, dict) and outcome.value.get("dialogs"):  # a click's: how each was answered
+            answer["dialogs"] = outcome.value["dialogs"]
+        return answer
 
     async def _unstaged(self, s: AgentSession, call: Call, step: Step) -> dict[str, Any]:
         """A page-changing call whose element needs no probe (a navigation, an idempotent submit)."""
@@ -535,12 +538,13 @@ class AgentService:
         sent = (attempts[-1].evidence or {}).get("responses") or []
         if sent:
             answer["responses"] = [{k: r.get(k) for k in ("method", "url", "status")} for r in sent]
+        notes = [] if attempts[-1].dispatched_at is not None else [_NOTHING_SENT]
         if s.live.is_open:
             answer["url"] = s.page.url
             alerts = await _alerts(s.page)
             if alerts:  # a form re-rendered with its errors: the site took nothing, though the key is done
                 answer["alerts"] = alerts
-                answer["note"] = (
+                notes.append(
                     "the page shows these messages; if the site refused what was sent, fix the form "
                     "and submit with a new effect_key (this one is done)"
                 )
@@ -548,6 +552,8 @@ class AgentService:
             if shot is not None:
                 await s.live.journal.record(EVIDENCE, step_id=call.step_id, detail={"screenshot": shot})
                 answer["screenshot"] = shot
+        if notes:
+            answer["note"] = "; ".join(notes)
         return answer
 
     async def _answer_from_journal(self, run_id: str, key: str | None, asked: Call) -> dict[str, Any] | None:
@@ -645,6 +651,11 @@ def _is_last(session: AgentSession, step: Step) -> bool:
     return bool(session.calls) and session.calls[-1].step_id == step.id and not session.calls[-1].is_effect
 
 
+_NOTHING_SENT = (
+    "the click sent nothing this submit counts as sent (a required field or the form's own checks "
+    "stopped it, a dialog was dismissed, or the page only changed itself); this effect_key is done: "
+    "make the page ready and submit with a new effect_key"
+)
 _LOADS = (
     "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
 )

@@ -225,6 +225,30 @@ def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -
     assert not effect.is_dispatch("POST", collect) and effect.is_dispatch("POST", f"{site.url}/land?key={key}")
 
 
+def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) -> None:
+    """A confirm guarding what a click does ("Delete it?") is dismissed, so nothing is sent; one
+    guarding a submit ("Place it?") is accepted, the submit being the decision, and the post lands
+    once; each answer names the dialog and its answer. A submit whose click sends nothing is
+    answered with a note saying so (its key is done)."""
+    key = f"dialogs-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/confirm?key={key}"))["run_id"]
+            deleted = await agent.call("click", run_id=run_id, selector="#del")
+            assert deleted["dialogs"] == ["confirm: Delete it? (dismissed)"]
+            idle = await agent.call("submit", run_id=run_id, selector="#noop", effect_key="noop")
+            assert idle["status"] == "committed" and "sent nothing" in idle["note"] and "responses" not in idle
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            placed = await agent.call("submit", run_id=run_id, selector="#go", effect_key="go", verify=verify)
+            assert placed["status"] == "committed" and "note" not in placed
+            assert placed["result"]["dialogs"] == ["confirm: Place it? (accepted)"]
+            assert [r["url"] for r in placed["responses"]] == [f"{site.url}/land?key={key}"]
+
+        play(tmp_path, scenario)
+        assert site.landings(key) == 1 and site.landings(f"del-{key}") == 0
+
+
 def test_bad_input_is_a_clear_tool_error_and_writes_nothing(tmp_path: Path, shop: Any) -> None:
     """An unknown run, an unknown ref, a stale ref (the page changed), a verify that is not valid,
     a site that is not a URL: each a tool error that says so, with nothing journaled."""

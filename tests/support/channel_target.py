@@ -76,6 +76,11 @@ _EXTRA = {
     ".then(()=>{{document.title='sent';setTimeout(()=>beacon('later'),1000)}})}}</script>"
     "<input id=note oninput=\"hit('input')\"><button id=tab onclick=\"hit('tab');document.title='tab'\">tab</button>"
     "<button id=go onclick=go()>go</button>",
+    # dialogs: a form whose button asks before it posts, a button that asks before it deletes,
+    # and one that does nothing at all
+    "confirm": "<form method=post action='/land?key={key}'><button id=go onclick=\"return confirm('Place it?')\">"
+    "go</button></form><button id=del onclick=\"if(confirm('Delete it?'))fetch('/land?key=del-{key}',"
+    "{{method:'POST',body:'x'}})\">del</button><button id=noop>noop</button>",
 }
 _WORKER_JS = "fetch('/land?key={key}', {{method: 'POST', body: 'x'}})"
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
