@@ -280,7 +280,8 @@ class _Dialogs:
 
     def _opened(self, dialog: Dialog) -> None:
         accept = dialog.type in ("alert", "beforeunload") or (self.confirm and dialog.type == "confirm")
-        self.seen.append(f"{dialog.type}: {dialog.message} ({'accepted' if accept else 'dismissed'})")
+        said = f"{dialog.type}: {dialog.message}" if dialog.message else dialog.type
+        self.seen.append(f"{said} ({'accepted' if accept else 'dismissed'})")
         self._answering.append(asyncio.ensure_future(dialog.accept() if accept else dialog.dismiss()))
 
     async def close(self) -> None:
