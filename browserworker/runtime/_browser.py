@@ -373,13 +373,13 @@ class BrowserProcess:
             if starting is not None:
                 # a driver started and never used (bad input): with quick_close, not waited
                 # for until it is ready only to be stopped; once killed, its start fails at once
-                killed = self.quick_close and self._kill_driver()
+                killed = self._kill_driver() if self.quick_close else None
                 try:
                     self._pw = await starting
                 except Exception:  # it did not start: nothing to stop
                     pass
-                if killed:
-                    self._pw = None
+                if killed is not None and self._pw is None:
+                    await _reaped(killed)
             browser, self._browser = self._browser, None
             if browser is not None and not (self.quick_close and not browser.contexts and self._kill_driver()):
                 try:
@@ -392,19 +392,19 @@ class BrowserProcess:
         finally:
             self._remove_temp_dir()
 
-    def _kill_driver(self) -> bool:
-        """SIGKILL the driver (its Chromium dies with it); False if it cannot be told which
-        process that is (the driver is not tied, or no session directory)."""
+    def _kill_driver(self) -> int | None:
+        """SIGKILL the driver (its Chromium dies with it): its pid; None if it cannot be told
+        which process that is (the driver is not tied, or no session directory)."""
         if self.temp_dir is None:
-            return False
+            return None
         try:
             pid = int((self.temp_dir / _DRIVER_PID).read_text())
         except (OSError, ValueError):
-            return False
+            return None
         if parent_pid(pid) != os.getpid():  # a driver that died and was reaped: its pid may be reused
-            return False
+            return None
         os.kill(pid, signal.SIGKILL)
-        return True
+        return pid
 
     async def restart(self) -> None:
         """A new driver and Chromium in place of ones that died; contexts of the old ones are gone."""
@@ -444,6 +444,18 @@ class BrowserProcess:
 _SPAWN_TURNS = 8
 """Loop turns :func:`_spawn_driver` gives Playwright to start node (it takes two: one to
 make its client, one to read the environment and start the process)."""
+
+
+async def _reaped(pid: int, timeout: float = 5.0) -> None:
+    """Wait until asyncio has reaped the killed driver ``pid`` and closed the transport of its
+    failed start (its pipes and its exit seen on this loop), so that nothing of it is left to be
+    closed once the loop is gone."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while Path(f"/proc/{pid}").exists() and loop.time() < deadline:
+        await asyncio.sleep(0.005)
+    for _ in range(_SPAWN_TURNS):  # the exit's callbacks, queued by the child watcher as it reaped it
+        await asyncio.sleep(0)
 
 
 async def _spawn_driver(temp_dir: Path | None = None) -> asyncio.Future[Playwright]:
