@@ -132,7 +132,8 @@ def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
     @server.tool(annotations=STAGING)
     async def click(run_id: RunId, ref: Ref = None, selector: Selector = None) -> dict[str, Any]:
         """Click an element that changes only the page (a link, a tab, a menu). A click that would
-        send a form is stopped, nothing sent: use submit for it."""
+        send a form is stopped, nothing sent: use submit for it. A confirm dialog it opens is
+        dismissed (what it guards is not done)."""
         return await _answer(stage(run_id, "click", {}, ref, selector))
 
     @server.tool(annotations=STAGING)
@@ -194,6 +195,7 @@ def _effect_tools(server: MCPServer[Any], service: AgentService) -> None:
         ] = False,
     ) -> dict[str, Any]:
         """Click the element that changes the world (places the order, sends the form), exactly once.
+        A confirm dialog it opens ("Place this order?") is accepted: the submit is the decision.
         The answer's status: committed, verified, not_applied (it had not gone out; done now, once),
         needs_review, awaiting_approval, conflict (the key was used with other arguments), failed."""
         return await _answer(service.submit(run_id, ref, selector, effect_key, verify, idempotent))
