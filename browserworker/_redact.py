@@ -30,9 +30,13 @@ from urllib.parse import quote, quote_plus, unquote_plus, urlsplit, urlunsplit
 
 from pydantic import SecretBytes, SecretStr
 
-__all__ = ["DEFAULT_FIELDS", "REDACTED", "Redactor"]
+__all__ = ["DEFAULT_FIELDS", "REDACTED", "SECRET_MARK", "Redactor"]
 
 REDACTED = "[redacted]"
+
+SECRET_MARK = "data-bw-secret"
+"""Set on an element a secret value was typed into (an agent's ``fill(..., secret=true)``, a
+password field): the screenshots the kit takes with Playwright mask it."""
 
 DEFAULT_FIELDS = frozenset(
     {

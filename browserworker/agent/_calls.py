@@ -22,7 +22,7 @@ from playwright.async_api import Dialog, Page, Request
 from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
 from ..store.records import AttemptRecord, EventRecord
-from ._snapshot import Target
+from ._snapshot import MARK_SECRET, Target
 from ._verify import VerifySpec, verifier
 
 __all__ = [
@@ -361,7 +361,10 @@ def _fill(call: Call, value: Callable[[], str | None], live_selector: str | None
             text = value()
         if text is None:
             raise ValueError(f"the secret value of {call.step_id} cannot be read back (no sealing key)")
-        await ctx.page.locator(_selector(call, live_selector)).fill(text)
+        field = ctx.page.locator(_selector(call, live_selector))
+        await field.fill(text)
+        if call.args.get("secret"):  # a secret typed again by a replay: masked as when it was first typed
+            await field.evaluate(MARK_SECRET)
 
     return fill
 

@@ -56,7 +56,7 @@ from ._session import (
     AgentSession,
     agent_flow,
 )
-from ._snapshot import SECRET_ATTRIBUTE
+from ._snapshot import MARK_SECRET, SECRET_ATTRIBUTE
 from ._verify import parse_verify
 
 __all__ = ["AgentPolicy", "AgentService", "submit_status"]
@@ -397,9 +397,7 @@ class AgentService:
             call, outcome = await s.act(call, step, aimed, secret=secret)
             answer = self._staged(s, call, outcome)
             if call.args.get("secret") and aimed is not None:  # masked in snapshots and screenshots from now on
-                await s.page.eval_on_selector_all(
-                    aimed[0], f"els => els.forEach(e => e.setAttribute('{SECRET_ATTRIBUTE}', ''))"
-                )
+                await s.page.eval_on_selector_all(aimed[0], f"els => els.forEach({MARK_SECRET})")
             return answer
 
         return await self.call(run_id, work)

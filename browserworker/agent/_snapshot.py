@@ -17,11 +17,19 @@ from typing import Any
 
 from playwright.async_api import Page
 
-__all__ = ["REF_ATTRIBUTE", "SECRET_ATTRIBUTE", "Snapshot", "Target", "take_snapshot"]
+from .._redact import SECRET_MARK
+
+__all__ = ["MARK_SECRET", "REF_ATTRIBUTE", "SECRET_ATTRIBUTE", "Snapshot", "Target", "take_snapshot"]
 
 REF_ATTRIBUTE = "data-bw-ref"
-SECRET_ATTRIBUTE = "data-bw-secret"
+SECRET_ATTRIBUTE = SECRET_MARK
 """Set on an element a secret value was typed into: snapshots and screenshots mask it."""
+MARK_SECRET = (
+    f"e => {{ e.setAttribute('{SECRET_MARK}', ''); "
+    "for (const p of ['color', '-webkit-text-fill-color', 'caret-color']) e.style.setProperty(p, 'transparent', 'important'); }"
+)
+"""Mark an element a secret was typed into, and make its text transparent: no screenshot shows
+it, whoever takes it and however (an approval's is taken by CDP while a request is held)."""
 
 _JS = r"""
 ([first, attr, secretAttr, limit]) => {

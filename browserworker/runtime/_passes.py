@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from playwright.async_api import BrowserContext, Page
 from pydantic import BaseModel
 
+from .._redact import SECRET_MARK
 from ..flow import Extensions, Flow, Step, StepContext
 from ..gate import ContextRoute, StepGap, safe_url
 from ..journal import RunJournal
@@ -163,13 +164,14 @@ class RunScope:
         )
 
     async def screenshot(self, page: Page, name: str) -> str | None:
-        """Keep what the page showed when a step was parked for review (best effort)."""
+        """Keep what the page showed when a step was parked for review (best effort; the
+        elements a secret was typed into masked)."""
         if self.evidence_dir is None:
             return None
         path = self.evidence_dir / self.run.id.replace(":", "_") / f"{name}.png"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(path), full_page=True, timeout=5000)
+            await page.screenshot(path=str(path), full_page=True, timeout=5000, mask=[page.locator(f"[{SECRET_MARK}]")])
         except Exception:  # evidence is best effort: the page may be gone
             return None
         return str(path)

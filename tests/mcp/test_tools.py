@@ -153,6 +153,39 @@ def test_a_secret_is_never_written_in_clear(tmp_path: Path, shop: Any) -> None:
             assert secret.encode() not in path.read_bytes(), path
 
 
+def _red_pixels(png: str) -> int:
+    """Pixels of a screenshot in the secret field's red (its text: large bold red letters)."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        rgb = image.convert("RGB").tobytes()
+    return sum(1 for i in range(0, len(rgb), 3) if rgb[i] > 200 and rgb[i + 1] < 90 and rgb[i + 2] < 90)
+
+
+def test_the_screenshots_kept_of_a_submit_hide_a_secret_typed_on_its_page(tmp_path: Path) -> None:
+    """A value typed as a secret into a text field still shows on the page as it is submitted:
+    the screenshot parked with its approval and the one kept after it (the session taken up
+    again once approved, the secret typed again by the replay) hide its text: no pixel of its
+    large red letters."""
+    key = f"secret-shot-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/secret?key={key}"))["run_id"]
+            await agent.call("fill", run_id=run_id, selector="#code", value="WWWWWWWW", secret=True)
+            parked = await agent.call("submit", run_id=run_id, selector="#go", effect_key="go")
+            assert parked["status"] == "awaiting_approval"
+            (approval,) = store.approvals.of_run(run_id)
+            assert approval.screenshot and _red_pixels(approval.screenshot) == 0
+            store.approvals.decide(run_id, approval.step_id, "approve", who="test")
+            # the session is taken up again: its page re-built, the secret typed again from the journal
+            done = await agent.call("submit", run_id=run_id, selector="#go", effect_key="go")
+            assert done["status"] == "committed" and _red_pixels(done["screenshot"]) == 0
+
+        play(tmp_path, scenario, policy=AgentPolicy(approve_all=True))
+        assert site.landings(key) == 1
+
+
 def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path: Path, shop: Any) -> None:
     """A click (or a key press) on a button that posts a form sends nothing: the agent is told
     what it would have sent and to use submit; the shop sees no order, the page is back on the form."""

@@ -81,6 +81,11 @@ _EXTRA = {
     "confirm": "<form method=post action='/land?key={key}'><button id=go onclick=\"return confirm('Place it?')\">"
     "go</button></form><button id=del onclick=\"if(confirm('Delete it?'))fetch('/land?key=del-{key}',"
     "{{method:'POST',body:'x'}})\">del</button><button id=noop>noop</button>",
+    # a field whose value is a secret, in large red letters, and a button that posts it and
+    # stays on the page (its after-screenshot shows the field)
+    "secret": "<input id=code style='font:bold 64px sans-serif;color:#f00;width:900px'>"
+    "<button id=go onclick=\"fetch('/land?key={key}',{{method:'POST',body:'x'}})"
+    ".then(()=>document.title='sent')\">go</button>",
 }
 _WORKER_JS = "fetch('/land?key={key}', {{method: 'POST', body: 'x'}})"
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
