@@ -125,6 +125,7 @@ class Call:
         )
 
 
+@dataclass(frozen=True, init=False)
 class MaySend:
     """What the pages of a session may send at any time, with no submit: requests that change
     nothing the agent is answerable for (analytics posts, an autosave of a draft), named by the
@@ -135,7 +136,7 @@ class MaySend:
     submit's dispatch (``dispatch=self.dispatch``), and the gap between calls lets it go.
     """
 
-    __slots__ = ("rules",)
+    rules: tuple[str, ...]
 
     def __init__(self, *rules: str) -> None:
         for rule in rules:
@@ -143,7 +144,7 @@ class MaySend:
             problem = rule_problem(rule) if text else f"must be a URL glob or 'METHOD glob', not {rule!r}"
             if problem is not None:
                 raise ValueError(f"may-send rule {problem}")
-        self.rules: tuple[str, ...] = tuple(rule.strip() for rule in rules)
+        object.__setattr__(self, "rules", tuple(rule.strip() for rule in rules))
 
     def __call__(self, request: Any) -> bool:
         """Whether ``request`` (a Playwright request, or anything with ``method`` and ``url``) is one of them."""
@@ -155,15 +156,6 @@ class MaySend:
 
     def __bool__(self) -> bool:
         return bool(self.rules)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MaySend) and other.rules == self.rules
-
-    def __hash__(self) -> int:
-        return hash(self.rules)
-
-    def __repr__(self) -> str:
-        return f"MaySend({', '.join(map(repr, self.rules))})"
 
 
 def latest_by_step(attempts: Iterable[AttemptRecord]) -> dict[str, AttemptRecord]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._redact import SECRET_MARK
 from ..errors import LeaseLost, SessionKeyError, ToolCallError, UsageError
 from ..flow import Extensions, Flow, Step
 from ..journal import LeaseSettings, this_owner
@@ -56,7 +57,7 @@ from ._session import (
     AgentSession,
     agent_flow,
 )
-from ._snapshot import MARK_SECRET, SECRET_ATTRIBUTE
+from ._snapshot import MARK_SECRET
 from ._verify import parse_verify
 
 __all__ = ["AgentPolicy", "AgentService", "submit_status"]
@@ -361,7 +362,7 @@ class AgentService:
         shots: list[bytes] = []
 
         async def work(s: AgentSession) -> dict[str, Any]:
-            shots.append(await s.page.screenshot(full_page=False, mask=[s.page.locator(f"[{SECRET_ATTRIBUTE}]")]))
+            shots.append(await s.page.screenshot(full_page=False, mask=[s.page.locator(f"[{SECRET_MARK}]")]))
             s.note(Call(seq=s.next_seq(), tool="screenshot"))
             return {}
 

@@ -19,11 +19,9 @@ from playwright.async_api import Page
 
 from .._redact import SECRET_MARK
 
-__all__ = ["MARK_SECRET", "REF_ATTRIBUTE", "SECRET_ATTRIBUTE", "Snapshot", "Target", "take_snapshot"]
+__all__ = ["MARK_SECRET", "REF_ATTRIBUTE", "Snapshot", "Target", "take_snapshot"]
 
 REF_ATTRIBUTE = "data-bw-ref"
-SECRET_ATTRIBUTE = SECRET_MARK
-"""Set on an element a secret value was typed into: snapshots and screenshots mask it."""
 MARK_SECRET = (
     f"e => {{ e.setAttribute('{SECRET_MARK}', ''); "
     "for (const p of ['color', '-webkit-text-fill-color', 'caret-color']) e.style.setProperty(p, 'transparent', 'important'); }"
@@ -179,7 +177,7 @@ class Snapshot:
 
 async def take_snapshot(page: Page, first_ref: int, *, limit: int = 600) -> Snapshot:
     """Snapshot ``page``, numbering its refs from ``first_ref`` (refs of earlier snapshots go stale)."""
-    data = await page.evaluate(_JS, [first_ref, REF_ATTRIBUTE, SECRET_ATTRIBUTE, limit])
+    data = await page.evaluate(_JS, [first_ref, REF_ATTRIBUTE, SECRET_MARK, limit])
     title = str(data["title"])
     refs = {ref: Target.of(t) for ref, t in data["refs"].items()}
     head = [f"- Page URL: {page.url}", f"- Page Title: {title}", "- Page Snapshot:"]
