@@ -390,6 +390,19 @@ def test_the_driver_started_early_runs_before_the_browser_is_entered_and_the_env
     asyncio.run(go())
 
 
+def _recorded_kills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every ``os.kill(pid, sig)`` from now on, recorded as it is sent."""
+    kills: list[tuple[int, int]] = []
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        kills.append((pid, sig))
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", kill)
+    return kills
+
+
 def _wait_for_exec(pid: int, name: str, timeout: float = 30.0) -> None:
     """Wait until process ``pid`` runs ``name`` (the tethered script execs ``setpriv``, which
     execs the executable: the pid stays, the name changes)."""
@@ -404,14 +417,7 @@ def test_a_quick_close_kills_the_driver_and_chromium_once_no_context_is_open(mon
     """``quick_close``: with every context closed, closing SIGKILLs the driver instead of
     closing Chromium gracefully, and Chromium (tied to the driver) dies with it; with a
     context still open it closes gracefully, as without the option."""
-    kills: list[tuple[int, int]] = []
-    real_kill = os.kill
-
-    def kill(pid: int, sig: int) -> None:
-        kills.append((pid, sig))
-        real_kill(pid, sig)
-
-    monkeypatch.setattr(os, "kill", kill)
+    kills = _recorded_kills(monkeypatch)
 
     async def go() -> None:
         for leave_open in (False, True):
@@ -440,14 +446,7 @@ def test_a_quick_close_kills_a_driver_never_used_without_waiting_for_it(monkeypa
     SIGKILLs it at once, whether its node runs yet or not, instead of waiting for it to be ready
     only to stop it; its start's failure is not raised, and nothing is left (the process, its
     session directory)."""
-    kills: list[tuple[int, int]] = []
-    real_kill = os.kill
-
-    def kill(pid: int, sig: int) -> None:
-        kills.append((pid, sig))
-        real_kill(pid, sig)
-
-    monkeypatch.setattr(os, "kill", kill)
+    kills = _recorded_kills(monkeypatch)
 
     async def go() -> None:
         for node_runs in (False, True):
@@ -464,7 +463,10 @@ def test_a_quick_close_kills_a_driver_never_used_without_waiting_for_it(monkeypa
             if node_runs:
                 _wait_for_exec(driver, "node")
             await process.close()
-            assert kills == [(driver, signal.SIGKILL)], (node_runs, kills)
+            assert [kill for kill in kills if kill[1] == signal.SIGKILL] == [(driver, signal.SIGKILL)], (
+                node_runs,
+                kills,
+            )
             assert process_is_gone(driver) and not process.temp_dir.exists()
 
     asyncio.run(go())
