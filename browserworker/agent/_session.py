@@ -75,6 +75,7 @@ class AgentSession:
     may_send: MaySend | None = None  # what its pages may send with no submit (its inputs' rules)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refs: dict[str, Target] = field(default_factory=dict)
+    live_refs: dict[str, str] = field(default_factory=dict)  # how to reach a ref inside a frame now
     next_ref: int = 1
     snapshot: str | None = None
     sealer: Any = None
@@ -196,7 +197,7 @@ class AgentSession:
             page.on("framenavigated", self._navigated)
             self._watched = page
         shot = await take_snapshot(page, self.next_ref)
-        self.refs, self.next_ref = shot.refs, shot.next_ref
+        self.refs, self.next_ref, self.live_refs = shot.refs, shot.next_ref, shot.live
         self.snapshot = shot.text
         return shot
 
@@ -226,7 +227,7 @@ class AgentSession:
             )
         if ref not in self.refs:
             raise _stale(ref)
-        return f'[{REF_ATTRIBUTE}="{ref}"]', self.refs[ref]
+        return self.live_refs.get(ref) or f'[{REF_ATTRIBUTE}="{ref}"]', self.refs[ref]
 
     async def probe(self, live: str, ref: str | None, known: Target | None) -> Target:
         """The element ``live`` finds on the page now (one round trip): the target to journal."""

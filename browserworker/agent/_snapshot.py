@@ -12,16 +12,24 @@ values of password fields, and of fields a secret was typed into, are never in a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
-from playwright.async_api import Page
+from playwright.async_api import Frame, Page
 
 from .._redact import SECRET_MARK
 
 __all__ = ["MARK_SECRET", "REF_ATTRIBUTE", "Snapshot", "Target", "take_snapshot"]
 
 REF_ATTRIBUTE = "data-bw-ref"
+FRAME_ATTRIBUTE = "data-bw-frame"
+ENTER_FRAME = " >> internal:control=enter-frame >> "
+"""What goes between a frame element's selector and a selector inside its document."""
+FRAME_DEPTH = 3
+"""Frames within frames read at most (the page's own document is the first)."""
+FRAME_WAIT = 2.0
+"""Seconds a frame's document may take to be read (a frame still loading is waited for)."""
 MARK_SECRET = (
     f"e => {{ e.setAttribute('{SECRET_MARK}', ''); "
     "for (const p of ['color', '-webkit-text-fill-color', 'caret-color']) e.style.setProperty(p, 'transparent', 'important'); }"
@@ -30,14 +38,17 @@ MARK_SECRET = (
 it, whoever takes it and however (an approval's is taken by CDP while a request is held)."""
 
 _JS = r"""
-([first, attr, secretAttr, limit]) => {
+([first, attr, secretAttr, frameAttr, limit]) => {
   const INTERACTIVE = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button'};
   const INPUT_ROLES = {button: 'button', submit: 'button', reset: 'button', image: 'button', checkbox: 'checkbox',
     radio: 'radio', range: 'slider', number: 'spinbutton', search: 'searchbox'};
   const LANDMARK = {H1: 'heading', H2: 'heading', H3: 'heading', H4: 'heading', H5: 'heading', H6: 'heading',
     FORM: 'form', NAV: 'navigation', MAIN: 'main', TABLE: 'table', TR: 'row', TD: 'cell', TH: 'columnheader',
     UL: 'list', OL: 'list', LI: 'listitem', P: 'paragraph', LABEL: null, IMG: 'img', DIALOG: 'dialog'};
-  for (const el of document.querySelectorAll('[' + attr + ']')) el.removeAttribute(attr);
+  // the rendered tree: a host's shadow root (open), a slot's assigned elements, else the children
+  const kids = (el) => el.shadowRoot ? el.shadowRoot.children
+    : el.tagName === 'SLOT' && el.assignedElements().length ? el.assignedElements({flatten: true}) : el.children;
+  const roots = [document];  // the document and each open shadow root in it (walk0 adds them)
   const clean = (s) => (s || '').replace(/\s+/g, ' ').trim().slice(0, 160);
   const hidden = (el) => {
     if (el.hidden || el.getAttribute('aria-hidden') === 'true') return true;
@@ -48,6 +59,7 @@ _JS = r"""
   const roleOf = (el) => {
     const r = el.getAttribute('role');
     if (r) return r;
+    if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) return 'textbox';  // an editor
     if (el.tagName === 'INPUT') return INPUT_ROLES[(el.type || 'text').toLowerCase()] || 'textbox';
     if (el.tagName === 'A') return el.hasAttribute('href') ? 'link' : null;
     if (el.tagName in INTERACTIVE) return INTERACTIVE[el.tagName];
@@ -57,9 +69,11 @@ _JS = r"""
   const CONTAINERS = ['navigation', 'main', 'form', 'list', 'table', 'row', 'dialog', 'listitem', 'paragraph', 'cell', 'columnheader'];
   const labelOf = (el) => {
     const by = el.getAttribute('aria-labelledby');
-    if (by) return clean(by.split(/\s+/).map(id => (document.getElementById(id) || {}).textContent || '').join(' '));
+    const root = el.getRootNode();  // ids and label[for] are looked up in the element's own tree
+    if (by) return clean(by.split(/\s+/).map(id => (root.getElementById(id) || {}).textContent || '').join(' '));
     if (el.getAttribute('aria-label')) return clean(el.getAttribute('aria-label'));
-    if (el.id) { const l = document.querySelector('label[for="' + CSS.escape(el.id) + '"]'); if (l) return clean(l.textContent); }
+    if (el.id) { const l = root.querySelector('label[for="' + CSS.escape(el.id) + '"]'); if (l) return clean(l.textContent); }
+    if (el.isContentEditable) return clean(el.getAttribute('title'));  // an editor: its text is its value
     const wrap = el.closest('label'); if (wrap && wrap !== el) return clean(wrap.textContent);
     if (el.tagName === 'INPUT' && ['submit', 'button', 'reset'].includes(el.type)) return clean(el.value);
     if (el.tagName === 'IMG') return clean(el.getAttribute('alt'));
@@ -69,14 +83,19 @@ _JS = r"""
   };
   const actionable = (role) => ['link', 'button', 'textbox', 'searchbox', 'combobox', 'checkbox', 'radio',
     'slider', 'spinbutton', 'switch', 'tab', 'menuitem', 'option', 'form'].includes(role);
-  const unique = (sel) => { try { return document.querySelectorAll(sel).length === 1; } catch (e) { return false; } };
+  // Playwright's CSS pierces open shadow roots: a selector is unique if it is across all of them,
+  // and a path goes from a host on to its shadow root's children with the same ' > '
+  const unique = (sel) => {
+    try { let n = 0; for (const r of roots) { n += r.querySelectorAll(sel).length; if (n > 1) return false; } return n === 1; }
+    catch (e) { return false; }
+  };
   const pathOf = (el) => {
     const parts = [];
-    for (let e = el; e && e !== document.body && e.nodeType === 1; e = e.parentElement) {
+    for (let e = el; e && e !== document.body && e.nodeType === 1; e = e.parentElement || (e.parentNode || {}).host) {
       let i = 1; for (let s = e.previousElementSibling; s; s = s.previousElementSibling) if (s.tagName === e.tagName) i++;
       parts.unshift(e.tagName.toLowerCase() + ':nth-of-type(' + i + ')');
     }
-    return 'body > ' + parts.join(' > ');
+    return parts.length ? 'body > ' + parts.join(' > ') : 'body';
   };
   const seenNames = {};
   const lines = []; const refs = {}; let n = first; let count = 0;
@@ -85,22 +104,37 @@ _JS = r"""
     const tag = el.tagName.toLowerCase();
     if (el.name) { const s = tag + '[name="' + el.name.replace(/"/g, '\\"') + '"]'; if (unique(s)) return s; }
     const key = role + '|' + name;
-    if (name && seenNames[key] === 1) return 'role=' + role + '[name="' + name.replace(/"/g, '\\"') + '"]';
+    const aria = el.hasAttribute('role') || !el.isContentEditable;  // an editor is a textbox here, not to ARIA
+    if (aria && name && seenNames[key] === 1) return 'role=' + role + '[name="' + name.replace(/"/g, '\\"') + '"]';
+    const label = el.getAttribute('aria-label');
+    if (label) { const s = tag + '[aria-label="' + label.replace(/"/g, '\\"') + '"]'; if (unique(s)) return s; }
     return pathOf(el);
   };
   const walk0 = (el) => {  // count role+name pairs first, so that a role selector is used only when unique
-    for (const c of el.children) {
+    for (const c of kids(el)) {
       if (hidden(c)) continue;
+      if (c.shadowRoot) roots.push(c.shadowRoot);
       const role = roleOf(c);
       if (role && actionable(role)) { const k = role + '|' + labelOf(c); seenNames[k] = (seenNames[k] || 0) + 1; }
       walk0(c);
     }
   };
   walk0(document.body);
+  for (const r of roots) for (const a of [attr, frameAttr]) for (const el of r.querySelectorAll('[' + a + ']')) el.removeAttribute(a);
+  const frames = [];  // each frame element shown: the lines of its document go after its own line
   const walk = (el, depth) => {
-    for (const c of el.children) {
+    for (const c of kids(el)) {
       if (count >= limit) return;
       if (hidden(c) || ['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE'].includes(c.tagName)) continue;
+      if (c.tagName === 'IFRAME' || c.tagName === 'FRAME') {
+        const box = c.getBoundingClientRect();
+        if (!box.width || !box.height) continue;  // a frame nobody sees (a tracker's)
+        const name = clean(c.getAttribute('title') || c.name);
+        c.setAttribute(frameAttr, String(frames.length));
+        lines.push('  '.repeat(depth) + '- iframe' + (name ? ' "' + name.replace(/"/g, "'") + '"' : '')); count++;
+        frames.push({at: lines.length - 1, depth, selector: selectorOf(c, 'iframe', '')});
+        continue;
+      }
       const role = roleOf(c);
       if (!role) { walk(c, depth); continue; }
       const name = labelOf(c);
@@ -117,7 +151,8 @@ _JS = r"""
           type: (c.type || '').toLowerCase(), field: c.name || c.id || '', secret: c.type === 'password' || c.hasAttribute(secretAttr)};
       }
       if (role === 'textbox' || role === 'searchbox' || role === 'spinbutton' || role === 'combobox') {
-        const v = (c.type === 'password' || c.hasAttribute(secretAttr)) ? (c.value ? '***' : '') : clean(c.value);
+        const value = c.isContentEditable ? c.textContent : c.value;
+        const v = (c.type === 'password' || c.hasAttribute(secretAttr)) ? (value ? '***' : '') : clean(value);
         if (v) line += ': ' + v;
       } else if (['paragraph', 'cell', 'columnheader', 'listitem', 'alert', 'status'].includes(role)) {
         const t = clean(c.textContent);
@@ -125,11 +160,11 @@ _JS = r"""
         if (role === 'paragraph') { walk(c, depth); continue; }
       }
       lines.push(line); count++;
-      if (role !== 'link' && role !== 'button' && role !== 'combobox') walk(c, depth + 1);
+      if (!['link', 'button', 'combobox', 'textbox'].includes(role)) walk(c, depth + 1);
     }
   };
-  walk(document.body, 0);
-  return {lines, refs, next: n, truncated: count >= limit, title: document.title};
+  walk(document.body.isContentEditable ? {children: [document.body]} : document.body, 0);  // an editor's frame
+  return {lines, refs, frames, next: n, count, truncated: count >= limit, title: document.title};
 }
 """
 
@@ -165,7 +200,9 @@ class Target:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One snapshot: its text (URL, title, then the element lines) and what its refs name."""
+    """One snapshot: its text (URL, title, then the element lines) and what its refs name;
+    ``live`` holds the selector that reaches a ref's element now, for each ref inside a frame
+    (one of the page's own is ``[data-bw-ref="eN"]``)."""
 
     url: str
     title: str
@@ -173,15 +210,88 @@ class Snapshot:
     refs: dict[str, Target]
     next_ref: int
     truncated: bool
+    live: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Read:
+    """What the snapshot script read of one document (and of the frames in it, spliced in)."""
+
+    lines: list[str]
+    refs: dict[str, Target]
+    live: dict[str, str]
+    next_ref: int
+    count: int
+    truncated: bool
+    title: str
 
 
 async def take_snapshot(page: Page, first_ref: int, *, limit: int = 600) -> Snapshot:
-    """Snapshot ``page``, numbering its refs from ``first_ref`` (refs of earlier snapshots go stale)."""
-    data = await page.evaluate(_JS, [first_ref, REF_ATTRIBUTE, SECRET_MARK, limit])
-    title = str(data["title"])
-    refs = {ref: Target.of(t) for ref, t in data["refs"].items()}
-    head = [f"- Page URL: {page.url}", f"- Page Title: {title}", "- Page Snapshot:"]
-    body = list(data["lines"])
-    if data["truncated"]:
-        body.append(f"- (snapshot cut at {limit} elements)")
-    return Snapshot(page.url, title, "\n".join(head + body), refs, int(data["next"]), bool(data["truncated"]))
+    """Snapshot ``page``, numbering its refs from ``first_ref`` (refs of earlier snapshots go stale).
+
+    The elements of open shadow roots are read where they are shown; so are those of each frame
+    shown (an ``iframe`` line, its document's lines under it), its refs reached through it
+    (``iframe... >> internal:control=enter-frame >> ...``), to :data:`FRAME_DEPTH` frames deep.
+    A frame that cannot be read (gone, or still loading after :data:`FRAME_WAIT` seconds) is
+    said to be so."""
+    read = await _read(page.main_frame, first_ref, limit, "", 0)
+    head = [f"- Page URL: {page.url}", f"- Page Title: {read.title}", "- Page Snapshot:"]
+    if read.truncated:
+        read.lines.append(f"- (snapshot cut at {limit} elements)")
+    return Snapshot(
+        page.url, read.title, "\n".join(head + read.lines), read.refs, read.next_ref, read.truncated, read.live
+    )
+
+
+async def _read(frame: Frame, first_ref: int, limit: int, prefix: str, depth: int) -> _Read:
+    data = await frame.evaluate(_JS, [first_ref, REF_ATTRIBUTE, SECRET_MARK, FRAME_ATTRIBUTE, limit])
+    refs = {ref: Target.of(dict(t, selector=prefix + t["selector"])) for ref, t in data["refs"].items()}
+    live = {ref: f'{prefix}[{REF_ATTRIBUTE}="{ref}"]' for ref in refs} if prefix else {}
+    read = _Read(
+        list(data["lines"]),
+        refs,
+        live,
+        int(data["next"]),
+        int(data["count"]),
+        bool(data["truncated"]),
+        str(data["title"]),
+    )
+    shown: list[dict[str, Any]] = data["frames"]
+    if not shown:
+        return read
+    inside: dict[int, list[str]] = {}  # the line of a frame element: the lines read inside it
+    for child in frame.child_frames:
+        mark = await _mark_of(child)
+        if mark is None or not 0 <= mark < len(shown):
+            continue
+        at, indent = shown[mark]["at"], "  " * (shown[mark]["depth"] + 1)
+        if depth + 1 >= FRAME_DEPTH or read.count >= limit:
+            inside[at] = [f"{indent}- (frame not read: {'too deep' if read.count < limit else 'snapshot full'})"]
+            continue
+        enter = prefix + shown[mark]["selector"] + ENTER_FRAME
+        try:
+            sub = await asyncio.wait_for(_read(child, read.next_ref, limit - read.count, enter, depth + 1), FRAME_WAIT)
+        except Exception as exc:  # gone, navigating, or never loading
+            reason = "still loading" if isinstance(exc, TimeoutError) else str(exc).splitlines()[0][:120]
+            inside[at] = [f"{indent}- (frame not read: {reason})"]
+            continue
+        inside[at] = [indent + line for line in sub.lines]
+        read.refs.update(sub.refs)
+        read.live.update(sub.live)
+        read.next_ref, read.count = sub.next_ref, read.count + sub.count
+        read.truncated = read.truncated or sub.truncated
+    read.lines = [out for i, line in enumerate(read.lines) for out in (line, *inside.get(i, ()))]
+    return read
+
+
+async def _mark_of(frame: Frame) -> int | None:
+    """The number the snapshot script gave ``frame``'s element in its parent's document, if any."""
+    try:
+        element = await frame.frame_element()
+        try:
+            mark = await element.get_attribute(FRAME_ATTRIBUTE)
+        finally:
+            await element.dispose()
+    except Exception:  # detached meanwhile
+        return None
+    return int(mark) if mark is not None and mark.isdigit() else None

@@ -282,6 +282,52 @@ def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) ->
         assert site.landings(key) == 1 and site.landings(f"del-{key}") == 0
 
 
+def _ref_of(snapshot: str, element: str) -> str:
+    """The ref a snapshot gives ``element`` (its role and name, e.g. ``textbox "Card"``)."""
+    (line,) = [line for line in snapshot.splitlines() if element in line]
+    return line.split("[ref=")[1].split("]")[0]
+
+
+def test_fields_in_shadow_roots_and_frames_are_read_and_reached_by_ref(tmp_path: Path) -> None:
+    """A custom element's field (in its open shadow root), editors (``contenteditable``, one a
+    frame's whole document) and a payment form in a frame of another origin are in the snapshot where the page shows them, the frame's under its own
+    line; a fill by ref reaches each, a submit by ref inside the frame lands once, and the
+    selectors journaled for them find the same elements on a fresh page (a second session)."""
+    key = f"widgets-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+        page = f"{site.url}/widgets?key={key}"
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            shot = await agent.call("snapshot", run_id=run_id)
+            lines = shot.splitlines()
+            frame = lines.index('- iframe "Payment"')
+            card_line = next(i for i, line in enumerate(lines) if 'textbox "Card"' in line)
+            assert card_line > frame and lines[card_line].startswith("    - textbox"), shot
+            nick, card = _ref_of(shot, 'textbox "Nickname"'), _ref_of(shot, 'textbox "Card"')
+            await agent.call("fill", run_id=run_id, ref=nick, value="Ann")
+            await agent.call("fill", run_id=run_id, ref=card, value="4242")
+            await agent.call("fill", run_id=run_id, ref=_ref_of(shot, 'textbox "Comment"'), value="ring twice")
+            notes = shot.splitlines()[lines.index('- iframe "Notes"') + 1]
+            assert notes.startswith("  - textbox [ref="), shot
+            await agent.call("fill", run_id=run_id, ref=notes.split("[ref=")[1].split("]")[0], value="leave it")
+            shot = await agent.call("snapshot", run_id=run_id)
+            assert [shot.count(f": {v}") for v in ("Ann", "4242", "ring twice", "leave it")] == [1, 1, 1, 1], shot
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            done = await agent.call(
+                "submit", run_id=run_id, ref=_ref_of(shot, 'button "Pay"'), effect_key="pay", verify=verify
+            )
+            assert done["status"] == "committed", done
+            targets = [c.target.selector for c in journaled_calls(store.events(run_id)) if c.target is not None]
+            assert [("enter-frame" in t) for t in targets] == [False, True, False, True, True], targets
+            fresh = (await agent.call("open_session", site=page))["run_id"]
+            for target in targets:
+                await agent.call("extract", run_id=fresh, selector=target)  # a selector that finds nothing is an error
+
+        play(tmp_path, scenario)
+        assert site.landings(key) == 1
+
+
 def test_bad_input_is_a_clear_tool_error_and_writes_nothing(tmp_path: Path, shop: Any) -> None:
     """An unknown run, an unknown ref, a stale ref (the page changed), a verify that is not valid,
     a site that is not a URL: each a tool error that says so, with nothing journaled."""

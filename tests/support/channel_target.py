@@ -86,6 +86,16 @@ _EXTRA = {
     "secret": "<input id=code style='font:bold 64px sans-serif;color:#f00;width:900px'>"
     "<button id=go onclick=\"fetch('/land?key={key}',{{method:'POST',body:'x'}})"
     ".then(()=>document.title='sent')\">go</button>",
+    # what real sites build forms of: a custom element whose field is in its shadow root, an
+    # editor (contenteditable) on the page and one in a frame (a whole editable document), and a
+    # payment form in a frame of another origin (localhost, not 127.0.0.1) that posts from there
+    "widgets": "<my-field></my-field><div contenteditable aria-label=Comment></div>"
+    "<iframe title=Notes srcdoc='<body contenteditable></body>'></iframe><iframe id=pay title=Payment></iframe><script>"
+    "customElements.define('my-field',class extends HTMLElement{{constructor(){{super();"
+    "this.attachShadow({{mode:'open'}}).innerHTML='<label for=nick>Nickname</label><input id=nick>'}}}});"
+    "document.getElementById('pay').src=location.protocol+'//localhost:'+location.port+'/pay?key={key}'</script>",
+    "pay": "<form method=post action='/land?key={key}'><label for=card>Card</label><input id=card name=card>"
+    "<button id=go>Pay</button></form>",
 }
 _WORKER_JS = "fetch('/land?key={key}', {{method: 'POST', body: 'x'}})"
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
