@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the names of this face; each loads on first use (browserwor
     from ._calls import MaySend, click_and_settle, settled
     from ._export import export_flow
     from ._service import AgentPolicy, AgentService, submit_status
+    from ._uploads import choose_files
     from ._verify import VerifySpec, verifier
 
 __getattr__, __dir__ = face(__name__)
@@ -25,6 +26,7 @@ __all__ = [
     "AgentService",
     "MaySend",
     "VerifySpec",
+    "choose_files",
     "click_and_settle",
     "export_flow",
     "settled",

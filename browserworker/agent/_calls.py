@@ -6,7 +6,7 @@ and, for an element, the :class:`~browserworker.agent._snapshot.Target` its ref 
 these a session is replayed after a crash and exported as a flow file.
 
 The page-changing tools replay as actions (re-run on every pass): ``navigate``, ``click``,
-``fill``, ``select``, ``check``, ``press``, and a ``submit`` marked ``idempotent`` (a login, a
+``fill``, ``select``, ``check``, ``press``, ``upload`` (the same files, or it fails), and a ``submit`` marked ``idempotent`` (a login, a
 search: safe to repeat). A plain ``submit`` is an effect, keyed by its ``effect_key``.
 """
 
@@ -23,6 +23,7 @@ from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
 from ..store.records import AttemptRecord, EventRecord
 from ._snapshot import MARK_SECRET, Target
+from ._uploads import changed_file, choose_files
 from ._verify import VerifySpec, verifier
 
 __all__ = [
@@ -43,7 +44,7 @@ TOOL_CALL = "tool_call"
 UNDONE = "tool_call_undone"
 """The event that marks a journaled call as not done (refused, failed, stopped, or not redone by a replay)."""
 
-STAGING = ("navigate", "click", "fill", "select", "check", "press")
+STAGING = ("navigate", "click", "fill", "select", "check", "press", "upload")
 """The tools that replay as actions (with ``submit``, the page-changing tools)."""
 
 SETTLE_QUIET = 0.3
@@ -386,6 +387,18 @@ def _press(call: Call, value: Callable[[], str | None], live_selector: str | Non
     return press
 
 
+def _upload(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def upload(ctx: StepContext[Any]) -> None:
+        files = call.args["files"]
+        if live_selector is None:  # a replay: the content chosen then, or nothing
+            problem = await asyncio.to_thread(changed_file, files)
+            if problem is not None:
+                raise ValueError(problem)
+        await choose_files(ctx.page, _selector(call, live_selector), [f["path"] for f in files])
+
+    return upload
+
+
 def _submit(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
     async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
         return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted, confirm=True)
@@ -400,6 +413,7 @@ _STEP_FNS: dict[str, Callable[[Call, Callable[[], str | None], str | None, Acted
     "select": _select,
     "check": _check,
     "press": _press,
+    "upload": _upload,
     "submit": _submit,
 }
 """Each page-changing tool's step function, built for one call."""

@@ -1,7 +1,7 @@
 """An agent's session written as a flow file that runs with no model (``browserworker mcp export``).
 
 Each page-changing call that succeeded becomes a step, in order: navigations, clicks, fills,
-selections and key presses as actions; an idempotent submit (a login) as an action that may
+selections, key presses and files chosen as actions; an idempotent submit (a login) as an action that may
 send; each done ``submit`` as an effect with the verifier the agent declared. Read calls
 (snapshots, finds, extracts, screenshots) and calls that failed or were refused are left out.
 What the session's pages could send with no submit (its ``--may-send`` rules) the actions may
@@ -50,6 +50,7 @@ class _Writer:
         self.proofs: set[str] = set()  # inputs a verifier looks for
         self.taken: set[str] = {"ctx", "flow"}
         self.steps: list[str] = []
+        self.uploads = False  # a step chooses files (imports choose_files)
 
     def kept(self) -> list[Call]:
         kept = []
@@ -90,6 +91,15 @@ class _Writer:
             return f"(ctx.inputs.{name} or ctx.run_id)"
         self.inputs.append(f"    {name}: str = {value!r}")
         self.values[name] = value
+        return f"ctx.inputs.{name}"
+
+    def _files(self, call: Call) -> str:
+        """The input an upload's files are read from (their paths by default); its expression."""
+        target = call.target
+        name = _identifier(target.field or target.name if target else "files", self.taken)
+        paths = [str(f["path"]) for f in call.args["files"]]
+        self.inputs.append(f"    {name}: list[str] = {paths!r}  # the files chosen (paths on the agent server's host)")
+        self.uploads = True
         return f"ctx.inputs.{name}"
 
     def _template(self, text: str) -> str:
@@ -143,6 +153,8 @@ class _Writer:
             lines.append(f"    await ctx.page.locator({selector}).select_option({args['values']!r})")
         elif call.tool == "check":
             lines.append(f"    await ctx.page.locator({selector}).set_checked({bool(args.get('checked', True))!r})")
+        elif call.tool == "upload":
+            lines.append(f"    await choose_files(ctx.page, {selector}, {self._files(call)})")
         elif call.tool == "press":
             press = f"ctx.page.locator({selector})" if selector else "ctx.page.keyboard"
             lines.append(f"    await settled(ctx.page, lambda: {press}.press({args['key']!r}))")
@@ -170,6 +182,7 @@ class _Writer:
             "from browserworker import Flow, StepContext, Verdict",
             "from browserworker.agent import "
             + ("MaySend, " if self.may_send else "")
+            + ("choose_files, " if self.uploads else "")
             + "click_and_settle, settled, verifier",
             "",
             "",

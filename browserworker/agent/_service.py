@@ -7,7 +7,7 @@ it. Its tools come in three kinds:
 
 - read (``snapshot``, ``find``, ``extract``, ``screenshot``; ``navigate`` changes only the page):
   nothing they do can change the world;
-- staging (``click``, ``fill``, ``select``, ``check``, ``press``): run under the action guard in
+- staging (``click``, ``fill``, ``select``, ``check``, ``press``, ``upload``): run under the action guard in
   fail mode: a request only an effect may send is held, reported and never sent;
 - effect (``submit``): the one tool that may change the world: its call is journaled, then its
   intent, then every request it sends passes the dispatch gate; a retry of the same call (same
@@ -58,6 +58,7 @@ from ._session import (
     agent_flow,
 )
 from ._snapshot import MARK_SECRET
+from ._uploads import chosen_files
 from ._verify import parse_verify
 
 __all__ = ["AgentPolicy", "AgentService", "submit_status"]
@@ -75,12 +76,14 @@ ALERTS = "[role=alert], [role=status], .error, .errors, .alert, .flash"
 class AgentPolicy:
     """What the server enforces, whatever the agent asks: submits a person approves first
     (every one, or those on the listed hosts), what pages may send with no submit (rules of
-    :class:`~browserworker.agent.MaySend`, kept by each session opened here), how long a session
-    waits for another owner's lease, and where the console is (for the links in answers)."""
+    :class:`~browserworker.agent.MaySend`, kept by each session opened here), the directories
+    an agent may choose files from (``upload``; none: no upload), how long a session waits for
+    another owner's lease, and where the console is (for the links in answers)."""
 
     approve_all: bool = False
     approve_hosts: tuple[str, ...] = ()
     may_send: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
     wait: float = 5.0
     console_url: str | None = None
 
@@ -402,6 +405,12 @@ class AgentService:
             return answer
 
         return await self.call(run_id, work)
+
+    async def upload(self, run_id: str, paths: list[str], ref: str | None, selector: str | None) -> dict[str, Any]:
+        """Choose files (from the policy's directories) for a file input, or the file chooser a
+        click on the element opens; journaled with each file's size and SHA-256."""
+        files = await asyncio.to_thread(chosen_files, paths, self.policy.files)
+        return await self.stage(run_id, "upload", {"files": files}, ref, selector)
 
     def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
         """The answer to a page-changing call, journaled already as it ended."""

@@ -41,7 +41,7 @@ _JS = r"""
 ([first, attr, secretAttr, frameAttr, limit]) => {
   const INTERACTIVE = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button'};
   const INPUT_ROLES = {button: 'button', submit: 'button', reset: 'button', image: 'button', checkbox: 'checkbox',
-    radio: 'radio', range: 'slider', number: 'spinbutton', search: 'searchbox'};
+    radio: 'radio', range: 'slider', number: 'spinbutton', search: 'searchbox', file: 'button'};
   const LANDMARK = {H1: 'heading', H2: 'heading', H3: 'heading', H4: 'heading', H5: 'heading', H6: 'heading',
     FORM: 'form', NAV: 'navigation', MAIN: 'main', TABLE: 'table', TR: 'row', TD: 'cell', TH: 'columnheader',
     UL: 'list', OL: 'list', LI: 'listitem', P: 'paragraph', LABEL: null, IMG: 'img', DIALOG: 'dialog'};
@@ -141,6 +141,7 @@ _JS = r"""
       let line = '  '.repeat(depth) + '- ' + role + (name && role !== 'paragraph' && role !== 'cell' ? ' "' + name.replace(/"/g, "'") + '"' : '');
       if (/^H[1-6]$/.test(c.tagName)) line += ' [level=' + c.tagName[1] + ']';
       if (c.disabled) line += ' [disabled]';
+      if (c.type === 'file') line += ' [file]';
       if (c.type === 'checkbox' || c.type === 'radio') line += c.checked ? ' [checked]' : '';
       if (c.getAttribute('aria-invalid') === 'true') line += ' [invalid]';
       if (actionable(role)) {
@@ -150,6 +151,7 @@ _JS = r"""
         refs[ref] = {selector: selectorOf(c, role, name), role, name, tag: c.tagName.toLowerCase(),
           type: (c.type || '').toLowerCase(), field: c.name || c.id || '', secret: c.type === 'password' || c.hasAttribute(secretAttr)};
       }
+      if (c.type === 'file' && c.files.length) line += ': ' + [...c.files].map(f => f.name).join(', ');
       if (role === 'textbox' || role === 'searchbox' || role === 'spinbutton' || role === 'combobox') {
         const value = c.isContentEditable ? c.textContent : c.value;
         const v = (c.type === 'password' || c.hasAttribute(secretAttr)) ? (value ? '***' : '') : clean(value);

@@ -39,6 +39,14 @@ from .options import db_option
     "'METHOD glob' (e.g. 'POST */api/event*'); kept by each session opened (repeatable).",
 )
 @click.option(
+    "--files",
+    multiple=True,
+    metavar="DIR",
+    type=click.Path(exists=True, file_okay=False, resolve_path=True),
+    help="A directory the agent may choose files from for a page's file input (the upload tool; "
+    "repeatable; none: no upload).",
+)
+@click.option(
     "--console-url", metavar="URL", help="The console's address, for the links in answers (needs_review, approvals)."
 )
 @click.pass_context
@@ -50,6 +58,7 @@ def mcp_command(
     approve_submits: bool,
     approve_sites: tuple[str, ...],
     may_send: tuple[str, ...],
+    files: tuple[str, ...],
     console_url: str | None,
 ) -> None:
     """Serve durable browser tools to an AI agent over MCP (stdio by default).
@@ -70,7 +79,11 @@ def mcp_command(
 
     try:
         policy = AgentPolicy(
-            approve_all=approve_submits, approve_hosts=approve_sites, may_send=may_send, console_url=console_url
+            approve_all=approve_submits,
+            approve_hosts=approve_sites,
+            may_send=may_send,
+            files=files,
+            console_url=console_url,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--may-send'") from None

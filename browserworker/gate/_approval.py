@@ -18,6 +18,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,10 @@ def _normal_body(body: str | None, content_type: str | None, *, keep_volatile: b
     kind = (content_type or "").split(";")[0].strip().lower()
     if kind == "application/x-www-form-urlencoded":
         return sorted((k, v) for k, v in parse_qsl(body, keep_blank_values=True) if keep_volatile or not _volatile(k))
+    if kind == "multipart/form-data":
+        fields = _multipart_fields(body, content_type or "")
+        if fields is not None:
+            return sorted(field for field in fields if keep_volatile or not _volatile(field[0]))
     if kind.endswith("json"):
         try:
             return json.loads(body)
@@ -82,9 +87,39 @@ def _normal_body(body: str | None, content_type: str | None, *, keep_volatile: b
     return body
 
 
+_BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
+_PARAM = re.compile(r'\b(name|filename)="([^"]*)"', re.IGNORECASE)
+
+
+def _multipart_fields(body: str, content_type: str) -> list[tuple[str, str]] | None:
+    """A ``multipart/form-data`` body's fields, ``(name, value)``; a file's value says its name,
+    and its size and SHA-256 if the body holds its content (its content is not kept; Chromium
+    shows the gate no content of a file chosen from disk). The browser draws a new boundary
+    for every submission: without this, the same form sent again would be another request.
+    ``None`` if the body is not one (no boundary)."""
+    found = _BOUNDARY.search(content_type)
+    if found is None:
+        return None
+    fields = []
+    for part in body.split(f"--{found.group(1)}")[1:]:
+        if part.startswith("--"):  # the closing delimiter
+            break
+        head, sep, content = part.removeprefix("\r\n").partition("\r\n\r\n")
+        if not sep:
+            continue
+        content = content.removesuffix("\r\n")
+        params = {key.lower(): value for key, value in _PARAM.findall(head)}
+        if "filename" in params:
+            data = content.encode()
+            digest = f", {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}" if data else ""
+            content = f"[file {params['filename']!r}{digest}]"
+        fields.append((params.get("name", ""), content))
+    return fields
+
+
 def request_fingerprint(method: str, url: str, body: str | None, content_type: str | None = None) -> str:
-    """sha256 of the method, the URL and the normalized body (form fields sorted, anti-forgery
-    tokens left out (:data:`VOLATILE_FIELDS`), JSON canonical)."""
+    """sha256 of the method, the URL and the normalized body (form fields sorted, URL-encoded
+    or multipart, anti-forgery tokens left out (:data:`VOLATILE_FIELDS`), JSON canonical)."""
     text = canonical_json([method.upper(), url, _normal_body(body, content_type)])
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -59,6 +59,7 @@ def build_server(service: AgentService, *, name: str = "browserworker") -> MCPSe
     _session_tools(server, service)
     _read_tools(server, service)
     _staging_tools(server, service)
+    _upload_tool(server, service)
     _effect_tools(server, service)
     return server
 
@@ -171,6 +172,25 @@ def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
     ) -> dict[str, Any]:
         """Press a key (in an element, or the page). A key that would send a form is stopped: use submit."""
         return await _answer(stage(run_id, "press", {"key": key}, ref, selector))
+
+
+def _upload_tool(server: MCPServer[Any], service: AgentService) -> None:
+    @server.tool(annotations=STAGING)
+    async def upload(
+        run_id: RunId,
+        paths: Annotated[
+            list[str],
+            Field(
+                description="the files to choose, in a directory the server uploads from (its operator's "
+                "browserworker mcp --files DIR); a relative path is in the first one"
+            ),
+        ],
+        ref: Ref = None,
+        selector: Selector = None,
+    ) -> dict[str, Any]:
+        """Choose files for a file input (<input type=file>), or for the file chooser that clicking
+        the element opens (an "Attach" button). Nothing is sent: the form's submit sends them."""
+        return await _answer(service.upload(run_id, paths, ref, selector))
 
 
 def _effect_tools(server: MCPServer[Any], service: AgentService) -> None:

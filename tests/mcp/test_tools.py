@@ -17,6 +17,7 @@ from browserworker.agent import AgentPolicy, AgentService, export_flow
 from browserworker.agent._calls import journaled_calls
 from browserworker.flow import Action, Effect, load_flow
 from browserworker.mcp import build_server
+from browserworker.runtime import ApprovalSettings
 from browserworker.states import RunState
 from browserworker.store import Store, open_store
 from tests.support.agent import Agent, order_verify
@@ -25,9 +26,15 @@ from tests.support.channel_target import ChannelTarget
 pytestmark = pytest.mark.browser
 
 
+PARK_AT_ONCE = ApprovalSettings(hold=0)
+"""A submit waiting for a person parks its session at once (the tests decide after it has)."""
+
+
 @asynccontextmanager
-async def in_memory(store: Store, tmp: Path, policy: AgentPolicy | None = None) -> AsyncIterator[Agent]:
-    service = AgentService(store, evidence_dir=tmp / "evidence", policy=policy)
+async def in_memory(
+    store: Store, tmp: Path, policy: AgentPolicy | None = None, approvals: ApprovalSettings | None = None
+) -> AsyncIterator[Agent]:
+    service = AgentService(store, evidence_dir=tmp / "evidence", policy=policy, approvals=approvals)
     try:
         async with Client(build_server(service)) as client:
             yield Agent(client)
@@ -182,7 +189,7 @@ def test_the_screenshots_kept_of_a_submit_hide_a_secret_typed_on_its_page(tmp_pa
             done = await agent.call("submit", run_id=run_id, selector="#go", effect_key="go")
             assert done["status"] == "committed" and _red_pixels(done["screenshot"]) == 0
 
-        play(tmp_path, scenario, policy=AgentPolicy(approve_all=True))
+        play(tmp_path, scenario, policy=AgentPolicy(approve_all=True), approvals=PARK_AT_ONCE)
         assert site.landings(key) == 1
 
 
@@ -326,6 +333,101 @@ def test_fields_in_shadow_roots_and_frames_are_read_and_reached_by_ref(tmp_path:
 
         play(tmp_path, scenario)
         assert site.landings(key) == 1
+
+
+def _uploads(tmp_path: Path) -> tuple[Path, Path]:
+    """A directory the server uploads from (an invoice and a photo in it, and a link out of it)
+    and a file outside it."""
+    uploads, outside = tmp_path / "uploads", tmp_path / "private.txt"
+    uploads.mkdir(parents=True)
+    (uploads / "invoice.txt").write_text("INVOICE-7731")
+    (uploads / "photo.txt").write_text("PHOTO-5512")
+    outside.write_text("PRIVATE-0042")
+    (uploads / "escape.txt").symlink_to(outside)
+    return uploads, outside
+
+
+async def _choose(agent: Agent, run_id: str, outside: Path) -> None:
+    """Choose the invoice for the file input and the photo through the button in front of the
+    hidden one, after the file outside and the link out of the directory are refused."""
+    shot = await agent.call("snapshot", run_id=run_id)
+    invoice, attach = _ref_of(shot, 'button "Invoice"'), _ref_of(shot, 'button "Attach photo"')
+    for path in (str(outside), "escape.txt"):
+        said = await agent.error("upload", run_id=run_id, paths=[path], ref=invoice)
+        assert "not in a directory this server uploads from" in said, said
+    await agent.call("upload", run_id=run_id, paths=["invoice.txt"], ref=invoice)
+    await agent.call("upload", run_id=run_id, paths=["photo.txt"], ref=attach)
+    shot = await agent.call("snapshot", run_id=run_id)
+    (line,) = [line for line in shot.splitlines() if 'button "Invoice" [file]' in line]
+    assert line.endswith("]: invoice.txt"), shot
+
+
+def test_files_are_chosen_only_from_the_operators_directories_and_sent_by_the_submit(tmp_path: Path) -> None:
+    """With no ``--files`` directory an upload is refused. With one, a file outside it (or a link
+    out of it) is refused; one in it is chosen for a file input, another through the button that
+    opens a hidden input's chooser, and nothing is sent until the submit. The submit waits for
+    an approval; once approved, the session is taken up again and its page re-built, the files
+    chosen again from the journal (the same content), and the one post carries both files."""
+    key = f"upload-{tmp_path.name}"[:48]
+    uploads, outside = _uploads(tmp_path)
+    with ChannelTarget() as site:
+        page = f"{site.url}/upload?key={key}"
+
+        async def no_files(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            said = await agent.error("upload", run_id=run_id, paths=["invoice.txt"], selector="#doc")
+            assert "browserworker mcp --files DIR" in said, said
+
+        play(tmp_path / "none", no_files)
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            await _choose(agent, run_id, outside)
+            assert site.landings(key) == 0
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            parked = await agent.call("submit", run_id=run_id, selector="#go", effect_key="send", verify=verify)
+            assert parked["status"] == "awaiting_approval"
+            (approval,) = store.approvals.of_run(run_id)
+            store.approvals.decide(run_id, approval.step_id, "approve", who="test")
+            done = await agent.call("submit", run_id=run_id, selector="#go", effect_key="send", verify=verify)
+            assert done["status"] == "committed", done
+            chosen = [c.args["files"] for c in journaled_calls(store.events(run_id)) if c.tool == "upload"]
+            assert [[(Path(f["path"]).name, f["size"]) for f in files] for files in chosen] == [
+                [("invoice.txt", 12)],
+                [("photo.txt", 10)],
+            ]
+
+        play(
+            tmp_path / "files",
+            scenario,
+            policy=AgentPolicy(approve_all=True, files=(str(uploads),)),
+            approvals=PARK_AT_ONCE,
+        )
+    [body] = site.bodies(key)
+    assert b"INVOICE-7731" in body and b"PHOTO-5512" in body and b"PRIVATE" not in body
+
+
+def test_a_file_changed_since_it_was_chosen_is_not_sent_by_a_replay(tmp_path: Path) -> None:
+    """A session taken up again re-chooses its files from the journal only if their content is
+    what it was: a photo changed while its submit waited for an approval stops the replay, with
+    the reason, and nothing is sent."""
+    key = f"upload-changed-{tmp_path.name}"[:48]
+    uploads, outside = _uploads(tmp_path)
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/upload?key={key}"))["run_id"]
+            await _choose(agent, run_id, outside)
+            parked = await agent.call("submit", run_id=run_id, selector="#go", effect_key="send")
+            assert parked["status"] == "awaiting_approval"
+            (uploads / "photo.txt").write_text("PHOTO-EDITED")
+            (approval,) = store.approvals.of_run(run_id)
+            store.approvals.decide(run_id, approval.step_id, "approve", who="test")
+            said = await agent.error("submit", run_id=run_id, selector="#go", effect_key="send")
+            assert "replaying" in said and "photo.txt has changed since it was chosen" in said, said
+
+        play(tmp_path, scenario, policy=AgentPolicy(approve_all=True, files=(str(uploads),)), approvals=PARK_AT_ONCE)
+        assert site.landings(key) == 0
 
 
 def test_bad_input_is_a_clear_tool_error_and_writes_nothing(tmp_path: Path, shop: Any) -> None:

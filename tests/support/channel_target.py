@@ -96,6 +96,13 @@ _EXTRA = {
     "document.getElementById('pay').src=location.protocol+'//localhost:'+location.port+'/pay?key={key}'</script>",
     "pay": "<form method=post action='/land?key={key}'><label for=card>Card</label><input id=card name=card>"
     "<button id=go>Pay</button></form>",
+    # files: a file input, and a hidden one behind a button that opens its chooser; the form
+    # sends both (the body of each landing is kept: ``bodies(KEY)``)
+    "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
+    "<label for=doc>Invoice</label><input type=file id=doc name=doc>"
+    "<input type=file id=photo name=photo style='display:none'>"
+    "<button type=button id=attach onclick=\"document.getElementById('photo').click()\">Attach photo</button>"
+    "<button id=go>Send</button></form>",
 }
 _WORKER_JS = "fetch('/land?key={key}', {{method: 'POST', body: 'x'}})"
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -107,6 +114,7 @@ class ChannelTarget:
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
         self._first: dict[str, float] = {}
+        self._bodies: dict[str, list[bytes]] = {}
         self._changed = threading.Condition()
         target = self
 
@@ -126,11 +134,17 @@ class ChannelTarget:
         self.server.shutdown()
         self.server.server_close()
 
-    def land(self, key: str) -> None:
+    def land(self, key: str, body: bytes = b"") -> None:
         with self._changed:
+            self._bodies.setdefault(key, []).append(body)
             self._counts[key] += 1
             self._first.setdefault(key, time.time())
             self._changed.notify_all()
+
+    def bodies(self, key: str) -> list[bytes]:
+        """The body of each landing for ``key`` (a POST's; empty for a GET or a WebSocket message)."""
+        with self._changed:
+            return list(self._bodies.get(key, []))
 
     def landings(self, key: str) -> int:
         with self._changed:
@@ -193,11 +207,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
-        if length:
-            self.rfile.read(length)
+        body = self.rfile.read(length) if length else b""
         path, key = urlsplit(self.path).path, self._query().get("key", "")
         if path == "/land":
-            self.owner.land(key)
+            self.owner.land(key, body)
             return self._send(200, "landed")
         if path == "/preview":  # not the effect: not counted
             return self._send(200, "preview")
