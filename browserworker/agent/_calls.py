@@ -13,6 +13,7 @@ search: safe to repeat). A plain ``submit`` is an effect, keyed by its ``effect_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -185,20 +186,29 @@ async def click_and_settle(
     timeout: float = 30.0,
     acted: Callable[[], None] | None = None,
     confirm: bool = False,
+    close_opened: bool = False,
 ) -> dict[str, Any]:
     """Click ``selector`` and wait until what the click set off has settled: every document,
     fetch and XHR request it started answered (a form's POST, its redirect, the next page) and the
-    page loaded. Returns where the page is then (``url``, ``title``) and the dialogs the page
-    opened meanwhile, if any (``dialogs``); raises ``ConnectionError`` when a request that may
-    change the world got no answer (whether it landed is unknown). ``acted`` is called once the
-    click is done, before the wait.
+    page loaded. Returns where the page is then (``url``, ``title``), the dialogs the page
+    opened meanwhile, if any (``dialogs``), and the address of each new tab or window it opened
+    (``opened``; closed with ``close_opened=True``); raises ``ConnectionError`` when a request that
+    may change the world got no answer (whether it landed is unknown). ``acted`` is called once
+    the click is done, before the wait.
 
     A dialog is answered as a person who clicked meant: an ``alert`` and a "leave this page?"
     (``beforeunload``) are accepted, a ``prompt`` dismissed, and a ``confirm`` ("Place this
     order?") accepted only with ``confirm=True`` (a submit: the click is the decision), else
     dismissed (what it guards is not done)."""
     click = page.locator(selector).click
-    return await settled(page, lambda: click(timeout=timeout * 1000), timeout=timeout, acted=acted, confirm=confirm)
+    return await settled(
+        page,
+        lambda: click(timeout=timeout * 1000),
+        timeout=timeout,
+        acted=acted,
+        confirm=confirm,
+        close_opened=close_opened,
+    )
 
 
 async def settled(
@@ -208,57 +218,96 @@ async def settled(
     timeout: float = 30.0,
     acted: Callable[[], None] | None = None,
     confirm: bool = False,
+    close_opened: bool = False,
 ) -> dict[str, Any]:
     """``await do()`` (a click, a key press), then wait as :func:`click_and_settle` does
-    (its dialogs answered as it says)."""
-    dialogs = _Dialogs(page, confirm)
-    pending: set[Request] = set()
-    quiet = asyncio.Event()
-    quiet.set()
-    kinds = ("document", "fetch", "xhr")
-    lost: list[str] = []
-
-    def started(request: Request) -> None:
-        if request.resource_type in kinds:
-            pending.add(request)
-            quiet.clear()
-
-    def ended(request: Request) -> None:
-        pending.discard(request)
-        if not pending:
-            quiet.set()
-
-    def failed(request: Request) -> None:
-        if request.method not in ("GET", "HEAD", "OPTIONS"):
-            lost.append(f"{request.method} {request.url}: {request.failure}")
-        ended(request)
-
-    page.on("request", started)
-    page.on("requestfinished", ended)
-    page.on("requestfailed", failed)
+    (its dialogs answered, the tabs it opened told, as it says)."""
+    dialogs, tabs, requests = _Dialogs(page, confirm), _Tabs(page), _InFlight(page)
     try:
         await do()
         if acted is not None:
             acted()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            await asyncio.wait_for(quiet.wait(), max(0.01, deadline - loop.time()))
-            await asyncio.sleep(SETTLE_QUIET)  # a redirect's next request starts after its answer
-            if quiet.is_set():
-                break
+        await requests.settled(timeout)
         await page.wait_for_load_state("load", timeout=timeout * 1000)
     finally:
-        page.remove_listener("request", started)
-        page.remove_listener("requestfinished", ended)
-        page.remove_listener("requestfailed", failed)
+        requests.close()
         await dialogs.close()
-    if lost:  # sent, and no answer came back: whether it landed is for recovery to find out
-        raise ConnectionError(f"no answer to {'; '.join(lost)}")
+        await tabs.close(close_opened)
+    if requests.lost:  # sent, and no answer came back: whether it landed is for recovery to find out
+        raise ConnectionError(f"no answer to {'; '.join(requests.lost)}")
     where: dict[str, Any] = {"url": page.url, "title": await page.title()}
     if dialogs.seen:
         where["dialogs"] = dialogs.seen
+    if tabs.opened:
+        where["opened"] = [tab.url for tab in tabs.opened]
     return where
+
+
+class _InFlight:
+    """The document, fetch and XHR requests of a page in flight while :func:`settled` waits, and
+    those that may change the world and got no answer (``lost``)."""
+
+    KINDS = ("document", "fetch", "xhr")
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.pending: set[Request] = set()
+        self.quiet = asyncio.Event()
+        self.quiet.set()
+        self.lost: list[str] = []
+        page.on("request", self._started)
+        page.on("requestfinished", self._ended)
+        page.on("requestfailed", self._failed)
+
+    def _started(self, request: Request) -> None:
+        if request.resource_type in self.KINDS:
+            self.pending.add(request)
+            self.quiet.clear()
+
+    def _ended(self, request: Request) -> None:
+        self.pending.discard(request)
+        if not self.pending:
+            self.quiet.set()
+
+    def _failed(self, request: Request) -> None:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            self.lost.append(f"{request.method} {request.url}: {request.failure}")
+        self._ended(request)
+
+    async def settled(self, timeout: float) -> None:
+        """Until none is in flight for :data:`SETTLE_QUIET` seconds (at most ``timeout``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            await asyncio.wait_for(self.quiet.wait(), max(0.01, deadline - loop.time()))
+            await asyncio.sleep(SETTLE_QUIET)  # a redirect's next request starts after its answer
+            if self.quiet.is_set():
+                break
+
+    def close(self) -> None:
+        self.page.remove_listener("request", self._started)
+        self.page.remove_listener("requestfinished", self._ended)
+        self.page.remove_listener("requestfailed", self._failed)
+
+
+class _Tabs:
+    """The tabs and windows a page opens while :func:`settled` waits (a ``target=_blank`` link,
+    ``window.open``)."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.opened: list[Page] = []
+        page.on("popup", self._opened)
+
+    def _opened(self, tab: Page) -> None:
+        self.opened.append(tab)
+
+    async def close(self, close_opened: bool) -> None:
+        self.page.remove_listener("popup", self._opened)
+        if close_opened:
+            for tab in self.opened:
+                with contextlib.suppress(Exception):  # closed by itself meanwhile
+                    await tab.close()
 
 
 class _Dialogs:
@@ -342,7 +391,7 @@ def _navigate(call: Call, value: Callable[[], str | None], live_selector: str | 
 
 def _click(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
     async def click(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted)
+        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted, close_opened=True)
 
     return click
 
@@ -381,8 +430,8 @@ def _press(call: Call, value: Callable[[], str | None], live_selector: str | Non
         key = call.args["key"]
         if call.target is not None or live_selector is not None:
             element = ctx.page.locator(_selector(call, live_selector))
-            return await settled(ctx.page, lambda: element.press(key), acted=acted)
-        return await settled(ctx.page, lambda: ctx.page.keyboard.press(key), acted=acted)
+            return await settled(ctx.page, lambda: element.press(key), acted=acted, close_opened=True)
+        return await settled(ctx.page, lambda: ctx.page.keyboard.press(key), acted=acted, close_opened=True)
 
     return press
 

@@ -323,7 +323,7 @@ class AgentService:
             notes = [*notes, *(f"the page sent between calls: {sent}" for sent in session.live.between)]
             session.live.between.clear()
         if notes:
-            answer["notes"] = notes
+            answer["notes"] = [*answer.get("notes", ()), *notes]
         return answer
 
     # -- read tools --------------------------------------------------------------------------------
@@ -427,6 +427,11 @@ class AgentService:
         answer = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
         if isinstance(outcome.value, dict) and outcome.value.get("dialogs"):  # a click's: how each was answered
             answer["dialogs"] = outcome.value["dialogs"]
+        if isinstance(outcome.value, dict) and outcome.value.get("opened"):  # the tabs it opened, closed
+            answer["opened"] = outcome.value["opened"]
+            answer.setdefault("notes", []).append(
+                "it opened a new tab (closed: this session has one page); navigate to its address to follow it"
+            )
         return answer
 
     async def _unstaged(self, s: AgentSession, call: Call, step: Step) -> dict[str, Any]:

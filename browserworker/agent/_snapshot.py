@@ -39,6 +39,7 @@ it, whoever takes it and however (an approval's is taken by CDP while a request 
 
 _JS = r"""
 ([first, attr, secretAttr, frameAttr, limit]) => {
+  const OPTIONS = 30;  // a select's options listed at most
   const INTERACTIVE = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button'};
   const INPUT_ROLES = {button: 'button', submit: 'button', reset: 'button', image: 'button', checkbox: 'checkbox',
     radio: 'radio', range: 'slider', number: 'spinbutton', search: 'searchbox', file: 'button'};
@@ -152,6 +153,17 @@ _JS = r"""
           type: (c.type || '').toLowerCase(), field: c.name || c.id || '', secret: c.type === 'password' || c.hasAttribute(secretAttr)};
       }
       if (c.type === 'file' && c.files.length) line += ': ' + [...c.files].map(f => f.name).join(', ');
+      if (c.tagName === 'SELECT') {  // its choices: what select may be given (by label or value)
+        const chosen = [...c.selectedOptions].map(o => clean(o.label)).join(', ');
+        lines.push(line + (chosen ? ': ' + chosen : '')); count++;
+        const options = [...c.options];
+        for (const o of options.slice(0, OPTIONS)) {
+          lines.push('  '.repeat(depth + 1) + '- option "' + clean(o.label).replace(/"/g, "'") + '"'
+            + (o.selected ? ' [selected]' : '') + (o.disabled ? ' [disabled]' : '')); count++;
+        }
+        if (options.length > OPTIONS) { lines.push('  '.repeat(depth + 1) + '- (' + (options.length - OPTIONS) + ' more options)'); count++; }
+        continue;
+      }
       if (role === 'textbox' || role === 'searchbox' || role === 'spinbutton' || role === 'combobox') {
         const value = c.isContentEditable ? c.textContent : c.value;
         const v = (c.type === 'password' || c.hasAttribute(secretAttr)) ? (value ? '***' : '') : clean(value);

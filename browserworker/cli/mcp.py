@@ -42,7 +42,6 @@ from .options import db_option
     "--files",
     multiple=True,
     metavar="DIR",
-    type=click.Path(exists=True, file_okay=False, resolve_path=True),
     help="A directory the agent may choose files from for a page's file input (the upload tool; "
     "repeatable; none: no upload).",
 )
@@ -77,6 +76,9 @@ def mcp_command(
         ) from None
     from ..agent import AgentPolicy
 
+    for directory in files:
+        if not Path(directory).expanduser().is_dir():
+            raise click.BadParameter(f"{directory!r} is not a directory", param_hint="'--files'")
     try:
         policy = AgentPolicy(
             approve_all=approve_submits,

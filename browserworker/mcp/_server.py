@@ -134,7 +134,8 @@ def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
     async def click(run_id: RunId, ref: Ref = None, selector: Selector = None) -> dict[str, Any]:
         """Click an element that changes only the page (a link, a tab, a menu). A click that would
         send a form is stopped, nothing sent: use submit for it. A confirm dialog it opens is
-        dismissed (what it guards is not done)."""
+        dismissed (what it guards is not done); a new tab it opens is closed and its address
+        given (opened): navigate there to follow it."""
         return await _answer(stage(run_id, "click", {}, ref, selector))
 
     @server.tool(annotations=STAGING)

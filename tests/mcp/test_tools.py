@@ -37,7 +37,7 @@ async def in_memory(
     service = AgentService(store, evidence_dir=tmp / "evidence", policy=policy, approvals=approvals)
     try:
         async with Client(build_server(service)) as client:
-            yield Agent(client)
+            yield Agent(client, service)
     finally:
         await service.aclose()
 
@@ -289,6 +289,26 @@ def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) ->
         assert site.landings(key) == 1 and site.landings(f"del-{key}") == 0
 
 
+def test_a_new_tab_a_click_opens_is_closed_and_its_address_told(tmp_path: Path) -> None:
+    """A link opening its page in a new tab, and a script opening another window: each click is
+    answered with the address the tab opened and a note, the tab is closed (the session's page
+    stays the one it was), and navigating there follows it."""
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/newtab"))["run_id"]
+            for element, opened in (("#go", "/done?from=link"), ("#win", "/done?from=script")):
+                answer = await agent.call("click", run_id=run_id, selector=element)
+                assert answer["opened"] == [f"{site.url}{opened}"], answer
+                assert answer["url"] == f"{site.url}/newtab" and "navigate" in answer["notes"][0], answer
+            session = agent.service.live[run_id]
+            assert session.page.context.pages == [session.page], "the tabs opened are closed"
+            followed = await agent.call("navigate", run_id=run_id, url="/done?from=link")
+            assert followed["url"] == f"{site.url}/done?from=link"
+
+        play(tmp_path, scenario)
+
+
 def _ref_of(snapshot: str, element: str) -> str:
     """The ref a snapshot gives ``element`` (its role and name, e.g. ``textbox "Card"``)."""
     (line,) = [line for line in snapshot.splitlines() if element in line]
@@ -297,7 +317,8 @@ def _ref_of(snapshot: str, element: str) -> str:
 
 def test_fields_in_shadow_roots_and_frames_are_read_and_reached_by_ref(tmp_path: Path) -> None:
     """A custom element's field (in its open shadow root), editors (``contenteditable``, one a
-    frame's whole document) and a payment form in a frame of another origin are in the snapshot where the page shows them, the frame's under its own
+    frame's whole document), a select's options, and a payment form in a frame of another
+    origin are in the snapshot where the page shows them, the frame's under its own
     line; a fill by ref reaches each, a submit by ref inside the frame lands once, and the
     selectors journaled for them find the same elements on a fresh page (a second session)."""
     key = f"widgets-{tmp_path.name}"[:48]
@@ -311,6 +332,13 @@ def test_fields_in_shadow_roots_and_frames_are_read_and_reached_by_ref(tmp_path:
             frame = lines.index('- iframe "Payment"')
             card_line = next(i for i, line in enumerate(lines) if 'textbox "Card"' in line)
             assert card_line > frame and lines[card_line].startswith("    - textbox"), shot
+            size = lines.index(f'- combobox "Size" [ref={_ref_of(shot, "combobox")}]: Medium')
+            assert lines[size + 1 : size + 4] == [
+                '  - option "Small"',
+                '  - option "Medium" [selected]',
+                '  - option "Large"',
+            ]
+            await agent.call("select", run_id=run_id, ref=_ref_of(shot, "combobox"), values=["Large"])
             nick, card = _ref_of(shot, 'textbox "Nickname"'), _ref_of(shot, 'textbox "Card"')
             await agent.call("fill", run_id=run_id, ref=nick, value="Ann")
             await agent.call("fill", run_id=run_id, ref=card, value="4242")
@@ -319,14 +347,15 @@ def test_fields_in_shadow_roots_and_frames_are_read_and_reached_by_ref(tmp_path:
             assert notes.startswith("  - textbox [ref="), shot
             await agent.call("fill", run_id=run_id, ref=notes.split("[ref=")[1].split("]")[0], value="leave it")
             shot = await agent.call("snapshot", run_id=run_id)
-            assert [shot.count(f": {v}") for v in ("Ann", "4242", "ring twice", "leave it")] == [1, 1, 1, 1], shot
+            assert [shot.count(f": {v}") for v in ("Ann", "4242", "ring twice", "leave it", "Large")] == [1] * 5, shot
+            assert '  - option "Large" [selected]' in shot
             verify = {"get": f"/count?key={key}", "path": "count"}
             done = await agent.call(
                 "submit", run_id=run_id, ref=_ref_of(shot, 'button "Pay"'), effect_key="pay", verify=verify
             )
             assert done["status"] == "committed", done
             targets = [c.target.selector for c in journaled_calls(store.events(run_id)) if c.target is not None]
-            assert [("enter-frame" in t) for t in targets] == [False, True, False, True, True], targets
+            assert [("enter-frame" in t) for t in targets] == [False, False, True, False, True, True], targets
             fresh = (await agent.call("open_session", site=page))["run_id"]
             for target in targets:
                 await agent.call("extract", run_id=fresh, selector=target)  # a selector that finds nothing is an error

@@ -30,8 +30,9 @@ def answer_of(result: CallToolResult) -> Any:
 class Agent:
     """An MCP client with the two things a test asks of a call: its answer, or its error."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, service: Any = None) -> None:
         self.client = client
+        self.service = service  # the AgentService behind an in-memory client, for a look behind the tools
 
     async def call(self, tool: str, **args: Any) -> Any:
         result = await self.client.call_tool(tool, args)

@@ -87,15 +87,20 @@ _EXTRA = {
     "<button id=go onclick=\"fetch('/land?key={key}',{{method:'POST',body:'x'}})"
     ".then(()=>document.title='sent')\">go</button>",
     # what real sites build forms of: a custom element whose field is in its shadow root, an
-    # editor (contenteditable) on the page and one in a frame (a whole editable document), and a
-    # payment form in a frame of another origin (localhost, not 127.0.0.1) that posts from there
+    # editor (contenteditable) on the page and one in a frame (a whole editable document), a select,
+    # and a payment form in a frame of another origin (localhost, not 127.0.0.1) that posts from there
     "widgets": "<my-field></my-field><div contenteditable aria-label=Comment></div>"
+    "<select id=size aria-label=Size><option value=s>Small</option><option value=m selected>Medium</option>"
+    "<option value=l>Large</option></select>"
     "<iframe title=Notes srcdoc='<body contenteditable></body>'></iframe><iframe id=pay title=Payment></iframe><script>"
     "customElements.define('my-field',class extends HTMLElement{{constructor(){{super();"
     "this.attachShadow({{mode:'open'}}).innerHTML='<label for=nick>Nickname</label><input id=nick>'}}}});"
     "document.getElementById('pay').src=location.protocol+'//localhost:'+location.port+'/pay?key={key}'</script>",
     "pay": "<form method=post action='/land?key={key}'><label for=card>Card</label><input id=card name=card>"
     "<button id=go>Pay</button></form>",
+    # a link that opens its page in a new tab, and a button whose script opens another window
+    "newtab": "<a id=go href='/done?from=link' target=_blank>open</a>"
+    "<button id=win onclick=\"window.open('/done?from=script')\">window</button>",
     # files: a file input, and a hidden one behind a button that opens its chooser; the form
     # sends both (the body of each landing is kept: ``bodies(KEY)``)
     "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
