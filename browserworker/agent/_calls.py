@@ -6,7 +6,7 @@ and, for an element, the :class:`~browserworker.agent._snapshot.Target` its ref 
 these a session is replayed after a crash and exported as a flow file.
 
 The page-changing tools replay as actions (re-run on every pass): ``navigate``, ``click``,
-``fill``, ``select``, ``check``, ``press``, ``upload`` (the same files, or it fails), and a ``submit`` marked ``idempotent`` (a login, a
+``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload`` (the same files, or it fails), and a ``submit`` marked ``idempotent`` (a login, a
 search: safe to repeat). A plain ``submit`` is an effect, keyed by its ``effect_key``.
 """
 
@@ -45,7 +45,7 @@ TOOL_CALL = "tool_call"
 UNDONE = "tool_call_undone"
 """The event that marks a journaled call as not done (refused, failed, stopped, or not redone by a replay)."""
 
-STAGING = ("navigate", "click", "fill", "select", "check", "press", "upload")
+STAGING = ("navigate", "click", "hover", "fill", "select", "check", "press", "upload")
 """The tools that replay as actions (with ``submit``, the page-changing tools)."""
 
 SETTLE_QUIET = 0.3
@@ -396,6 +396,14 @@ def _click(call: Call, value: Callable[[], str | None], live_selector: str | Non
     return click
 
 
+def _hover(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def hover(ctx: StepContext[Any]) -> dict[str, Any]:
+        element = ctx.page.locator(_selector(call, live_selector))
+        return await settled(ctx.page, element.hover, acted=acted, close_opened=True)
+
+    return hover
+
+
 def _fill(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
     async def fill(ctx: StepContext[Any]) -> None:
         text = call.args.get("value")
@@ -458,6 +466,7 @@ def _submit(call: Call, value: Callable[[], str | None], live_selector: str | No
 _STEP_FNS: dict[str, Callable[[Call, Callable[[], str | None], str | None, Acted], StepFn]] = {
     "navigate": _navigate,
     "click": _click,
+    "hover": _hover,
     "fill": _fill,
     "select": _select,
     "check": _check,

@@ -145,6 +145,8 @@ class _Writer:
             lines.append(f"    await ctx.page.goto({self._template(str(args['url']))})")
         elif call.tool == "click":
             lines.append(f"    await click_and_settle(ctx.page, {selector})")
+        elif call.tool == "hover":
+            lines.append(f"    await settled(ctx.page, ctx.page.locator({selector}).hover)")
         elif call.tool == "submit":
             lines.append(f"    await click_and_settle(ctx.page, {selector}, confirm=True)")
         elif call.tool == "fill":

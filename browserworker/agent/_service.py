@@ -7,7 +7,7 @@ it. Its tools come in three kinds:
 
 - read (``snapshot``, ``find``, ``extract``, ``screenshot``; ``navigate`` changes only the page):
   nothing they do can change the world;
-- staging (``click``, ``fill``, ``select``, ``check``, ``press``, ``upload``): run under the action guard in
+- staging (``click``, ``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload``): run under the action guard in
   fail mode: a request only an effect may send is held, reported and never sent;
 - effect (``submit``): the one tool that may change the world: its call is journaled, then its
   intent, then every request it sends passes the dispatch gate; a retry of the same call (same
@@ -392,7 +392,8 @@ class AgentService:
         *,
         secret: bool = False,
     ) -> dict[str, Any]:
-        """``click``, ``fill``, ``select``, ``check`` or ``press`` (``press`` may name no element)."""
+        """``click``, ``hover``, ``fill``, ``select``, ``check``, ``press`` (which may name no
+        element) or ``upload``."""
 
         async def work(s: AgentSession) -> dict[str, Any]:
             aimed = None if tool == "press" and ref is None and selector is None else s.aim(ref, selector)

@@ -4,12 +4,16 @@ session written as a flow file."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .app import main
 from .invocation import invocation
 from .options import db_option
+
+if TYPE_CHECKING:
+    from ..agent import AgentPolicy
 
 
 @main.group("mcp", invoke_without_command=True)
@@ -74,23 +78,30 @@ def mcp_command(
         raise click.ClickException(
             f"the MCP server needs the extra: pip install 'browserworker[mcp]' ({exc})"
         ) from None
-    from ..agent import AgentPolicy
+    policy = _policy(approve_submits, approve_sites, may_send, files, console_url)
+    s = invocation()
+    start(s.store, db=s.db, evidence_dir=s.evidence_dir, policy=policy, http=http, host=host, port=port, say=_say)
+
+
+def _policy(
+    approve_all: bool,
+    approve_hosts: tuple[str, ...],
+    may_send: tuple[str, ...],
+    files: tuple[str, ...],
+    console: str | None,
+) -> AgentPolicy:
+    """The server's policy from its options, each checked before anything is opened."""
+    from ..agent import AgentPolicy  # noqa: F811  # the face loads its module on first use
 
     for directory in files:
         if not Path(directory).expanduser().is_dir():
             raise click.BadParameter(f"{directory!r} is not a directory", param_hint="'--files'")
     try:
-        policy = AgentPolicy(
-            approve_all=approve_submits,
-            approve_hosts=approve_sites,
-            may_send=may_send,
-            files=files,
-            console_url=console_url,
+        return AgentPolicy(
+            approve_all=approve_all, approve_hosts=approve_hosts, may_send=may_send, files=files, console_url=console
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--may-send'") from None
-    s = invocation()
-    start(s.store, db=s.db, evidence_dir=s.evidence_dir, policy=policy, http=http, host=host, port=port, say=_say)
 
 
 def _say(line: str) -> None:

@@ -139,6 +139,12 @@ def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
         return await _answer(stage(run_id, "click", {}, ref, selector))
 
     @server.tool(annotations=STAGING)
+    async def hover(run_id: RunId, ref: Ref = None, selector: Selector = None) -> dict[str, Any]:
+        """Move the mouse over an element (a menu that opens on hover, a tooltip); take a new
+        snapshot to see what it shows."""
+        return await _answer(stage(run_id, "hover", {}, ref, selector))
+
+    @server.tool(annotations=STAGING)
     async def fill(
         run_id: RunId,
         value: Annotated[str, Field(description="the text to type")],

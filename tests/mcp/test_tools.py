@@ -66,7 +66,7 @@ def test_tools_tell_the_truth_in_their_annotations(tmp_path: Path) -> None:
     play(tmp_path, scenario)
     for name in ("snapshot", "find", "extract", "screenshot", "status"):
         assert seen[name].read_only_hint is True and seen[name].destructive_hint is False, name
-    for name in ("navigate", "click", "fill", "select", "check", "press"):
+    for name in ("navigate", "click", "hover", "fill", "select", "check", "press", "upload"):
         assert seen[name].read_only_hint is False and seen[name].destructive_hint is False, name
     assert seen["submit"].destructive_hint is True and seen["submit"].idempotent_hint is True
     assert {"open_session", "resume", "close_session", "save_login"} <= set(seen)
@@ -305,6 +305,22 @@ def test_a_new_tab_a_click_opens_is_closed_and_its_address_told(tmp_path: Path) 
             assert session.page.context.pages == [session.page], "the tabs opened are closed"
             followed = await agent.call("navigate", run_id=run_id, url="/done?from=link")
             assert followed["url"] == f"{site.url}/done?from=link"
+
+        play(tmp_path, scenario)
+
+
+def test_a_menu_that_opens_under_the_mouse_is_opened_by_hover(tmp_path: Path) -> None:
+    """An entry shown only while the mouse is over its menu is not in the snapshot until the
+    agent hovers the menu; then it is, and its link is followed by ref."""
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/menu"))["run_id"]
+            assert 'link "Orders"' not in await agent.call("snapshot", run_id=run_id)
+            await agent.call("hover", run_id=run_id, selector="#menu")
+            shot = await agent.call("snapshot", run_id=run_id)
+            followed = await agent.call("click", run_id=run_id, ref=_ref_of(shot, 'link "Orders"'))
+            assert followed["url"] == f"{site.url}/done?from=menu"
 
         play(tmp_path, scenario)
 

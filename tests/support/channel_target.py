@@ -98,6 +98,9 @@ _EXTRA = {
     "document.getElementById('pay').src=location.protocol+'//localhost:'+location.port+'/pay?key={key}'</script>",
     "pay": "<form method=post action='/land?key={key}'><label for=card>Card</label><input id=card name=card>"
     "<button id=go>Pay</button></form>",
+    # a menu whose entry shows only under the mouse
+    "menu": "<style>#sub{{display:none}} #menu:hover #sub{{display:block}}</style>"
+    "<nav id=menu><span>Account</span><a id=sub href='/done?from=menu'>Orders</a></nav>",
     # a link that opens its page in a new tab, and a button whose script opens another window
     "newtab": "<a id=go href='/done?from=link' target=_blank>open</a>"
     "<button id=win onclick=\"window.open('/done?from=script')\">window</button>",
