@@ -17,6 +17,10 @@ from .runs import RunManager
 
 __all__ = ["Claim", "FleetManager"]
 
+STUCK_SESSION = 5.0
+"""Seconds a database session may sit inside a transaction, waiting on its client, before the
+reclaimer ends it to free the runs it holds (PostgreSQL's ``idle_in_transaction_session_timeout``
+of the store's sessions, for the waits that timeout does not see)."""
 _ADMISSION_TRIES = 8  # candidates a claim may find over budget under their key's lock before it gives up
 _BUSY = object()
 
@@ -179,15 +183,25 @@ class FleetManager(Manager):
         return chosen
 
     def reclaim_expired(
-        self, *, skew: float, max_lease_losses: int, worker: str | None = None, limit: int = 100
+        self,
+        *,
+        skew: float,
+        max_lease_losses: int,
+        worker: str | None = None,
+        limit: int = 100,
+        stuck: float = STUCK_SESSION,
     ) -> list[RunRecord]:
         """Send runs whose lease expired (plus ``skew``) back to QUEUED, flagged for reconciliation.
 
         A run that has lost its lease more than ``max_lease_losses`` times goes to NEEDS_REVIEW
-        instead (a poison run). The owning worker is marked unhealthy.
+        instead (a poison run). The owning worker is marked unhealthy. A run whose old owner is
+        still writing it is passed by; if its lease expired more than ``stuck`` seconds ago, the
+        store's sessions stuck that long inside a transaction are ended (a frozen client's
+        transaction rolls back and lets the run go: the next pass takes it).
         """
         now = self.c.now()
         reclaimed = []
+        passed_by = False
         for row in self.c.read("expired_leases", {"now": now, "skew": skew, "limit": limit}):
             poison = f"lost its lease {row['lease_losses'] + 1} times (last owner {row['owner']})"
             if self._requeue(
@@ -202,6 +216,10 @@ class FleetManager(Manager):
                 detail={},
             ):
                 reclaimed.append(self.runs.get_run(row["id"]))
+            elif row["lease_expires_at"] < now - skew - stuck:
+                passed_by = True
+        if passed_by:
+            self.c.read_one("end_stuck_sessions", {"stuck": stuck})
         return [r for r in reclaimed if r is not None]
 
     @read_only

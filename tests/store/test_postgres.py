@@ -21,6 +21,7 @@ import pytest
 from browserworker.errors import LeaseLost
 from browserworker.store import NewRun, Owner, open_store
 from browserworker.store.postgres import PostgresStore
+from browserworker.store.postgres._conninfo import application_name
 from browserworker.store.testing import backdate
 from tests.support.hosts import wait_for
 from tests.support.paths import ROOT
@@ -222,6 +223,40 @@ def test_a_host_whose_clock_is_minutes_off_changes_nothing_of_who_owns_what(
     live = store.get_run("live")
     assert live is not None and live.owner == "other" and live.lease_epoch == 1
     store.close()
+
+
+def test_a_client_frozen_inside_a_copy_loses_its_run_to_the_reclaimer(pg_url: str) -> None:
+    """A session of the store whose client froze between a COPY's start and its end (the server
+    waits "active" on it, where neither of its timeouts ends it) holds the row lock of the run
+    it wrote. The reclaimer passes that run by until its lease has been expired for longer than
+    ``stuck``; then it ends the session, whose transaction rolls back, and the next pass requeues
+    the run. A session of the store idle outside a transaction is left alone."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    schema = store.connector.schema
+    name = application_name(schema)
+    try:
+        store.create_run(NewRun(id="held", flow_name="f", inputs={}))
+        assert store.claim_run("held", A, ttl=30) is not None
+        backdate(store, "held", 60)
+        with (
+            psycopg.connect(pg_url, application_name=name) as frozen,
+            psycopg.connect(pg_url, application_name=name, autocommit=True) as idle,
+            pytest.raises(psycopg.OperationalError),  # the frozen client's connection was ended
+        ):
+            frozen.execute(f"SET search_path TO {schema}")
+            frozen.execute("UPDATE runs SET lease_epoch = lease_epoch WHERE id = 'held'")  # its row lock
+            with frozen.cursor().copy("COPY events (at, run_id, kind) FROM STDIN"):  # and the client stops
+                assert store.reclaim_expired(skew=0, max_lease_losses=3, stuck=120) == [], "not stuck for long"
+                reclaimed = wait_for(
+                    lambda: store.reclaim_expired(skew=0, max_lease_losses=3, stuck=0.5), 10, "the run reclaimed"
+                )
+                assert [r.id for r in reclaimed] == ["held"]  # type: ignore[attr-defined]
+                assert idle.execute("SELECT 1").fetchone() == (1,)
+        run = store.get_run("held")
+        assert run is not None and run.state == "QUEUED" and run.lease_epoch == 2
+    finally:
+        store.close()
 
 
 def test_wakeups_come_at_the_commit_of_a_queued_run_of_ones_queues(pg_url: str) -> None:

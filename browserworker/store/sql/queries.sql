@@ -270,6 +270,12 @@ WHERE id = :id AND state = 'QUEUED'
 SELECT * FROM runs WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < :now - :skew
 ORDER BY lease_expires_at LIMIT :limit
 
+-- name: end_stuck_sessions
+-- End the store's database sessions stuck inside a transaction for more than :stuck seconds (a
+-- client frozen mid-statement keeps its row locks, and the reclaimer skips locked runs); how
+-- many. A store with no server sessions has none (PostgreSQL's: postgres.sql).
+SELECT 0 AS ended
+
 -- name: next_lease_expiry
 -- When the earliest live lease expires (the reclaimer wakes then, not at its next poll).
 SELECT MIN(lease_expires_at) AS at FROM runs WHERE state IN ('LEASED', 'RUNNING')
