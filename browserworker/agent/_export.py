@@ -98,7 +98,9 @@ class _Writer:
         target = call.target
         name = _identifier(target.field or target.name if target else "files", self.taken)
         paths = [str(f["path"]) for f in call.args["files"]]
-        self.inputs.append(f"    {name}: list[str] = {paths!r}  # the files chosen (paths on the agent server's host)")
+        self.inputs.append(
+            f"    {name}: list[str] = {paths!r}  # the files chosen: others with --inputs-json '{{\"{name}\": [...]}}'"
+        )
         self.uploads = True
         return f"ctx.inputs.{name}"
 
