@@ -5,6 +5,11 @@ nests them. A ref names an element for the next tool call; for the journal (and 
 from the session) each ref also has a *selector* that finds the same element again on a fresh
 page: its ``#id``, its ``[name=...]``, its role and accessible name, or else its path.
 
+The page is read as it is shown: the elements of open shadow roots where their hosts are, an
+editor (``contenteditable``) as a textbox, a select with its options, and each frame shown
+under its ``iframe`` line (another origin's too); a ref inside a frame is reached, and its
+selector journaled, through the frame's element (``iframe... >> internal:control=enter-frame >> ...``).
+
 Refs are numbered across the session (a new snapshot never reuses an old number), and each
 snapshot takes the refs of the one before it away: a ref of an older snapshot is *stale*. The
 values of password fields, and of fields a secret was typed into, are never in a snapshot.
