@@ -36,6 +36,7 @@ import socket
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -373,13 +374,14 @@ class BrowserProcess:
             if starting is not None:
                 # a driver started and never used (bad input): with quick_close, not waited
                 # for until it is ready only to be stopped; once killed, its start fails at once
+                watchers = _waitpid_threads()
                 killed = self._kill_driver() if self.quick_close else None
                 try:
                     self._pw = await starting
                 except Exception:  # it did not start: nothing to stop
                     pass
                 if killed is not None and self._pw is None:
-                    await _reaped(killed)
+                    await _reaped(killed, watchers)
             browser, self._browser = self._browser, None
             if browser is not None and not (self.quick_close and not browser.contexts and self._kill_driver()):
                 try:
@@ -446,13 +448,24 @@ _SPAWN_TURNS = 8
 make its client, one to read the environment and start the process)."""
 
 
-async def _reaped(pid: int, timeout: float = 5.0) -> None:
+def _waitpid_threads() -> list[threading.Thread]:
+    """asyncio's threads that each wait for one child process to exit (its child watcher's,
+    where it uses threads: none where it waits on the loop itself)."""
+    return [thread for thread in threading.enumerate() if thread.name.startswith("asyncio-waitpid-")]
+
+
+async def _reaped(pid: int, watchers: list[threading.Thread], timeout: float = 5.0) -> None:
     """Wait until asyncio has reaped the killed driver ``pid`` and closed the transport of its
     failed start (its pipes and its exit seen on this loop), so that nothing of it is left to be
-    closed once the loop is gone."""
+    closed once the loop is gone. ``watchers``: :func:`_waitpid_threads` before the kill. The
+    process is gone from ``/proc`` once a watcher's thread has reaped it; that thread then hands
+    the exit to the loop and ends, which can come later (it waits for the GIL): a loop closed in
+    between has asyncio warn "Loop ... that handles pid ... is closed"."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while Path(f"/proc/{pid}").exists() and loop.time() < deadline:
+        await asyncio.sleep(0.005)
+    while watchers and all(thread.is_alive() for thread in watchers) and loop.time() < deadline:
         await asyncio.sleep(0.005)
     for _ in range(_SPAWN_TURNS):  # the exit's callbacks, queued by the child watcher as it reaped it
         await asyncio.sleep(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -470,6 +472,45 @@ def test_a_quick_close_kills_a_driver_never_used_without_waiting_for_it(monkeypa
             assert process_is_gone(driver) and not process.temp_dir.exists()
 
     asyncio.run(go())
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="the driver is tied to its parent with setpriv")
+def test_a_quick_close_waits_until_the_killed_drivers_exit_is_delivered_to_its_loop(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncio's child watcher reaps the killed driver on a thread of its own, then hands its
+    exit to the loop: a close that returned once the process was gone, with the thread slow to
+    hand it over (here 0.2 s), let the loop close first, and asyncio warned "Loop ... that
+    handles pid ... is closed" (a stray line under `run`'s one error line). The close waits for
+    the hand-over."""
+    real_waitpid = os.waitpid
+
+    def slow_waitpid(pid: int, options: int) -> tuple[int, int]:
+        reaped = real_waitpid(pid, options)
+        if reaped[0] == pid and not options:  # the watcher's blocking wait: its thread slowed after it
+            time.sleep(0.2)
+        return reaped
+
+    monkeypatch.setattr(os, "waitpid", slow_waitpid)
+
+    async def go() -> None:
+        process = BrowserProcess(BrowserSettings.discover(), quick_close=True)
+        await process.start_driver()
+        assert process.temp_dir is not None
+        pid_file = process.temp_dir / "driver.pid"
+        deadline = time.monotonic() + 30
+        while not pid_file.exists():
+            assert time.monotonic() < deadline, "the driver never wrote its pid"
+            await asyncio.sleep(0.01)
+        _wait_for_exec(int(pid_file.read_text()), "node")
+        await process.close()
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        asyncio.run(go())
+        for thread in threading.enumerate():  # the watcher's threads: one left behind warns as it ends
+            if thread.name.startswith("asyncio-waitpid-"):
+                thread.join(5)
+    assert not [r.getMessage() for r in caplog.records if "is closed" in r.getMessage()]
 
 
 def test_a_quick_close_kills_only_a_driver_that_is_still_this_processs_child(
