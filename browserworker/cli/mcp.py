@@ -91,7 +91,7 @@ def _policy(
     console: str | None,
 ) -> AgentPolicy:
     """The server's policy from its options, each checked before anything is opened."""
-    from ..agent import AgentPolicy  # noqa: F811  # the face loads its module on first use
+    from ..agent import AgentPolicy  # the face loads its module on first use
 
     for directory in files:
         if not Path(directory).expanduser().is_dir():
