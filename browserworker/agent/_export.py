@@ -1,9 +1,10 @@
 """An agent's session written as a flow file that runs with no model (``browserworker mcp export``).
 
-Each page-changing call that succeeded becomes a step, in order: navigations, clicks, fills,
-selections, key presses and files chosen as actions; an idempotent submit (a login) as an action that may
-send; each done ``submit`` as an effect with the verifier the agent declared. Read calls
-(snapshots, finds, extracts, screenshots) and calls that failed or were refused are left out.
+Each page-changing call that succeeded becomes a step, in order: navigations, clicks, hovers,
+fills, selections, key presses and files chosen as actions; an idempotent submit (a login) as an
+action that may send; each done ``submit`` as an effect with the verifier the agent declared.
+Read calls (snapshots, finds, extracts, screenshots) and calls that failed or were refused are
+left out.
 What the session's pages could send with no submit (its ``--may-send`` rules) the actions may
 send too, and the effects do not count as theirs.
 

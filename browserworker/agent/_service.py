@@ -7,8 +7,9 @@ it. Its tools come in three kinds:
 
 - read (``snapshot``, ``find``, ``extract``, ``screenshot``; ``navigate`` changes only the page):
   nothing they do can change the world;
-- staging (``click``, ``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload``): run under the action guard in
-  fail mode: a request only an effect may send is held, reported and never sent;
+- staging (``click``, ``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload``): run
+  under the action guard in fail mode: a request only an effect may send is held, reported and
+  never sent;
 - effect (``submit``): the one tool that may change the world: its call is journaled, then its
   intent, then every request it sends passes the dispatch gate; a retry of the same call (same
   run, same effect key) is answered from the journal and the target, never by clicking again.
@@ -425,14 +426,15 @@ class AgentService:
             )
         if outcome.kind == "failed":
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}")
-        answer = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
-        if isinstance(outcome.value, dict) and outcome.value.get("dialogs"):  # a click's: how each was answered
-            answer["dialogs"] = outcome.value["dialogs"]
-        if isinstance(outcome.value, dict) and outcome.value.get("opened"):  # the tabs it opened, closed
-            answer["opened"] = outcome.value["opened"]
-            answer.setdefault("notes", []).append(
+        answer: dict[str, Any] = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
+        settled = outcome.value if isinstance(outcome.value, dict) else {}  # a click's, a key press's
+        if settled.get("dialogs"):  # how each was answered
+            answer["dialogs"] = settled["dialogs"]
+        if settled.get("opened"):  # the tabs it opened, closed
+            answer["opened"] = settled["opened"]
+            answer["notes"] = [
                 "it opened a new tab (closed: this session has one page); navigate to its address to follow it"
-            )
+            ]
         return answer
 
     async def _unstaged(self, s: AgentSession, call: Call, step: Step) -> dict[str, Any]:

@@ -59,7 +59,6 @@ def build_server(service: AgentService, *, name: str = "browserworker") -> MCPSe
     _session_tools(server, service)
     _read_tools(server, service)
     _staging_tools(server, service)
-    _upload_tool(server, service)
     _effect_tools(server, service)
     return server
 
@@ -180,8 +179,6 @@ def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
         """Press a key (in an element, or the page). A key that would send a form is stopped: use submit."""
         return await _answer(stage(run_id, "press", {"key": key}, ref, selector))
 
-
-def _upload_tool(server: MCPServer[Any], service: AgentService) -> None:
     @server.tool(annotations=STAGING)
     async def upload(
         run_id: RunId,

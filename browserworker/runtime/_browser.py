@@ -463,9 +463,9 @@ async def _reaped(pid: int, watchers: list[threading.Thread], timeout: float = 5
     between has asyncio warn "Loop ... that handles pid ... is closed"."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while Path(f"/proc/{pid}").exists() and loop.time() < deadline:
-        await asyncio.sleep(0.005)
-    while watchers and all(thread.is_alive() for thread in watchers) and loop.time() < deadline:
+    while loop.time() < deadline and (
+        Path(f"/proc/{pid}").exists() or (watchers and all(thread.is_alive() for thread in watchers))
+    ):
         await asyncio.sleep(0.005)
     for _ in range(_SPAWN_TURNS):  # the exit's callbacks, queued by the child watcher as it reaped it
         await asyncio.sleep(0)

@@ -405,6 +405,19 @@ def _recorded_kills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     return kills
 
 
+async def _early_driver(process: BrowserProcess, timeout: float = 30.0) -> int:
+    """Start ``process``'s driver early (as ``run`` does) and return its pid, once the tethered
+    script that starts it has written it to the session's directory."""
+    await process.start_driver()
+    assert process.temp_dir is not None
+    pid_file = process.temp_dir / "driver.pid"
+    deadline = time.monotonic() + timeout
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the driver never wrote its pid"
+        await asyncio.sleep(0.01)
+    return int(pid_file.read_text())
+
+
 def _wait_for_exec(pid: int, name: str, timeout: float = 30.0) -> None:
     """Wait until process ``pid`` runs ``name`` (the tethered script execs ``setpriv``, which
     execs the executable: the pid stays, the name changes)."""
@@ -454,14 +467,8 @@ def test_a_quick_close_kills_a_driver_never_used_without_waiting_for_it(monkeypa
         for node_runs in (False, True):
             kills.clear()
             process = BrowserProcess(BrowserSettings.discover(), quick_close=True)
-            await process.start_driver()
+            driver = await _early_driver(process)
             assert process.temp_dir is not None
-            pid_file = process.temp_dir / "driver.pid"
-            deadline = time.monotonic() + 30
-            while not pid_file.exists():  # written by the tethered script as it starts
-                assert time.monotonic() < deadline, "the driver never wrote its pid"
-                await asyncio.sleep(0.01)
-            driver = int(pid_file.read_text())
             if node_runs:
                 _wait_for_exec(driver, "node")
             await process.close()
@@ -495,14 +502,7 @@ def test_a_quick_close_waits_until_the_killed_drivers_exit_is_delivered_to_its_l
 
     async def go() -> None:
         process = BrowserProcess(BrowserSettings.discover(), quick_close=True)
-        await process.start_driver()
-        assert process.temp_dir is not None
-        pid_file = process.temp_dir / "driver.pid"
-        deadline = time.monotonic() + 30
-        while not pid_file.exists():
-            assert time.monotonic() < deadline, "the driver never wrote its pid"
-            await asyncio.sleep(0.01)
-        _wait_for_exec(int(pid_file.read_text()), "node")
+        _wait_for_exec(await _early_driver(process), "node")
         await process.close()
 
     with caplog.at_level(logging.WARNING, logger="asyncio"):
