@@ -135,7 +135,9 @@ def test_two_connections_racing_for_a_login_claim_one_wins(store_target: str) ->
         # no claim for a caller that has not seen version 1 (it uses that one instead)
         assert not b.login_sessions.claim("k", "f", "run-b", 30, 0)
         # an expired claim is taken over; the old holder's late save of an earlier login is refused
-        early = a.now()
+        # (its login began a second before: each store's clock is a reading of the database's,
+        # good to half a round trip, and a loaded host's round trips take milliseconds)
+        early = a.now() - 1.0
         assert a.login_sessions.claim("k", "f", "run-a", 0.01, 1)
         deadline = time.monotonic() + 5
         while not b.login_sessions.claim("k", "f", "run-b", 30, 1):

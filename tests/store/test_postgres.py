@@ -225,6 +225,36 @@ def test_a_host_whose_clock_is_minutes_off_changes_nothing_of_who_owns_what(
     store.close()
 
 
+def test_a_slow_reading_of_the_databases_clock_does_not_replace_a_tight_one(pg_url: str) -> None:
+    """A store keeps the tightest reading of the database's clock it has: a reading whose round
+    trip was slow (a loaded host) would put every timestamp it writes off by half of it, so it
+    does not replace a tight one, and the store's clock stays within milliseconds of the
+    database's."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+
+    class Slow:  # a connection whose answer comes back 0.4 s after the database read its clock
+        def __init__(self, conn: Any) -> None:
+            self.conn = conn
+
+        def execute(self, sql: str) -> Any:
+            cursor = self.conn.execute(sql)
+            time.sleep(0.4)
+            return cursor
+
+    connector = store.connector
+    try:
+        assert connector._clock is not None and connector._clock[2] < 0.05
+        with connector.pool.connection() as conn:
+            connector._read_clock(Slow(conn))
+            connector._read_clock(Slow(conn), tries=2)
+            db_now = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS now").fetchone()["now"]
+        assert connector._clock[2] < 0.05  # the tight reading held; its uncertainty grew by the drift only
+        assert abs(store.now() - db_now) < 0.05
+    finally:
+        store.close()
+
+
 def test_a_client_frozen_inside_a_copy_loses_its_run_to_the_reclaimer(pg_url: str) -> None:
     """A session of the store whose client froze between a COPY's start and its end (the server
     waits "active" on it, where neither of its timeouts ends it) holds the row lock of the run
