@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from playwright.async_api import Dialog, Page, Request
+from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
@@ -39,6 +40,7 @@ __all__ = [
     "latest_by_step",
     "settled",
     "step_of",
+    "text_shown",
 ]
 
 TOOL_CALL = "tool_call"
@@ -242,6 +244,18 @@ async def settled(
     if tabs.opened:
         where["opened"] = [tab.url for tab in tabs.opened]
     return where
+
+
+async def text_shown(page: Page, text: str, *, gone: bool = False, timeout: float = 10.0) -> bool:
+    """Whether a visible element of ``page`` (its document and open shadow roots, not its frames)
+    shows ``text`` (case and runs of spaces aside) within ``timeout`` seconds; ``gone``: whether
+    none does any more."""
+    shown = page.get_by_text(text).filter(visible=True).first
+    try:
+        await shown.wait_for(state="hidden" if gone else "visible", timeout=timeout * 1000)
+    except PlaywrightTimeout:
+        return False
+    return True
 
 
 class _InFlight:

@@ -48,7 +48,7 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
-from ._calls import Call, MaySend, journaled_calls, latest_by_step
+from ._calls import Call, MaySend, journaled_calls, latest_by_step, text_shown
 from ._session import (
     EVIDENCE,
     FLOW_NAME,
@@ -69,6 +69,8 @@ class _RunLeft(ToolCallError):
     """The session's run has left this server: it waits for a person, an approval, or has ended."""
 
 
+WAIT_MAX = 30.0
+"""The longest a ``wait_for`` waits, in seconds (an MCP client gives up on a call after a minute or so)."""
 ALERTS = "[role=alert], [role=status], .error, .errors, .alert, .flash"
 """What counts as a message the page shows after a submit."""
 
@@ -347,6 +349,35 @@ class AgentService:
             lines = [line.strip() for line in shot.text.splitlines()[3:] if needle in line.lower()]
             s.note(Call(seq=s.next_seq(), tool="find", args={"text": text}))
             return {"run_id": run_id, "matches": lines}
+
+        return await self.call(run_id, work)
+
+    async def wait_for(
+        self, run_id: str, text: str | None = None, gone: str | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Wait until ``text`` is shown on the page (or, given ``gone``, until it is not), at most
+        ``timeout`` seconds: what a page shows after the call that set it off has settled (search
+        results fetched after a pause in typing, a message pushed over a socket, a spinner)."""
+        if (text is None) == (gone is None) or not (text or gone):
+            raise ToolCallError("wait_for needs either text (to wait until it is shown) or gone (until it is not)")
+        if not 0 < timeout <= WAIT_MAX:
+            raise ToolCallError(f"wait_for's timeout is in seconds, more than 0 and at most {WAIT_MAX:g}")
+
+        async def work(s: AgentSession) -> dict[str, Any]:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            met = await text_shown(s.page, text or gone or "", gone=gone is not None, timeout=timeout)
+            s.note(Call(seq=s.next_seq(), tool="wait_for", args={"text": text, "gone": gone, "timeout": timeout}))
+            answer: dict[str, Any] = {
+                "run_id": run_id,
+                "url": s.page.url,
+                "met": met,
+                "waited": round(loop.time() - began, 2),
+            }
+            if not met:
+                still = f"{gone!r} is still shown" if gone is not None else f"{text!r} is not shown"
+                answer["notes"] = [f"{still} after {timeout:g} s; take a snapshot to see the page as it is"]
+            return answer
 
         return await self.call(run_id, work)
 

@@ -26,13 +26,14 @@ __all__ = ["INSTRUCTIONS", "build_server"]
 
 T = TypeVar("T")
 
-INSTRUCTIONS = """Durable browser tools: each session is a journaled run that survives a crash of this
-server. Start with open_session(site) and pass its run_id to every other tool. Read the page with
-snapshot (element refs like e12), prepare it with navigate/click/fill/select/check/press (they
-never send a form: a click that would POST is stopped and you are told to use submit), and change
-the world only with submit(ref, effect_key, verify). If a submit call fails in transit, call it
-again with the same arguments: the answer comes from the journal (committed, verified,
-not_applied, needs_review, awaiting_approval), never from a second click."""
+INSTRUCTIONS = """Durable browser tools: each session is a journaled run that survives a crash of
+this server. Start with open_session(site) and pass its run_id to every other tool. Read the page
+with snapshot (element refs like e12; wait_for a text that comes later), prepare it with
+navigate/click/fill/select/check/press (they never send a form: a click that would POST is stopped
+and you are told to use submit), and change the world only with submit(ref, effect_key, verify). If
+a submit call fails in transit, call it again with the same arguments: the answer comes from the
+journal (committed, verified, not_applied, needs_review, awaiting_approval), never from a second
+click."""
 
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
 STAGING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
@@ -112,6 +113,17 @@ def _read_tools(server: MCPServer[Any], service: AgentService) -> None:
     async def extract(run_id: RunId, ref: Ref = None, selector: Selector = None) -> dict[str, Any]:
         """The text of an element (or of the whole page, given neither ref nor selector)."""
         return await _answer(service.extract(run_id, ref, selector))
+
+    @server.tool(annotations=READ)
+    async def wait_for(
+        run_id: RunId,
+        text: Annotated[str | None, Field(description="wait until the page shows this text")] = None,
+        gone: Annotated[str | None, Field(description="or: wait until it no longer shows this text")] = None,
+        timeout: Annotated[float, Field(description="seconds, at most 30")] = 10.0,
+    ) -> dict[str, Any]:
+        """Wait for what a page shows later (results fetched as you typed, a message pushed over a
+        socket, a spinner to go). Answers met: true, or met: false once the timeout has passed."""
+        return await _answer(service.wait_for(run_id, text, gone, timeout))
 
     @server.tool(annotations=READ)
     async def screenshot(run_id: RunId) -> Image:

@@ -64,7 +64,7 @@ def test_tools_tell_the_truth_in_their_annotations(tmp_path: Path) -> None:
             seen[tool.name] = tool.annotations
 
     play(tmp_path, scenario)
-    for name in ("snapshot", "find", "extract", "screenshot", "status"):
+    for name in ("snapshot", "find", "extract", "wait_for", "screenshot", "status"):
         assert seen[name].read_only_hint is True and seen[name].destructive_hint is False, name
     for name in ("navigate", "click", "hover", "fill", "select", "check", "press", "upload"):
         assert seen[name].read_only_hint is False and seen[name].destructive_hint is False, name
@@ -321,6 +321,37 @@ def test_a_menu_that_opens_under_the_mouse_is_opened_by_hover(tmp_path: Path) ->
             shot = await agent.call("snapshot", run_id=run_id)
             followed = await agent.call("click", run_id=run_id, ref=_ref_of(shot, 'link "Orders"'))
             assert followed["url"] == f"{site.url}/done?from=menu"
+
+        play(tmp_path, scenario)
+
+
+def test_wait_for_waits_until_the_page_shows_a_text_or_no_longer_does(tmp_path: Path) -> None:
+    """Results that come a second after the click that asked for them: ``wait_for`` answers once
+    the page shows them (a snapshot then has them), and once the spinner is gone; a text that
+    never comes is ``met: false`` at the timeout, with a note, not an error; a wait_for with
+    neither text nor gone, or a timeout out of range, is a tool error; each wait is journaled
+    as a read call."""
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/late"))["run_id"]
+            await agent.call("click", run_id=run_id, selector="#search")
+            came = await agent.call("wait_for", run_id=run_id, text="3 RESULTS")
+            assert came["met"] is True and came["url"] == f"{site.url}/late", came
+            assert "3 results" in await agent.call("snapshot", run_id=run_id)
+            assert (await agent.call("wait_for", run_id=run_id, gone="Searching"))["met"] is True
+            never = await agent.call("wait_for", run_id=run_id, text="4 results", timeout=0.5)
+            assert never["met"] is False and never["waited"] >= 0.5 and "snapshot" in never["notes"][0], never
+            assert "either text" in await agent.error("wait_for", run_id=run_id)
+            assert "either text" in await agent.error("wait_for", run_id=run_id, text="a", gone="b")
+            assert "at most 30" in await agent.error("wait_for", run_id=run_id, text="a", timeout=31)
+            await agent.service.live[run_id].flush()
+            waits = [c.args for c in journaled_calls(store.events(run_id)) if c.tool == "wait_for"]
+            assert [(w["text"], w["gone"]) for w in waits] == [
+                ("3 RESULTS", None),
+                (None, "Searching"),
+                ("4 results", None),
+            ]
 
         play(tmp_path, scenario)
 

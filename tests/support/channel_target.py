@@ -106,6 +106,11 @@ _EXTRA = {
     "<button id=win onclick=\"window.open('/done?from=script')\">window</button>",
     # files: a file input, and a hidden one behind a button that opens its chooser; the form
     # sends both (the body of each landing is kept: ``bodies(KEY)``)
+    # a search whose results come a second after the click (as a debounced fetch's, or a socket's
+    # push), with a spinner until then
+    "late": "<button id=search onclick=\"document.getElementById('out').textContent='Searching...';"
+    "setTimeout(()=>document.getElementById('out').textContent='3 results',1000)\">Search</button>"
+    "<p id=out></p>",
     "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
     "<label for=doc>Invoice</label><input type=file id=doc name=doc>"
     "<input type=file id=photo name=photo style='display:none'>"
