@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2, default=str))
     table = render(out)
     (RESULTS / "latest.md").write_text(table)
+    # (f) and (g) have files of their own too (a one-line run rewrites them): the latest of each
+    _write_line(out, "sessions", session_reuse.render, "sessions")
+    _write_line(out, "agent", agent_tools.render, "agent")
     chart(out, RESULTS / "latest.png")
     print(table)
     if args.postgres:  # its own files (the performance page shows both tables)
@@ -183,12 +186,17 @@ def _one_line(
             out[key] = loaded(lambda: measure(shop))
         finally:
             shop.stop()
-    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2, default=str))
-    table = "\n".join([_machine_line(out["machine"]), "", _HEADER, _RULE, render_line(out[key])]) + "\n"
-    (RESULTS / f"{name}.md").write_text(table)
-    print(table)
+    print(_write_line(out, key, render_line, name))
     say("done")
     return 0
+
+
+def _write_line(out: dict[str, Any], key: str, render_line: Callable[[Any], str], name: str) -> str:
+    """Line ``key`` of ``out`` (with its machine) in results/NAME.{json,md}; the table written."""
+    (RESULTS / f"{name}.json").write_text(json.dumps({"machine": out["machine"], key: out[key]}, indent=2, default=str))
+    table = "\n".join([_machine_line(out["machine"]), "", _HEADER, _RULE, render_line(out[key])]) + "\n"
+    (RESULTS / f"{name}.md").write_text(table)
+    return table
 
 
 def sessions_only(out: dict[str, Any]) -> int:
