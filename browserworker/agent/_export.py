@@ -41,9 +41,10 @@ def _identifier(text: str, taken: set[str]) -> str:
 
 
 class _Writer:
-    def __init__(self, run_id: str, calls: list[Call], done: set[str], may_send: list[str]) -> None:
+    def __init__(self, run_id: str, calls: list[Call], done: set[str], may_send: list[str], insecure: bool) -> None:
         self.run_id = run_id
         self.may_send = may_send
+        self.insecure = insecure  # the session accepted any TLS certificate (--ignore-https-errors)
         self.calls = calls
         self.done = done
         self.inputs: list[str] = []  # lines of the Inputs model
@@ -196,7 +197,8 @@ class _Writer:
             "",
         ]
         body = self.inputs or ["    pass"]
-        flow = ["", "", f'flow = Flow("{flow_name}", inputs=Inputs, undeclared_effects="fail")']
+        context = ', context={"ignore_https_errors": True}' if self.insecure else ""
+        flow = ["", "", f'flow = Flow("{flow_name}", inputs=Inputs, undeclared_effects="fail"{context})']
         if self.may_send:  # the session's --may-send rules: its steps let them go, its effects do not count them
             rules = ", ".join(repr(rule) for rule in self.may_send)
             flow += [
@@ -216,4 +218,5 @@ def export_flow(store: Store, run_id: str, *, name: str | None = None) -> str:
     done = {step for step, a in latest_by_step(store.attempts(run_id)).items() if a.state == AttemptState.SUCCEEDED}
     flow_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", f"agent-{run_id}")[:64]
     may_send = [str(rule) for rule in run.inputs.get("may_send") or []]
-    return _Writer(run_id, calls, done, may_send).source(flow_name)
+    insecure = bool(run.inputs.get("ignore_https_errors"))
+    return _Writer(run_id, calls, done, may_send, insecure).source(flow_name)

@@ -80,13 +80,15 @@ class AgentPolicy:
     """What the server enforces, whatever the agent asks: submits a person approves first
     (every one, or those on the listed hosts), what pages may send with no submit (rules of
     :class:`~browserworker.agent.MaySend`, kept by each session opened here), the directories
-    an agent may choose files from (``upload``; none: no upload), how long a session waits for
-    another owner's lease, and where the console is (for the links in answers)."""
+    an agent may choose files from (``upload``; none: no upload), whether the sessions opened
+    here accept any TLS certificate (a local application's self-signed one), how long a session
+    waits for another owner's lease, and where the console is (for the links in answers)."""
 
     approve_all: bool = False
     approve_hosts: tuple[str, ...] = ()
     may_send: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    ignore_https_errors: bool = False
     wait: float = 5.0
     console_url: str | None = None
 
@@ -158,7 +160,12 @@ class AgentService:
         parts = urlsplit(site)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ToolCallError(f"site must be an http(s) URL, not {site!r}")
-        inputs = AgentInputs(site=site, session_key=session_key or None, may_send=list(self.policy.may_send))
+        inputs = AgentInputs(
+            site=site,
+            session_key=session_key or None,
+            may_send=list(self.policy.may_send),
+            ignore_https_errors=self.policy.ignore_https_errors,
+        )
         try:
             flow = agent_flow(inputs)
         except UsageError as exc:
@@ -189,7 +196,7 @@ class AgentService:
             self.live.pop(run.id, None)
             if outcome.kind == "refused":
                 raise ToolCallError(f"could not open {site}: {_held(outcome)}, as the page loads; {_LOADS}")
-            raise ToolCallError(f"could not open {site}: {outcome.reason}")
+            raise ToolCallError(f"could not open {site}: {outcome.reason}{_untrusted(outcome.reason)}")
         await session.record(call)
         answer = {
             "run_id": run.id,
@@ -456,7 +463,7 @@ class AgentService:
                 "the server's operator can let such posts go (browserworker mcp --may-send)"
             )
         if outcome.kind == "failed":
-            raise ToolCallError(f"{call.tool} failed: {outcome.reason}")
+            raise ToolCallError(f"{call.tool} failed: {outcome.reason}{_untrusted(outcome.reason)}")
         answer: dict[str, Any] = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
         settled = outcome.value if isinstance(outcome.value, dict) else {}  # a click's, a key press's
         if settled.get("dialogs"):  # how each was answered
@@ -712,6 +719,16 @@ def _held(outcome: StepOutcome) -> str:
     """What a refused staging call would have sent (held, not sent, unless it says so)."""
     leaked = f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
     return f"this would send {'; '.join(outcome.refused)}, which only submit may send{leaked}"
+
+
+def _untrusted(reason: str | None) -> str:
+    """What to say of a failure whose cause is a certificate the browser does not trust."""
+    if reason is None or "net::ERR_CERT_" not in reason:
+        return ""
+    return (
+        " (the site's certificate is not one the browser trusts; if it is your own application's "
+        "self-signed one, the server's operator can accept it: browserworker mcp --ignore-https-errors)"
+    )
 
 
 def _absolute(base: str, url: str) -> str:

@@ -48,21 +48,29 @@ _ELEMENT_INFO = """els => els.slice(0, 1).map(e => ({tag: e.tagName.toLowerCase(
 
 
 class AgentInputs(BaseModel):
-    """A session's run inputs: where it started, the key of its saved login, if any, and what
-    its pages may send with no submit (the server's ``--may-send`` rules when it was opened:
-    they stay the session's, whichever server takes it up)."""
+    """A session's run inputs: where it started, the key of its saved login, if any, what its
+    pages may send with no submit (the server's ``--may-send`` rules when it was opened) and
+    whether any TLS certificate is accepted (``--ignore-https-errors``): they stay the
+    session's, whichever server takes it up."""
 
     model_config = ConfigDict(extra="forbid")
 
     site: str
     session_key: str | None = None
     may_send: list[str] = []
+    ignore_https_errors: bool = False
 
 
 def agent_flow(inputs: AgentInputs) -> Flow[Any]:
     """The flow a session's run is of: its steps are given one at a time; an action sending what
     only an effect may is refused (fail mode); the saved login of its session key, if any."""
-    return Flow(FLOW_NAME, inputs=AgentInputs, undeclared_effects="fail", session=inputs.session_key)
+    return Flow(
+        FLOW_NAME,
+        inputs=AgentInputs,
+        undeclared_effects="fail",
+        session=inputs.session_key,
+        context={"ignore_https_errors": True} if inputs.ignore_https_errors else None,
+    )
 
 
 @dataclass

@@ -50,6 +50,11 @@ if TYPE_CHECKING:
     "repeatable; none: no upload).",
 )
 @click.option(
+    "--ignore-https-errors",
+    is_flag=True,
+    help="Accept any TLS certificate (a local application's self-signed one); kept by each session opened.",
+)
+@click.option(
     "--console-url", metavar="URL", help="The console's address, for the links in answers (needs_review, approvals)."
 )
 @click.pass_context
@@ -62,6 +67,7 @@ def mcp_command(
     approve_sites: tuple[str, ...],
     may_send: tuple[str, ...],
     files: tuple[str, ...],
+    ignore_https_errors: bool,
     console_url: str | None,
 ) -> None:
     """Serve durable browser tools to an AI agent over MCP (stdio by default).
@@ -78,7 +84,7 @@ def mcp_command(
         raise click.ClickException(
             f"the MCP server needs the extra: pip install 'browserworker[mcp]' ({exc})"
         ) from None
-    policy = _policy(approve_submits, approve_sites, may_send, files, console_url)
+    policy = _policy(approve_submits, approve_sites, may_send, files, ignore_https_errors, console_url)
     s = invocation()
     start(s.store, db=s.db, evidence_dir=s.evidence_dir, policy=policy, http=http, host=host, port=port, say=_say)
 
@@ -88,6 +94,7 @@ def _policy(
     approve_hosts: tuple[str, ...],
     may_send: tuple[str, ...],
     files: tuple[str, ...],
+    ignore_https_errors: bool,
     console: str | None,
 ) -> AgentPolicy:
     """The server's policy from its options, each checked before anything is opened."""
@@ -98,7 +105,12 @@ def _policy(
             raise click.BadParameter(f"{directory!r} is not a directory", param_hint="'--files'")
     try:
         return AgentPolicy(
-            approve_all=approve_all, approve_hosts=approve_hosts, may_send=may_send, files=files, console_url=console
+            approve_all=approve_all,
+            approve_hosts=approve_hosts,
+            may_send=may_send,
+            files=files,
+            ignore_https_errors=ignore_https_errors,
+            console_url=console,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--may-send'") from None

@@ -483,6 +483,42 @@ def test_files_are_chosen_only_from_the_operators_directories_and_sent_by_the_su
     assert b"INVOICE-7731" in body and b"PHOTO-5512" in body and b"PRIVATE" not in body
 
 
+def test_a_self_signed_certificate_is_accepted_only_when_the_operator_says_so(tmp_path: Path) -> None:
+    """A local application's HTTPS, with a certificate no browser trusts: a session does not
+    open, and the error names the certificate. With the operator's ``ignore_https_errors`` it
+    opens, and the session keeps the setting: taken up again after its submit's approval (its
+    page re-built in a new context), its submit lands once, the verifier reading the site over
+    the same TLS; its export writes the setting into the flow."""
+    key = f"tls-{tmp_path.name}"[:48]
+    with ChannelTarget(tls=True) as site:
+        page = f"{site.url}/page/form?key={key}"
+
+        async def refused(agent: Agent, store: Store) -> None:
+            said = await agent.error("open_session", site=page)
+            assert "could not open" in said and "--ignore-https-errors" in said, said
+
+        play(tmp_path / "strict", refused)
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            parked = await agent.call("submit", run_id=run_id, selector="#go", effect_key="send", verify=verify)
+            assert parked["status"] == "awaiting_approval", parked
+            (approval,) = store.approvals.of_run(run_id)
+            store.approvals.decide(run_id, approval.step_id, "approve", who="test")
+            done = await agent.call("submit", run_id=run_id, selector="#go", effect_key="send", verify=verify)
+            assert done["status"] == "committed", done
+            assert 'context={"ignore_https_errors": True}' in export_flow(store, run_id)
+
+        play(
+            tmp_path / "local",
+            scenario,
+            policy=AgentPolicy(approve_all=True, ignore_https_errors=True),
+            approvals=PARK_AT_ONCE,
+        )
+    assert site.landings(key) == 1
+
+
 def test_a_file_changed_since_it_was_chosen_is_not_sent_by_a_replay(tmp_path: Path) -> None:
     """A session taken up again re-chooses its files from the journal only if their content is
     what it was: a photo changed while its submit waited for an approval stops the replay, with

@@ -122,9 +122,10 @@ _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 class ChannelTarget:
-    """The target server; ``landings(key)`` is what it received for a key."""
+    """The target server; ``landings(key)`` is what it received for a key. ``tls``: it serves
+    HTTPS, with a certificate no browser trusts (a local application's self-signed one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: bool = False) -> None:
         self._counts: Counter[str] = Counter()
         self._first: dict[str, float] = {}
         self._bodies: dict[str, list[bytes]] = {}
@@ -136,7 +137,11 @@ class ChannelTarget:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        if tls:
+            from tests.support.tls import self_signed_context
+
+            self.server.socket = self_signed_context().wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> ChannelTarget:
