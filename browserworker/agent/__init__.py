@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .._lazy import face
 
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
-    from ._calls import MaySend, click_and_settle, settled
+    from ._calls import MaySend, click_and_settle, go_back, settled
     from ._export import export_flow
     from ._service import AgentPolicy, AgentService, submit_status
     from ._uploads import choose_files
@@ -29,6 +29,7 @@ __all__ = [
     "choose_files",
     "click_and_settle",
     "export_flow",
+    "go_back",
     "settled",
     "submit_status",
     "verifier",

@@ -5,8 +5,8 @@ its sequence number, the tool, its arguments (a secret value sealed, never writt
 and, for an element, the :class:`~browserworker.agent._snapshot.Target` its ref named. From
 these a session is replayed after a crash and exported as a flow file.
 
-The page-changing tools replay as actions (re-run on every pass): ``navigate``, ``click``,
-``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload`` (the same files, or it fails),
+The page-changing tools replay as actions (re-run on every pass): ``navigate``, ``back``,
+``click``, ``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload`` (the same files, or it fails),
 and a ``submit`` marked ``idempotent`` (a login, a search: safe to repeat). A plain ``submit``
 is an effect, keyed by its ``effect_key``.
 """
@@ -36,6 +36,7 @@ __all__ = [
     "Call",
     "MaySend",
     "click_and_settle",
+    "go_back",
     "journaled_calls",
     "latest_by_step",
     "settled",
@@ -48,7 +49,7 @@ TOOL_CALL = "tool_call"
 UNDONE = "tool_call_undone"
 """The event that marks a journaled call as not done (refused, failed, stopped, or not redone by a replay)."""
 
-STAGING = ("navigate", "click", "hover", "fill", "select", "check", "press", "upload")
+STAGING = ("navigate", "back", "click", "hover", "fill", "select", "check", "press", "upload")
 """The tools that replay as actions (with ``submit``, the page-changing tools)."""
 
 SETTLE_QUIET = 0.3
@@ -258,6 +259,25 @@ async def text_shown(page: Page, text: str, *, gone: bool = False, timeout: floa
     return True
 
 
+async def go_back(page: Page, *, timeout: float = 30.0) -> dict[str, Any]:
+    """Go back to the page before this one in ``page``'s history, and wait as
+    :func:`click_and_settle` does. ValueError, the page left as it was, if there is none (the
+    blank page a new page starts at does not count)."""
+    before = page.url
+    responses: list[Any] = []
+
+    async def back() -> None:
+        responses.append(await page.go_back(timeout=timeout * 1000))
+
+    where = await settled(page, back, timeout=timeout)
+    if page.url == "about:blank":  # the blank start of the page: not a page of the session
+        await page.go_forward(timeout=timeout * 1000)
+        raise ValueError("there is no page before this one")
+    if responses == [None] and page.url == before:
+        raise ValueError("there is no page before this one")
+    return where
+
+
 class _InFlight:
     """The document, fetch and XHR requests of a page in flight while :func:`settled` waits, and
     those that may change the world and got no answer (``lost``)."""
@@ -404,6 +424,13 @@ def _navigate(call: Call, value: Callable[[], str | None], live_selector: str | 
     return navigate
 
 
+def _back(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+    async def back(ctx: StepContext[Any]) -> dict[str, Any]:
+        return await go_back(ctx.page)
+
+    return back
+
+
 def _click(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
     async def click(ctx: StepContext[Any]) -> dict[str, Any]:
         return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted, close_opened=True)
@@ -480,6 +507,7 @@ def _submit(call: Call, value: Callable[[], str | None], live_selector: str | No
 
 _STEP_FNS: dict[str, Callable[[Call, Callable[[], str | None], str | None, Acted], StepFn]] = {
     "navigate": _navigate,
+    "back": _back,
     "click": _click,
     "hover": _hover,
     "fill": _fill,

@@ -147,6 +147,8 @@ class _Writer:
         args = call.args
         if call.tool == "navigate":
             lines.append(f"    await ctx.page.goto({self._template(str(args['url']))})")
+        elif call.tool == "back":
+            lines.append("    await go_back(ctx.page)")
         elif call.tool == "click":
             lines.append(f"    await click_and_settle(ctx.page, {selector})")
         elif call.tool == "hover":
@@ -189,7 +191,7 @@ class _Writer:
             "from browserworker.agent import "
             + ("MaySend, " if self.may_send else "")
             + ("choose_files, " if self.uploads else "")
-            + "click_and_settle, settled, verifier",
+            + "click_and_settle, go_back, settled, verifier",
             "",
             "",
             "class Inputs(BaseModel):",

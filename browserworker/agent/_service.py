@@ -421,6 +421,13 @@ class AgentService:
 
         return await self.call(run_id, work)
 
+    async def back(self, run_id: str) -> dict[str, Any]:
+        async def work(s: AgentSession) -> dict[str, Any]:
+            call = Call(seq=s.next_seq(), tool="back")
+            return await self._unstaged(s, call, s.step(call))
+
+        return await self.call(run_id, work)
+
     async def stage(
         self,
         run_id: str,

@@ -137,6 +137,11 @@ def _read_tools(server: MCPServer[Any], service: AgentService) -> None:
         """Go to `url` (a GET)."""
         return await _answer(service.navigate(run_id, url))
 
+    @server.tool(annotations=STAGING)
+    async def back(run_id: RunId) -> dict[str, Any]:
+        """Go back to the page before this one (the browser's Back button)."""
+        return await _answer(service.back(run_id))
+
 
 def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
     stage: Callable[..., Awaitable[dict[str, Any]]] = service.stage

@@ -66,7 +66,7 @@ def test_tools_tell_the_truth_in_their_annotations(tmp_path: Path) -> None:
     play(tmp_path, scenario)
     for name in ("snapshot", "find", "extract", "wait_for", "screenshot", "status"):
         assert seen[name].read_only_hint is True and seen[name].destructive_hint is False, name
-    for name in ("navigate", "click", "hover", "fill", "select", "check", "press", "upload"):
+    for name in ("navigate", "back", "click", "hover", "fill", "select", "check", "press", "upload"):
         assert seen[name].read_only_hint is False and seen[name].destructive_hint is False, name
     assert seen["submit"].destructive_hint is True and seen["submit"].idempotent_hint is True
     assert {"open_session", "resume", "close_session", "save_login"} <= set(seen)
@@ -307,6 +307,31 @@ def test_a_new_tab_a_click_opens_is_closed_and_its_address_told(tmp_path: Path) 
             assert followed["url"] == f"{site.url}/done?from=link"
 
         play(tmp_path, scenario)
+
+
+def test_back_returns_to_the_page_before_and_a_session_taken_up_again_goes_back_too(tmp_path: Path) -> None:
+    """``back`` goes to the page before this one; on the session's first page it is a tool
+    error, and the page stays where it was. A new server taking the session up re-builds its
+    page through the back, and the session's export goes back too."""
+    with ChannelTarget() as site:
+        start = f"{site.url}/done?from=start"
+        state: dict[str, str] = {}
+
+        async def first(agent: Agent, store: Store) -> None:
+            run_id = state["run_id"] = (await agent.call("open_session", site=start))["run_id"]
+            assert "no page before this one" in await agent.error("back", run_id=run_id)
+            assert (await agent.call("resume", run_id=run_id))["url"] == start
+            await agent.call("navigate", run_id=run_id, url="/menu")
+            await agent.call("navigate", run_id=run_id, url="/late")
+            assert (await agent.call("back", run_id=run_id))["url"] == f"{site.url}/menu"
+
+        async def again(agent: Agent, store: Store) -> None:
+            resumed = await agent.call("resume", run_id=state["run_id"])
+            assert resumed["url"] == f"{site.url}/menu", resumed
+            assert export_flow(store, state["run_id"]).count("await go_back(ctx.page)") == 1
+
+        play(tmp_path, first)
+        play(tmp_path, again)
 
 
 def test_a_menu_that_opens_under_the_mouse_is_opened_by_hover(tmp_path: Path) -> None:
