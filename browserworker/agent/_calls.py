@@ -454,7 +454,11 @@ def _fill(call: Call, value: Callable[[], str | None], live_selector: str | None
         if text is None:
             raise ValueError(f"the secret value of {call.step_id} cannot be read back (no sealing key)")
         field = ctx.page.locator(_selector(call, live_selector))
-        await field.fill(text)
+        if call.args.get("slowly"):  # key by key, as a person types: a field's key handlers see each
+            await field.fill("")
+            await field.press_sequentially(text)
+        else:
+            await field.fill(text)
         if call.args.get("secret"):  # a secret typed again by a replay: masked as when it was first typed
             await field.evaluate(MARK_SECRET)
 

@@ -155,6 +155,9 @@ class _Writer:
             lines.append(f"    await settled(ctx.page, ctx.page.locator({selector}).hover)")
         elif call.tool == "submit":
             lines.append(f"    await click_and_settle(ctx.page, {selector}, confirm=True)")
+        elif call.tool == "fill" and args.get("slowly"):  # key by key, the field emptied first
+            lines.append(f"    await ctx.page.locator({selector}).fill('')")
+            lines.append(f"    await ctx.page.locator({selector}).press_sequentially({self._input(call)})")
         elif call.tool == "fill":
             lines.append(f"    await ctx.page.locator({selector}).fill({self._input(call)})")
         elif call.tool == "select":

@@ -167,9 +167,14 @@ def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
         ref: Ref = None,
         selector: Selector = None,
         secret: Annotated[bool, Field(description="a secret: sealed in the journal, never shown")] = False,
+        slowly: Annotated[
+            bool, Field(description="key by key, for a field that reacts to each key (an input mask, suggestions)")
+        ] = False,
     ) -> dict[str, Any]:
-        """Type `value` into a field (a password field's value is kept secret whatever `secret` says)."""
-        return await _answer(stage(run_id, "fill", {"value": value}, ref, selector, secret=secret))
+        """Type `value` into a field, replacing what it holds (a password field's value is kept secret
+        whatever `secret` says)."""
+        args: dict[str, Any] = {"value": value, "slowly": True} if slowly else {"value": value}
+        return await _answer(stage(run_id, "fill", args, ref, selector, secret=secret))
 
     @server.tool(annotations=STAGING)
     async def select(

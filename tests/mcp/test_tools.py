@@ -334,6 +334,31 @@ def test_back_returns_to_the_page_before_and_a_session_taken_up_again_goes_back_
         play(tmp_path, again)
 
 
+def test_a_field_with_an_input_mask_is_typed_key_by_key_when_asked(tmp_path: Path) -> None:
+    """A phone field that formats each digit key: a plain fill sets the digits at once, and the
+    page never formats them; ``slowly`` types them key by key, replacing what the field held, and
+    it shows them formatted. A new server taking the session up types them the same way, and the
+    session's export types key by key."""
+    with ChannelTarget() as site:
+        state: dict[str, str] = {}
+
+        async def first(agent: Agent, store: Store) -> None:
+            run_id = state["run_id"] = (await agent.call("open_session", site=f"{site.url}/mask"))["run_id"]
+            phone = agent.service.live[run_id].page.locator("#phone")
+            await agent.call("fill", run_id=run_id, selector="#phone", value="5551234567")
+            assert await phone.input_value() == "5551234567"
+            await agent.call("fill", run_id=run_id, selector="#phone", value="5551234567", slowly=True)
+            assert await phone.input_value() == "(555) 123-4567"
+
+        async def again(agent: Agent, store: Store) -> None:
+            await agent.call("resume", run_id=state["run_id"])
+            assert await agent.service.live[state["run_id"]].page.locator("#phone").input_value() == "(555) 123-4567"
+            assert ".press_sequentially(ctx.inputs." in export_flow(store, state["run_id"])
+
+        play(tmp_path, first)
+        play(tmp_path, again)
+
+
 def test_a_menu_that_opens_under_the_mouse_is_opened_by_hover(tmp_path: Path) -> None:
     """An entry shown only while the mouse is over its menu is not in the snapshot until the
     agent hovers the menu; then it is, and its link is followed by ref."""

@@ -106,6 +106,12 @@ _EXTRA = {
     "<button id=win onclick=\"window.open('/done?from=script')\">window</button>",
     # files: a file input, and a hidden one behind a button that opens its chooser; the form
     # sends both (the body of each landing is kept: ``bodies(KEY)``)
+    # a phone field with an input mask, as real sites have: each digit key is taken by the page
+    # and the value formatted; a value set at once (no keys) is left as it is
+    "mask": "<label for=phone>Phone</label><input id=phone><script>let d='';"
+    "phone.addEventListener('keydown',e=>{{if(/^[0-9]$/.test(e.key)){{e.preventDefault();d+=e.key;"
+    "phone.value='('+d.slice(0,3)+') '+d.slice(3,6)+(d.length>6?'-'+d.slice(6):'')}}}});"
+    "phone.addEventListener('input',()=>{{if(!phone.value)d=''}})</script>",
     # a search whose results come a second after the click (as a debounced fetch's, or a socket's
     # push), with a spinner until then
     "late": "<button id=search onclick=\"document.getElementById('out').textContent='Searching...';"
