@@ -6,9 +6,9 @@ and, for an element, the :class:`~browserworker.agent._snapshot.Target` its ref 
 these a session is replayed after a crash and exported as a flow file.
 
 The page-changing tools replay as actions (re-run on every pass): ``navigate``, ``back``,
-``click``, ``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload`` (the same files, or it fails),
-and a ``submit`` marked ``idempotent`` (a login, a search: safe to repeat). A plain ``submit``
-is an effect, keyed by its ``effect_key``.
+``click``, ``hover``, ``fill``, ``select``, ``check``, ``press``, ``upload`` (the same files, or
+it fails), and a ``submit`` marked ``idempotent`` (a login, a search: safe to repeat). A plain
+``submit`` is an effect, keyed by its ``effect_key``.
 """
 
 from __future__ import annotations

@@ -422,6 +422,8 @@ class AgentService:
         return await self.call(run_id, work)
 
     async def back(self, run_id: str) -> dict[str, Any]:
+        """Go back to the page before this one (a tool error on the session's first page)."""
+
         async def work(s: AgentSession) -> dict[str, Any]:
             call = Call(seq=s.next_seq(), tool="back")
             return await self._unstaged(s, call, s.step(call))

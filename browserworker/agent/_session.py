@@ -63,7 +63,8 @@ class AgentInputs(BaseModel):
 
 def agent_flow(inputs: AgentInputs) -> Flow[Any]:
     """The flow a session's run is of: its steps are given one at a time; an action sending what
-    only an effect may is refused (fail mode); the saved login of its session key, if any."""
+    only an effect may is refused (fail mode); the saved login of its session key, if any; any
+    TLS certificate accepted if its inputs say so."""
     return Flow(
         FLOW_NAME,
         inputs=AgentInputs,
