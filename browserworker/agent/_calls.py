@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Dialog, Page, Request
+from playwright.async_api import Dialog, Download, Page, Request
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from .._canonical import fingerprint_of
@@ -41,7 +42,7 @@ __all__ = [
     "latest_by_step",
     "settled",
     "step_of",
-    "text_shown",
+    "wait_for_text",
 ]
 
 TOOL_CALL = "tool_call"
@@ -191,14 +192,16 @@ async def click_and_settle(
     acted: Callable[[], None] | None = None,
     confirm: bool = False,
     close_opened: bool = False,
+    downloads: Path | None = None,
 ) -> dict[str, Any]:
     """Click ``selector`` and wait until what the click set off has settled: every document,
     fetch and XHR request it started answered (a form's POST, its redirect, the next page) and the
     page loaded. Returns where the page is then (``url``, ``title``), the dialogs the page
     opened meanwhile, if any (``dialogs``), and the address of each new tab or window it opened
-    (``opened``; closed with ``close_opened=True``); raises ``ConnectionError`` when a request that
-    may change the world got no answer (whether it landed is unknown). ``acted`` is called once
-    the click is done, before the wait.
+    (``opened``; closed with ``close_opened=True``), and the files it downloaded (``downloads``:
+    each saved in the directory ``downloads``, if given); raises ``ConnectionError`` when a request
+    that may change the world got no answer (whether it landed is unknown). ``acted`` is called
+    once the click is done, before the wait.
 
     A dialog is answered as a person who clicked meant: an ``alert`` and a "leave this page?"
     (``beforeunload``) are accepted, a ``prompt`` dismissed, and a ``confirm`` ("Place this
@@ -212,6 +215,7 @@ async def click_and_settle(
         acted=acted,
         confirm=confirm,
         close_opened=close_opened,
+        downloads=downloads,
     )
 
 
@@ -223,10 +227,11 @@ async def settled(
     acted: Callable[[], None] | None = None,
     confirm: bool = False,
     close_opened: bool = False,
+    downloads: Path | None = None,
 ) -> dict[str, Any]:
     """``await do()`` (a click, a key press), then wait as :func:`click_and_settle` does
-    (its dialogs answered, the tabs it opened told, as it says)."""
-    dialogs, tabs, requests = _Dialogs(page, confirm), _Tabs(page), _InFlight(page)
+    (its dialogs answered, the tabs it opened told, its downloads saved, as it says)."""
+    dialogs, tabs, requests, files = _Dialogs(page, confirm), _Tabs(page), _InFlight(page), _Downloads(page)
     try:
         await do()
         if acted is not None:
@@ -235,6 +240,7 @@ async def settled(
         await page.wait_for_load_state("load", timeout=timeout * 1000)
     finally:
         requests.close()
+        files.close()
         await dialogs.close()
         await tabs.close(close_opened)
     if requests.lost:  # sent, and no answer came back: whether it landed is for recovery to find out
@@ -244,19 +250,29 @@ async def settled(
         where["dialogs"] = dialogs.seen
     if tabs.opened:
         where["opened"] = [tab.url for tab in tabs.opened]
+    if files.started:
+        where["downloads"] = await files.kept(downloads, timeout)
     return where
 
 
-async def text_shown(page: Page, text: str, *, gone: bool = False, timeout: float = 10.0) -> bool:
-    """Whether a visible element of ``page`` (its document and open shadow roots, not its frames)
-    shows ``text`` (case and runs of spaces aside) within ``timeout`` seconds; ``gone``: whether
-    none does any more."""
-    shown = page.get_by_text(text).filter(visible=True).first
+async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout: float) -> dict[str, Any]:
+    """Wait until a visible element of ``page`` (its document and open shadow roots, not its
+    frames) shows ``text`` (case and runs of spaces aside), or, given ``gone``, until none shows
+    that, at most ``timeout`` seconds. Answers whether it came (``met``), the seconds ``waited``,
+    where the page is, and a note if it did not come."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    shown = page.get_by_text(gone if gone is not None else text or "").filter(visible=True).first
     try:
-        await shown.wait_for(state="hidden" if gone else "visible", timeout=timeout * 1000)
+        await shown.wait_for(state="hidden" if gone is not None else "visible", timeout=timeout * 1000)
+        met = True
     except PlaywrightTimeout:
-        return False
-    return True
+        met = False
+    answer: dict[str, Any] = {"url": page.url, "met": met, "waited": round(loop.time() - began, 2)}
+    if not met:
+        still = f"{gone!r} is still shown" if gone is not None else f"{text!r} is not shown"
+        answer["notes"] = [f"{still} after {timeout:g} s; take a snapshot to see the page as it is"]
+    return answer
 
 
 async def go_back(page: Page, *, timeout: float = 30.0) -> dict[str, Any]:
@@ -276,6 +292,42 @@ async def go_back(page: Page, *, timeout: float = 30.0) -> dict[str, Any]:
     if responses == [None] and page.url == before:
         raise ValueError("there is no page before this one")
     return where
+
+
+class _Downloads:
+    """The files a page downloads while :func:`settled` waits."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.started: list[Download] = []
+        page.on("download", self._started)
+
+    def _started(self, download: Download) -> None:
+        self.started.append(download)
+
+    def close(self) -> None:
+        self.page.remove_listener("download", self._started)
+
+    async def kept(self, into: Path | None, timeout: float) -> list[dict[str, Any]]:
+        """Each download as ``name``, and, saved in ``into`` (under its name, made unique),
+        ``saved`` and ``size``, or ``failed`` and why."""
+        out: list[dict[str, Any]] = []
+        for download in self.started:
+            name = Path(download.suggested_filename).name or "download"
+            if into is None:
+                out.append({"name": name})
+                continue
+            path = into / name
+            n = 2
+            while path.exists():
+                path, n = into / f"{Path(name).stem} ({n}){Path(name).suffix}", n + 1
+            try:
+                await asyncio.wait_for(download.save_as(path), timeout)
+            except Exception as exc:
+                out.append({"name": name, "failed": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
+                continue
+            out.append({"name": name, "saved": str(path), "size": path.stat().st_size})
+        return out
 
 
 class _InFlight:
@@ -374,17 +426,19 @@ def step_of(
     live_selector: str | None = None,
     acted: Callable[[], None] | None = None,
     may_send: MaySend | None = None,
+    downloads: Path | None = None,
 ) -> Step:
     """The step ``call`` runs as (see the module docstring). ``value`` gives a ``fill``'s secret
     value (unsealed) when the call's own arguments do not hold it; ``approve``: a person approves
     the submit's request first; ``live_selector`` finds the element the agent's ref named in the
     live page (a replay finds it by the target's selector); ``acted`` is called once the step has
     acted on its element (a click done, before what it set off has settled); ``may_send``: what
-    its pages may send with no submit (:class:`MaySend`)."""
+    its pages may send with no submit (:class:`MaySend`); ``downloads``: the directory the files
+    a click or a key press downloads are saved in (none: they are not kept)."""
     build = _STEP_FNS.get(call.tool)
     if build is None:
         raise ValueError(f"no step for tool {call.tool!r}")
-    fn = build(call, value, live_selector, acted)  # only the function of this call's tool is built
+    fn = build(call, _How(value, live_selector, acted, downloads))  # only the function of this call's tool is built
     if call.is_effect:
         fp = call.fingerprint()
         effect = Effect(
@@ -404,19 +458,29 @@ def step_of(
 
 
 StepFn = Callable[[StepContext[Any]], Awaitable[Any]]
-Acted = Callable[[], None] | None
 
 
-def _selector(call: Call, live_selector: str | None) -> str:
+@dataclass(frozen=True)
+class _How:
+    """How one call's step function acts (see :func:`step_of`): a fill's secret value, the
+    element's live selector, what to call once it acted, where downloads are saved."""
+
+    value: Callable[[], str | None]
+    live_selector: str | None
+    acted: Callable[[], None] | None
+    saves: Path | None
+
+
+def _selector(call: Call, how: _How) -> str:
     """The selector ``call`` acts on: the live one its ref gave, or (a replay) its target's."""
-    if live_selector is not None:
-        return live_selector
+    if how.live_selector is not None:
+        return how.live_selector
     if call.target is None:
         raise ValueError(f"{call.tool} needs a target")
     return call.target.selector
 
 
-def _navigate(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _navigate(call: Call, how: _How) -> StepFn:
     async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
         response = await ctx.page.goto(call.args["url"])
         return {"url": ctx.page.url, "status": response.status if response is not None else None}
@@ -424,36 +488,38 @@ def _navigate(call: Call, value: Callable[[], str | None], live_selector: str | 
     return navigate
 
 
-def _back(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _back(call: Call, how: _How) -> StepFn:
     async def back(ctx: StepContext[Any]) -> dict[str, Any]:
         return await go_back(ctx.page)
 
     return back
 
 
-def _click(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _click(call: Call, how: _How) -> StepFn:
     async def click(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted, close_opened=True)
+        return await click_and_settle(
+            ctx.page, _selector(call, how), acted=how.acted, close_opened=True, downloads=how.saves
+        )
 
     return click
 
 
-def _hover(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _hover(call: Call, how: _How) -> StepFn:
     async def hover(ctx: StepContext[Any]) -> dict[str, Any]:
-        element = ctx.page.locator(_selector(call, live_selector))
-        return await settled(ctx.page, element.hover, acted=acted, close_opened=True)
+        element = ctx.page.locator(_selector(call, how))
+        return await settled(ctx.page, element.hover, acted=how.acted, close_opened=True)
 
     return hover
 
 
-def _fill(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _fill(call: Call, how: _How) -> StepFn:
     async def fill(ctx: StepContext[Any]) -> None:
         text = call.args.get("value")
         if text is None:
-            text = value()
+            text = how.value()
         if text is None:
             raise ValueError(f"the secret value of {call.step_id} cannot be read back (no sealing key)")
-        field = ctx.page.locator(_selector(call, live_selector))
+        field = ctx.page.locator(_selector(call, how))
         if call.args.get("slowly"):  # key by key, as a person types: a field's key handlers see each
             await field.fill("")
             await field.press_sequentially(text)
@@ -465,51 +531,55 @@ def _fill(call: Call, value: Callable[[], str | None], live_selector: str | None
     return fill
 
 
-def _select(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _select(call: Call, how: _How) -> StepFn:
     async def select(ctx: StepContext[Any]) -> list[str]:
-        return await ctx.page.locator(_selector(call, live_selector)).select_option(call.args["values"])
+        return await ctx.page.locator(_selector(call, how)).select_option(call.args["values"])
 
     return select
 
 
-def _check(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _check(call: Call, how: _How) -> StepFn:
     async def check(ctx: StepContext[Any]) -> None:
-        await ctx.page.locator(_selector(call, live_selector)).set_checked(bool(call.args.get("checked", True)))
+        await ctx.page.locator(_selector(call, how)).set_checked(bool(call.args.get("checked", True)))
 
     return check
 
 
-def _press(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _press(call: Call, how: _How) -> StepFn:
     async def press(ctx: StepContext[Any]) -> dict[str, Any]:
         key = call.args["key"]
-        if call.target is not None or live_selector is not None:
-            element = ctx.page.locator(_selector(call, live_selector))
-            return await settled(ctx.page, lambda: element.press(key), acted=acted, close_opened=True)
-        return await settled(ctx.page, lambda: ctx.page.keyboard.press(key), acted=acted, close_opened=True)
+        if call.target is not None or how.live_selector is not None:
+            element = ctx.page.locator(_selector(call, how))
+            return await settled(
+                ctx.page, lambda: element.press(key), acted=how.acted, close_opened=True, downloads=how.saves
+            )
+        return await settled(
+            ctx.page, lambda: ctx.page.keyboard.press(key), acted=how.acted, close_opened=True, downloads=how.saves
+        )
 
     return press
 
 
-def _upload(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _upload(call: Call, how: _How) -> StepFn:
     async def upload(ctx: StepContext[Any]) -> None:
         files = call.args["files"]
-        if live_selector is None:  # a replay: the content chosen then, or nothing
+        if how.live_selector is None:  # a replay: the content chosen then, or nothing
             problem = await asyncio.to_thread(changed_file, files)
             if problem is not None:
                 raise ValueError(problem)
-        await choose_files(ctx.page, _selector(call, live_selector), [f["path"] for f in files])
+        await choose_files(ctx.page, _selector(call, how), [f["path"] for f in files])
 
     return upload
 
 
-def _submit(call: Call, value: Callable[[], str | None], live_selector: str | None, acted: Acted) -> StepFn:
+def _submit(call: Call, how: _How) -> StepFn:
     async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await click_and_settle(ctx.page, _selector(call, live_selector), acted=acted, confirm=True)
+        return await click_and_settle(ctx.page, _selector(call, how), acted=how.acted, confirm=True)
 
     return submit
 
 
-_STEP_FNS: dict[str, Callable[[Call, Callable[[], str | None], str | None, Acted], StepFn]] = {
+_STEP_FNS: dict[str, Callable[[Call, _How], StepFn]] = {
     "navigate": _navigate,
     "back": _back,
     "click": _click,

@@ -48,7 +48,7 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
-from ._calls import Call, MaySend, journaled_calls, latest_by_step, text_shown
+from ._calls import Call, MaySend, journaled_calls, latest_by_step, wait_for_text
 from ._session import (
     EVIDENCE,
     FLOW_NAME,
@@ -80,7 +80,8 @@ class AgentPolicy:
     """What the server enforces, whatever the agent asks: submits a person approves first
     (every one, or those on the listed hosts), what pages may send with no submit (rules of
     :class:`~browserworker.agent.MaySend`, kept by each session opened here), the directories
-    an agent may choose files from (``upload``; none: no upload), whether the sessions opened
+    an agent may choose files from (``upload``; none: no upload), the directory the files its
+    clicks download are saved in (none: not kept), whether the sessions opened
     here accept any TLS certificate (a local application's self-signed one), how long a session
     waits for another owner's lease, and where the console is (for the links in answers)."""
 
@@ -88,6 +89,7 @@ class AgentPolicy:
     approve_hosts: tuple[str, ...] = ()
     may_send: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    downloads: str | None = None
     ignore_https_errors: bool = False
     wait: float = 5.0
     console_url: str | None = None
@@ -232,7 +234,8 @@ class AgentService:
             sealer = await asyncio.to_thread(sealer_for, self.store, self.sessions)
         except SessionKeyError:  # none here (PostgreSQL with no BROWSERWORKER_SESSION_KEY): kept in memory only
             sealer = None
-        session = AgentSession(live, calls, approves=self.policy.approves, sealer=sealer, may_send=may_send or None)
+        saves = Path(self.policy.downloads).expanduser() if self.policy.downloads else None
+        session = AgentSession(live, calls, self.policy.approves, may_send or None, saves, sealer=sealer)
         self.live[run.id] = session
         return session
 
@@ -371,20 +374,9 @@ class AgentService:
             raise ToolCallError(f"wait_for's timeout is in seconds, more than 0 and at most {WAIT_MAX:g}")
 
         async def work(s: AgentSession) -> dict[str, Any]:
-            loop = asyncio.get_running_loop()
-            began = loop.time()
-            met = await text_shown(s.page, text or gone or "", gone=gone is not None, timeout=timeout)
+            answer = await wait_for_text(s.page, text, gone, timeout)
             s.note(Call(seq=s.next_seq(), tool="wait_for", args={"text": text, "gone": gone, "timeout": timeout}))
-            answer: dict[str, Any] = {
-                "run_id": run_id,
-                "url": s.page.url,
-                "met": met,
-                "waited": round(loop.time() - began, 2),
-            }
-            if not met:
-                still = f"{gone!r} is still shown" if gone is not None else f"{text!r} is not shown"
-                answer["notes"] = [f"{still} after {timeout:g} s; take a snapshot to see the page as it is"]
-            return answer
+            return {"run_id": run_id, **answer}
 
         return await self.call(run_id, work)
 
@@ -482,6 +474,13 @@ class AgentService:
             answer["notes"] = [
                 "it opened a new tab (closed: this session has one page); navigate to its address to follow it"
             ]
+        if settled.get("downloads"):  # the files it downloaded, saved where the operator said
+            answer["downloads"] = settled["downloads"]
+            if self.policy.downloads is None:
+                answer.setdefault("notes", []).append(
+                    "it downloaded a file, not kept: this server keeps no downloads "
+                    "(its operator can keep them: browserworker mcp --downloads DIR)"
+                )
         return answer
 
     async def _unstaged(self, s: AgentSession, call: Call, step: Step) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import asyncio
 import base64
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -82,6 +83,7 @@ class AgentSession:
     calls: list[Call]
     approves: Callable[[str], bool] = lambda url: False  # the server's policy: a person approves a submit on url
     may_send: MaySend | None = None  # what its pages may send with no submit (its inputs' rules)
+    downloads: Path | None = None  # where the files its clicks download are saved (the server's --downloads)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refs: dict[str, Target] = field(default_factory=dict)
     live_refs: dict[str, str] = field(default_factory=dict)  # how to reach a ref inside a frame now
@@ -169,6 +171,7 @@ class AgentSession:
             live_selector=live_selector,
             acted=acted,
             may_send=self.may_send,
+            downloads=self.downloads,
         )
 
     def calls_url(self, call: Call) -> str:

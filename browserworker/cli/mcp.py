@@ -50,6 +50,11 @@ if TYPE_CHECKING:
     "repeatable; none: no upload).",
 )
 @click.option(
+    "--downloads",
+    metavar="DIR",
+    help="A directory the files an agent's clicks download are saved in (none: downloads are not kept).",
+)
+@click.option(
     "--ignore-https-errors",
     is_flag=True,
     help="Accept any TLS certificate (a local application's self-signed one); kept by each session opened.",
@@ -67,6 +72,7 @@ def mcp_command(
     approve_sites: tuple[str, ...],
     may_send: tuple[str, ...],
     files: tuple[str, ...],
+    downloads: str | None,
     ignore_https_errors: bool,
     console_url: str | None,
 ) -> None:
@@ -84,7 +90,7 @@ def mcp_command(
         raise click.ClickException(
             f"the MCP server needs the extra: pip install 'browserworker[mcp]' ({exc})"
         ) from None
-    policy = _policy(approve_submits, approve_sites, may_send, files, ignore_https_errors, console_url)
+    policy = _policy(approve_submits, approve_sites, may_send, files, downloads, ignore_https_errors, console_url)
     s = invocation()
     start(s.store, db=s.db, evidence_dir=s.evidence_dir, policy=policy, http=http, host=host, port=port, say=_say)
 
@@ -94,21 +100,23 @@ def _policy(
     approve_hosts: tuple[str, ...],
     may_send: tuple[str, ...],
     files: tuple[str, ...],
+    downloads: str | None,
     ignore_https_errors: bool,
     console: str | None,
 ) -> AgentPolicy:
     """The server's policy from its options, each checked before anything is opened."""
     from ..agent import AgentPolicy  # the face loads its module on first use
 
-    for directory in files:
+    for directory, option in [*((d, "--files") for d in files), *([(downloads, "--downloads")] if downloads else [])]:
         if not Path(directory).expanduser().is_dir():
-            raise click.BadParameter(f"{directory!r} is not a directory", param_hint="'--files'")
+            raise click.BadParameter(f"{directory!r} is not a directory", param_hint=f"'{option}'")
     try:
         return AgentPolicy(
             approve_all=approve_all,
             approve_hosts=approve_hosts,
             may_send=may_send,
             files=files,
+            downloads=downloads,
             ignore_https_errors=ignore_https_errors,
             console_url=console,
         )

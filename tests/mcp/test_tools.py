@@ -359,6 +359,33 @@ def test_a_field_with_an_input_mask_is_typed_key_by_key_when_asked(tmp_path: Pat
         play(tmp_path, again)
 
 
+def test_a_file_a_click_downloads_is_saved_only_where_the_operator_says(tmp_path: Path) -> None:
+    """A click on an export link: with no ``--downloads`` directory the answer names the file and
+    says it was not kept; with one, the file is saved there under its name (a second under a
+    name of its own), and the answer gives where and its size."""
+    key = f"export-{tmp_path.name}"[:48]
+    kept = tmp_path / "downloads"
+    kept.mkdir()
+    with ChannelTarget() as site:
+
+        async def not_kept(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/export?key={key}"))["run_id"]
+            answer = await agent.call("click", run_id=run_id, selector="#csv")
+            assert answer["downloads"] == [{"name": "orders.csv"}], answer
+            assert "--downloads DIR" in answer["notes"][0], answer
+
+        async def saved(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/export?key={key}"))["run_id"]
+            first = (await agent.call("click", run_id=run_id, selector="#csv"))["downloads"]
+            second = (await agent.call("click", run_id=run_id, selector="#csv"))["downloads"]
+            assert [d["saved"] for d in first + second] == [str(kept / "orders.csv"), str(kept / "orders (2).csv")]
+            assert first[0]["size"] == len(f"order,key\n1,{key}\n")
+            assert (kept / "orders (2).csv").read_text() == f"order,key\n1,{key}\n"
+
+        play(tmp_path / "none", not_kept)
+        play(tmp_path / "kept", saved, policy=AgentPolicy(downloads=str(kept)))
+
+
 def test_a_menu_that_opens_under_the_mouse_is_opened_by_hover(tmp_path: Path) -> None:
     """An entry shown only while the mouse is over its menu is not in the snapshot until the
     agent hovers the menu; then it is, and its link is followed by ref."""

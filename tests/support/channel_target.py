@@ -112,6 +112,8 @@ _EXTRA = {
     "phone.addEventListener('keydown',e=>{{if(/^[0-9]$/.test(e.key)){{e.preventDefault();d+=e.key;"
     "phone.value='('+d.slice(0,3)+') '+d.slice(3,6)+(d.length>6?'-'+d.slice(6):'')}}}});"
     "phone.addEventListener('input',()=>{{if(!phone.value)d=''}})</script>",
+    # a link to a file the browser downloads (an export), and the page's own search box
+    "export": "<a id=csv href='/file?key={key}'>Export orders</a>",
     # a search whose results come a second after the click (as a debounced fetch's, or a socket's
     # push), with a spinner until then
     "late": "<button id=search onclick=\"document.getElementById('out').textContent='Searching...';"
@@ -215,6 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, CHANNEL_PAGES[path[6:]].format(key=key))
         if path.lstrip("/") in _EXTRA:
             return self._send(200, _EXTRA[path.lstrip("/")].format(key=key))
+        if path == "/file":  # an attachment: the browser downloads it
+            disposition = {"content-disposition": 'attachment; filename="orders.csv"'}
+            return self._send(200, f"order,key\n1,{key}\n", "text/csv", disposition)
         if path == "/worker.js":
             return self._send(200, _WORKER_JS.format(key=key), "text/javascript")
         if path == "/count":
