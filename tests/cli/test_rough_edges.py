@@ -194,12 +194,13 @@ def test_mcp_refuses_a_may_send_rule_that_is_not_one_and_creates_nothing(tmp_pat
 
 
 def test_mcp_refuses_a_files_directory_that_is_not_one_and_creates_nothing(tmp_path: Path) -> None:
-    """`mcp --files DIR` with no such directory (or a file) exits 2 naming it, before the
-    journal is opened: no database file."""
+    """`mcp --files DIR` (or `--downloads DIR`) with no such directory (or a file) exits 2 naming
+    the option and the path, before the journal is opened: no database file."""
     db, a_file = tmp_path / "agent.db", tmp_path / "notes.txt"
     a_file.write_text("x")
-    for given in (tmp_path / "missing", a_file):
-        result = CliRunner().invoke(main, ["mcp", "--files", str(given), "--db", str(db)])
-        assert result.exit_code == 2, result.output
-        assert "--files" in result.output and given.name in result.output
+    for option in ("--files", "--downloads"):
+        for given in (tmp_path / "missing", a_file):
+            result = CliRunner().invoke(main, ["mcp", option, str(given), "--db", str(db)])
+            assert result.exit_code == 2, result.output
+            assert option in result.output and given.name in result.output
     assert not db.exists()
