@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from playwright.async_api import Dialog, Download, Page, Request
 from playwright.async_api import TimeoutError as PlaywrightTimeout
@@ -44,6 +44,8 @@ __all__ = [
     "step_of",
     "wait_for_text",
 ]
+
+T = TypeVar("T")
 
 TOOL_CALL = "tool_call"
 """The event a call is journaled as."""
@@ -240,7 +242,7 @@ async def settled(
         await page.wait_for_load_state("load", timeout=timeout * 1000)
     finally:
         requests.close()
-        files.close()
+        files.stop()
         await dialogs.close()
         await tabs.close(close_opened)
     if requests.lost:  # sent, and no answer came back: whether it landed is for recovery to find out
@@ -248,9 +250,9 @@ async def settled(
     where: dict[str, Any] = {"url": page.url, "title": await page.title()}
     if dialogs.seen:
         where["dialogs"] = dialogs.seen
-    if tabs.opened:
-        where["opened"] = [tab.url for tab in tabs.opened]
-    if files.started:
+    if tabs.heard:
+        where["opened"] = [tab.url for tab in tabs.heard]
+    if files.heard:
         where["downloads"] = await files.kept(downloads, timeout)
     return where
 
@@ -294,25 +296,32 @@ async def go_back(page: Page, *, timeout: float = 30.0) -> dict[str, Any]:
     return where
 
 
-class _Downloads:
+class _Heard(Generic[T]):
+    """What a page emits as ``event`` while :func:`settled` waits (``heard``, in order)."""
+
+    def __init__(self, page: Page, event: str) -> None:
+        self.page, self.event = page, event
+        self.heard: list[T] = []
+        page.on(event, self._hear)  # type: ignore[call-overload]
+
+    def _hear(self, item: T) -> None:
+        self.heard.append(item)
+
+    def stop(self) -> None:
+        self.page.remove_listener(self.event, self._hear)
+
+
+class _Downloads(_Heard[Download]):
     """The files a page downloads while :func:`settled` waits."""
 
     def __init__(self, page: Page) -> None:
-        self.page = page
-        self.started: list[Download] = []
-        page.on("download", self._started)
-
-    def _started(self, download: Download) -> None:
-        self.started.append(download)
-
-    def close(self) -> None:
-        self.page.remove_listener("download", self._started)
+        super().__init__(page, "download")
 
     async def kept(self, into: Path | None, timeout: float) -> list[dict[str, Any]]:
         """Each download as ``name``, and, saved in ``into`` (under its name, made unique),
         ``saved`` and ``size``, or ``failed`` and why."""
         out: list[dict[str, Any]] = []
-        for download in self.started:
+        for download in self.heard:
             name = Path(download.suggested_filename).name or "download"
             if into is None:
                 out.append({"name": name})
@@ -377,22 +386,17 @@ class _InFlight:
         self.page.remove_listener("requestfailed", self._failed)
 
 
-class _Tabs:
+class _Tabs(_Heard[Page]):
     """The tabs and windows a page opens while :func:`settled` waits (a ``target=_blank`` link,
     ``window.open``)."""
 
     def __init__(self, page: Page) -> None:
-        self.page = page
-        self.opened: list[Page] = []
-        page.on("popup", self._opened)
-
-    def _opened(self, tab: Page) -> None:
-        self.opened.append(tab)
+        super().__init__(page, "popup")
 
     async def close(self, close_opened: bool) -> None:
-        self.page.remove_listener("popup", self._opened)
+        self.stop()
         if close_opened:
-            for tab in self.opened:
+            for tab in self.heard:
                 with contextlib.suppress(Exception):  # closed by itself meanwhile
                     await tab.close()
 

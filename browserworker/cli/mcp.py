@@ -107,7 +107,8 @@ def _policy(
     """The server's policy from its options, each checked before anything is opened."""
     from ..agent import AgentPolicy  # the face loads its module on first use
 
-    for directory, option in [*((d, "--files") for d in files), *([(downloads, "--downloads")] if downloads else [])]:
+    named = [(d, "--files") for d in files] + ([(downloads, "--downloads")] if downloads else [])
+    for directory, option in named:
         if not Path(directory).expanduser().is_dir():
             raise click.BadParameter(f"{directory!r} is not a directory", param_hint=f"'{option}'")
     try:
