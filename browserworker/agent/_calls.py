@@ -18,9 +18,10 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
-from playwright.async_api import Dialog, Download, Page, Request
+from playwright.async_api import Dialog, Download, Frame, Page, Request
+from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from .._canonical import fingerprint_of
@@ -257,24 +258,87 @@ async def settled(
     return where
 
 
+WAIT_SLICE = 0.5
+"""Seconds :func:`wait_for_text` waits on the page's own document at a time before it looks at
+its frames again (a frame may come meanwhile)."""
+
+WAIT_POLL = 0.1
+"""Seconds between two looks at a page's frames while :func:`wait_for_text` waits."""
+
+
 async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout: float) -> dict[str, Any]:
-    """Wait until a visible element of ``page`` (its document and open shadow roots, not its
-    frames) shows ``text`` (case and runs of spaces aside), or, given ``gone``, until none shows
-    that, at most ``timeout`` seconds. Answers whether it came (``met``), the seconds ``waited``,
-    where the page is, and a note if it did not come."""
+    """Wait until a visible element of ``page`` shows ``text`` (case and runs of spaces aside),
+    or, given ``gone``, until none shows that, at most ``timeout`` seconds: in the page's document,
+    its open shadow roots and the frames it shows (another origin's too; a frame nobody sees, a
+    tracker's, does not count). Answers whether it came (``met``), the seconds ``waited``, where
+    the page is, and a note if it did not come.
+
+    The page's own document is waited on by Playwright (a change is seen at once); its frames
+    are looked at every :data:`WAIT_POLL` seconds while it has any."""
     loop = asyncio.get_running_loop()
     began = loop.time()
-    shown = page.get_by_text(gone if gone is not None else text or "").filter(visible=True).first
-    try:
-        await shown.wait_for(state="hidden" if gone is not None else "visible", timeout=timeout * 1000)
-        met = True
-    except PlaywrightTimeout:
-        met = False
+    needle = gone if gone is not None else text or ""
+    state: Literal["hidden", "visible"] = "hidden" if gone is not None else "visible"
+    on_page = page.get_by_text(needle).filter(visible=True).first
+    met = False
+    while True:
+        left = timeout - (loop.time() - began)
+        frames = await _shown_frames(page)
+        in_frames = await _any_shows(frames, needle)
+        if gone is None and in_frames:
+            met = True
+            break
+        if left <= 0:
+            break
+        try:
+            if gone is not None and in_frames:  # not gone yet: look again soon
+                await asyncio.sleep(min(WAIT_POLL, left))
+                continue
+            wait = max(min(left, WAIT_POLL if frames else WAIT_SLICE), 0.001)
+            await on_page.wait_for(state=state, timeout=wait * 1000)
+        except PlaywrightTimeout:
+            continue
+        if gone is None or not await _any_shows(await _shown_frames(page), needle):
+            met = True
+            break
     answer: dict[str, Any] = {"url": page.url, "met": met, "waited": round(loop.time() - began, 2)}
     if not met:
         still = f"{gone!r} is still shown" if gone is not None else f"{text!r} is not shown"
         answer["notes"] = [f"{still} after {timeout:g} s; take a snapshot to see the page as it is"]
     return answer
+
+
+async def _shown_frames(page: Page) -> list[Frame]:
+    """The page's frames (at any depth) whose frame element is shown: neither hidden nor of no
+    size, in a document that is shown itself."""
+    shown: list[Frame] = []
+    for frame in page.frames[1:]:  # a frame comes after the one it is in
+        if frame.parent_frame is not page.main_frame and frame.parent_frame not in shown:
+            continue
+        try:
+            element = await frame.frame_element()
+        except PlaywrightError:  # detached, or navigating: not shown now
+            continue
+        try:
+            box = await element.bounding_box()
+            if box and box["width"] and box["height"] and await element.is_visible():
+                shown.append(frame)
+        except PlaywrightError:
+            continue
+        finally:
+            with contextlib.suppress(PlaywrightError):
+                await element.dispose()  # looked at many times in a wait: not kept alive in the page
+    return shown
+
+
+async def _any_shows(frames: list[Frame], needle: str) -> bool:
+    for frame in frames:
+        try:
+            if await frame.get_by_text(needle).filter(visible=True).count():
+                return True
+        except PlaywrightError:
+            continue
+    return False
 
 
 async def go_back(page: Page, *, timeout: float = 30.0) -> dict[str, Any]:

@@ -433,6 +433,23 @@ def test_wait_for_waits_until_the_page_shows_a_text_or_no_longer_does(tmp_path: 
         play(tmp_path, scenario)
 
 
+def test_wait_for_reads_the_frames_the_page_shows(tmp_path: Path) -> None:
+    """A result that comes in a frame of another origin (a card check in a payment form):
+    ``wait_for`` answers once the frame shows it and once its spinner text is gone; a text that
+    only a frame nobody sees (a tracker's) shows is not met."""
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/framed"))["run_id"]
+            came = await agent.call("wait_for", run_id=run_id, text="card verified")
+            assert came["met"] is True and came["url"] == f"{site.url}/framed", came
+            assert (await agent.call("wait_for", run_id=run_id, gone="Checking the card"))["met"] is True
+            hidden = await agent.call("wait_for", run_id=run_id, text="Tracking pixel", timeout=0.5)
+            assert hidden["met"] is False, hidden
+
+        play(tmp_path, scenario)
+
+
 def _ref_of(snapshot: str, element: str) -> str:
     """The ref a snapshot gives ``element`` (its role and name, e.g. ``textbox "Card"``)."""
     (line,) = [line for line in snapshot.splitlines() if element in line]

@@ -119,6 +119,13 @@ _EXTRA = {
     "late": "<button id=search onclick=\"document.getElementById('out').textContent='Searching...';"
     "setTimeout(()=>document.getElementById('out').textContent='3 results',1000)\">Search</button>"
     "<p id=out></p>",
+    # a card check in a frame of another origin whose result comes a second after it loads, and a
+    # frame nobody sees (hidden, as a tracker's) that shows a text of its own
+    "framed": "<iframe id=check title=Check></iframe><iframe style='visibility:hidden' src='/tracked'></iframe>"
+    "<script>document.getElementById('check').src=location.protocol+'//localhost:'+location.port+'/check'</script>",
+    "check": "<p id=status>Checking the card...</p>"
+    "<script>setTimeout(()=>document.getElementById('status').textContent='Card verified',1000)</script>",
+    "tracked": "<p>Tracking pixel</p>",
     "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
     "<label for=doc>Invoice</label><input type=file id=doc name=doc>"
     "<input type=file id=photo name=photo style='display:none'>"
