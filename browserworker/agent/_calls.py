@@ -141,9 +141,11 @@ class MaySend:
     nothing the agent is answerable for (analytics posts, an autosave of a draft), named by the
     server's operator (``browserworker mcp --may-send``), never by the agent.
 
-    Each rule is a URL glob (any method) or ``"METHOD glob"``, as a flow's ``sends=``. A staging
-    call lets what they match go (``sends=self``), a submit's gate does not count it as the
-    submit's dispatch (``dispatch=self.dispatch``), and the gap between calls lets it go.
+    Each rule is a URL glob (any method) or ``"METHOD glob"``, either with a glob of the body
+    after it (``'WEBSOCKET */live* *"validate"*'``: only those messages of the socket), as a
+    flow's ``sends=``. A staging call lets what they match go (``sends=self``), a submit's gate
+    does not count it as the submit's dispatch (``dispatch=self.dispatch``), and the gap between
+    calls lets it go.
     """
 
     rules: tuple[str, ...]
@@ -158,11 +160,11 @@ class MaySend:
 
     def __call__(self, request: Any) -> bool:
         """Whether ``request`` (a Playwright request, or anything with ``method`` and ``url``) is one of them."""
-        return any(is_dispatch(rule, request.method, request.url) for rule in self.rules)
+        return any(is_dispatch(rule, request.method, request.url, request) for rule in self.rules)
 
     def dispatch(self, request: Any) -> bool:
         """Whether ``request`` counts as a submit's dispatch: what counts by default, but for these."""
-        return is_dispatch(None, request.method, request.url) and not self(request)
+        return is_dispatch(None, request.method, request.url, request) and not self(request)
 
     def __bool__(self) -> bool:
         return bool(self.rules)

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     multiple=True,
     metavar="RULE",
     help="What pages may send with no submit, as analytics posts or an autosave do: a URL glob, or "
-    "'METHOD glob' (e.g. 'POST */api/event*'); kept by each session opened (repeatable).",
+    "'METHOD glob' (e.g. 'POST */api/event*'), either followed by a glob of the body (e.g. "
+    "'WEBSOCKET */live* *validate*'); kept by each session opened (repeatable).",
 )
 @click.option(
     "--files",

@@ -18,12 +18,19 @@ _METHOD_RULE = re.compile(r"^([A-Z]+(?:\|[A-Z]+)*)\s+(\S.*)$")
 _METHODS = re.compile(r"[A-Z]+(?:\|[A-Z]+)*")
 
 
-def parse_rule(rule: str) -> tuple[frozenset[str] | None, str]:
-    """``"glob"`` → (None: any method, glob); ``"POST glob"`` / ``"POST|PUT glob"`` → (methods, glob)."""
-    found = _METHOD_RULE.match(rule.strip())
+def parse_rule(rule: str) -> tuple[frozenset[str] | None, str, str | None]:
+    """``"glob"`` → (None: any method, glob, None); ``"POST glob"`` / ``"POST|PUT glob"`` →
+    (methods, glob, None); either followed by a space and a glob of the body (the rest of the
+    rule, spaces and all): ``'POST */update *"save"*'`` → (methods, glob, body glob)."""
+    text = rule.strip()
+    methods = None
+    found = _METHOD_RULE.match(text)
     if found:
-        return frozenset(found.group(1).split("|")), found.group(2).strip()
-    return None, rule.strip()
+        methods, text = frozenset(found.group(1).split("|")), found.group(2).strip()
+    parts = text.split(None, 1)
+    if len(parts) < 2:
+        return methods, text, None
+    return methods, parts[0], parts[1].strip()
 
 
 def rule_problem(rule: object) -> str | None:
@@ -33,22 +40,42 @@ def rule_problem(rule: object) -> str | None:
         return None
     if not isinstance(rule, str) or not rule.strip():
         return f"must be a URL glob, 'METHOD glob' or a predicate, not {rule!r}"
-    methods, glob = parse_rule(rule)
+    methods, glob, _ = parse_rule(rule)
     if methods is None and _METHODS.fullmatch(glob):
         return f"{rule!r} names methods but no URL glob (write {glob + ' *'!r} for any URL)"
     return None
 
 
 def matches(rule: Callable[[Request], bool] | str, method: str, url: str, request: Any = None) -> bool:
-    """Whether a request matches a rule: a URL glob (any method), ``"METHOD glob"``, or a predicate.
+    """Whether a request matches a rule: a URL glob (any method), ``"METHOD glob"``, either with
+    a glob of the body after it, or a predicate.
+
+    A body glob is matched against the text of the request's body (a WebSocket message's text)
+    as ``request`` holds it: a Playwright request's ``post_data_buffer``, a
+    :class:`ChannelRequest`'s ``body``. Where there is no body to read (a GET, an API call) a
+    rule with a body glob does not match.
 
     A predicate is given the Playwright request, or for a WebSocket message or an API-request
     call (which have none) a :class:`ChannelRequest` with the same ``method`` and ``url``.
     """
     if isinstance(rule, str):
-        methods, glob = parse_rule(rule)
-        return (methods is None or method.upper() in methods) and fnmatch.fnmatchcase(url, glob)
+        methods, glob, body = parse_rule(rule)
+        if not ((methods is None or method.upper() in methods) and fnmatch.fnmatchcase(url, glob)):
+            return False
+        if body is None:
+            return True
+        text = body_text(request)
+        return text is not None and fnmatch.fnmatchcase(text, body)
     return bool(rule(request if request is not None else ChannelRequest(method.upper(), url)))  # type: ignore[arg-type]
+
+
+def body_text(request: Any) -> str | None:
+    """The body of ``request`` as text (bytes read as UTF-8, what is not replaced), None if it
+    has none that can be read."""
+    data = request.body if isinstance(request, ChannelRequest) else getattr(request, "post_data_buffer", None)
+    if data is None:
+        return None
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
 
 def is_dispatch(rule: Callable[[Request], bool] | str | None, method: str, url: str, request: Any = None) -> bool:
@@ -62,7 +89,9 @@ def is_dispatch(rule: Callable[[Request], bool] | str | None, method: str, url: 
 @dataclass(frozen=True)
 class ChannelRequest:
     """What a ``dispatch=``/``sends=`` predicate sees of a request that is not a browser request
-    (a WebSocket message: method ``"WEBSOCKET"``; a ``page.request`` call)."""
+    (a WebSocket message: method ``"WEBSOCKET"``, its text or bytes as ``body``; a
+    ``page.request`` call, with no body)."""
 
     method: str
     url: str
+    body: str | bytes | None = None

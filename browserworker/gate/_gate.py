@@ -31,7 +31,7 @@ from playwright.async_api import APIResponse, Page, Request, Response, Route
 
 from .. import _faults as faults
 from ..errors import LeaseLost, StoreError
-from ..flow import Effect, Extensions
+from ..flow import ChannelRequest, Effect, Extensions
 from ..journal import RunJournal
 from ..logs import get_logger
 from ..store.records import AttemptRecord
@@ -394,7 +394,7 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
 
 async def socket_message(gate: DispatchGate, url: str, message: str | bytes, forward: Callable[[], None]) -> None:
     """A WebSocket message the page sends: journaled like a held request before it goes on."""
-    if not gate.armed or not gate.effect.is_dispatch(SOCKET, url):
+    if not gate.armed or not gate.effect.is_dispatch(SOCKET, url, ChannelRequest(SOCKET, url, message)):
         forward()
         return
     if gate.refusal is not None or not gate.journal.alive:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from playwright.async_api import APIResponse, Request, Route
 
 from ..errors import UndeclaredEffect
-from ..flow import Action, Effect, Step, is_dispatch
+from ..flow import Action, ChannelRequest, Effect, Step, is_dispatch
 from ._routes import SOCKET, ApiSend, ContextRoute
 
 __all__ = ["ActionGuard", "StepGap"]
@@ -114,7 +114,7 @@ class ActionGuard:
         return await send()
 
     async def _socket(self, url: str, message: str | bytes, forward: Callable[[], None]) -> None:
-        if self._note(SOCKET, url) and self.mode == "fail":
+        if self._note(SOCKET, url, ChannelRequest(SOCKET, url, message)) and self.mode == "fail":
             return  # refused: the message never reaches the server
         forward()
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, SecretStr
 
 from browserworker import Flow, FlowDefinitionError, FlowLoadError, InputError, Verdict
 from browserworker._canonical import canonical_json, fingerprint_of
-from browserworker.flow import Effect, RecordedResponse, load_flow, parse_inputs
+from browserworker.flow import ChannelRequest, Effect, RecordedResponse, load_flow, parse_inputs
 
 
 class Inputs(BaseModel):
@@ -186,6 +186,36 @@ def test_default_dispatch_rule() -> None:
     assert b.is_dispatch("GET", "http://x/api/orders/new")
     assert c.is_dispatch("put", "http://x/api/orders") and not c.is_dispatch("GET", "http://x/api/orders")
     assert d.is_dispatch("WEBSOCKET", "ws://x/") and not d.is_dispatch("POST", "http://x/")  # predicates see channels
+
+
+def test_a_rule_may_name_the_body_it_matches() -> None:
+    """A glob after a rule's URL glob is matched against the body: a socket's message (a
+    ``ChannelRequest``'s text or bytes), a browser request's ``post_data_buffer``; the rest of
+    the rule, spaces and all, is that glob. Where no body can be read (a GET, an API call) a rule
+    with a body glob does not match."""
+
+    class Posted:  # what a Playwright request shows of its body
+        def __init__(self, body: bytes | None) -> None:
+            self.method, self.url, self.post_data_buffer = "POST", "http://x/update", body
+
+    flow = Flow("f")
+    live = flow.step(id="live", sends='WEBSOCKET */live* *"event":"validate"*')(_noop)
+    updates = flow.step(id="updates", sends='POST */update *"calls": []*')(_noop)
+    typed = ChannelRequest("WEBSOCKET", "ws://x/live", '["4","5","lv:1","event",{"event":"validate"}]')
+    saved = ChannelRequest("WEBSOCKET", "ws://x/live", b'["4","6","lv:1","event",{"event":"save"}]')
+    assert live.declares("WEBSOCKET", "ws://x/live", typed)
+    assert not live.declares("WEBSOCKET", "ws://x/live", saved)
+    assert not live.declares("WEBSOCKET", "ws://x/live"), "no body to read: not matched"
+    assert updates.declares("POST", "http://x/update", Posted(b'{"updates": {"t": 1}, "calls": []}'))
+    assert not updates.declares("POST", "http://x/update", Posted(b'{"updates": {}, "calls": [{"m": "save"}]}'))
+    assert not updates.declares("POST", "http://x/update", Posted(None))
+    assert not updates.declares("PUT", "http://x/update", Posted(b'"calls": []'))  # the method still counts
+
+    @flow.effect(dispatch="POST */update *save*")
+    async def save(ctx): ...
+
+    assert save.is_dispatch("POST", "http://x/update", Posted(b'{"calls": [{"m": "save"}]}'))
+    assert not save.is_dispatch("POST", "http://x/update", Posted(b'{"calls": []}'))
 
 
 def test_bad_dispatch_and_sends_rules_are_refused_at_load() -> None:

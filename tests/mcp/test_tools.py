@@ -265,6 +265,45 @@ def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -
     assert not effect.is_dispatch("POST", collect) and effect.is_dispatch("POST", f"{site.url}/land?key={key}")
 
 
+def test_a_may_send_rule_can_name_the_messages_of_a_socket_and_the_bodies_of_a_url(tmp_path: Path) -> None:
+    """A live form (LiveView, Livewire) sends each key typed to the server over the socket and
+    the URL its buttons use too. With no rule a ``fill`` there is stopped. With rules naming the
+    body of what typing sends (``WEBSOCKET */ws land:check-*``, ``POST */land?key=upd-*
+    *"calls":[]*``) typing goes; the buttons' message and post, on the same socket and URL, are
+    still held from a ``click`` (never sent) and a ``submit`` sends its message once."""
+    key = f"live-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+        page = f"{site.url}/live?key={key}"
+
+        async def rule_less(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            assert (await agent.call("wait_for", run_id=run_id, text="connected"))["met"] is True
+            said = await agent.error("fill", run_id=run_id, selector="#title", value="a")
+            assert "fill was stopped" in said and "WEBSOCKET" in said, said
+
+        play(tmp_path / "no-rule", rule_less)
+        assert site.landings(f"check-{key}") == 0 and site.landings(f"upd-{key}") == 0, "held, never sent"
+
+        async def with_rules(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            assert (await agent.call("wait_for", run_id=run_id, text="connected"))["met"] is True
+            await agent.call("fill", run_id=run_id, selector="#title", value="Spring sale")
+            assert await asyncio.to_thread(site.wait_for, f"check-{key}", 1, 10), "the typing's message"
+            assert await asyncio.to_thread(site.wait_for, f"upd-{key}", 1, 10), "the typing's post"
+            said = await agent.error("click", run_id=run_id, selector="#save")
+            assert "click was stopped" in said and "WEBSOCKET" in said, said
+            said = await agent.error("click", run_id=run_id, selector="#publish")
+            assert "click was stopped" in said and f"POST {site.url}/land?key=upd-{key}" in said, said
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            saved = await agent.call("submit", run_id=run_id, selector="#save", verify=verify)
+            assert saved["status"] == "committed", saved
+
+        rules = ("WEBSOCKET */ws land:check-*", 'POST */land?key=upd-* *"calls":[]*')
+        play(tmp_path / "rules", with_rules, policy=AgentPolicy(may_send=rules))
+        assert site.landings(key) == 1, "the save's message, once"
+        assert all(b'"calls":[]' in body for body in site.bodies(f"upd-{key}")), "the publish was never sent"
+
+
 def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) -> None:
     """A confirm guarding what a click does ("Delete it?") is dismissed, so nothing is sent; one
     guarding a submit ("Place it?") is accepted, the submit being the decision, and the post lands

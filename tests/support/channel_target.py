@@ -126,6 +126,17 @@ _EXTRA = {
     "check": "<p id=status>Checking the card...</p>"
     "<script>setTimeout(()=>document.getElementById('status').textContent='Card verified',1000)</script>",
     "tracked": "<p>Tracking pixel</p>",
+    # a live form, as Phoenix LiveView and Livewire build them: each key typed goes to the server
+    # (a socket message ``land:check-KEY``, and a POST to /land?key=upd-KEY whose JSON has
+    # ``"calls":[]``), and so do its buttons, over the same socket (Save: ``land:KEY``) and the
+    # same URL (Publish: a call in ``calls``); the socket's state is shown
+    "live": "<p id=state>connecting</p><input id=title oninput=\"ws.send('land:check-{key}');"
+    "fetch('/land?key=upd-{key}',{{method:'POST',body:JSON.stringify({{updates:{{title:this.value}},calls:[]}})}})\">"
+    "<button id=save onclick=\"ws.send('land:{key}')\">Save</button>"
+    "<button id=publish onclick=\"fetch('/land?key=upd-{key}',{{method:'POST',"
+    "body:JSON.stringify({{updates:{{}},calls:[{{method:'publish'}}]}})}})\">Publish</button>"
+    "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
+    "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
     "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
     "<label for=doc>Invoice</label><input type=file id=doc name=doc>"
     "<input type=file id=photo name=photo style='display:none'>"
