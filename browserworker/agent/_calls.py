@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "latest_by_step",
     "settled",
     "step_of",
+    "told",
     "wait_for_text",
 ]
 
@@ -58,6 +60,10 @@ STAGING = ("navigate", "back", "click", "hover", "fill", "select", "check", "pre
 
 SETTLE_QUIET = 0.3
 """Seconds with no request in flight after which a click's consequences count as settled."""
+
+SETTLE_LONG = 5.0
+"""Seconds after which a fetch or XHR that changes nothing (a GET) still in flight is no longer
+waited for: a long poll (a chat widget's), a stream (an answer being written out)."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +263,36 @@ async def settled(
         where["opened"] = [tab.url for tab in tabs.heard]
     if files.heard:
         where["downloads"] = await files.kept(downloads, timeout)
+    if requests.long:
+        where["unfinished"] = requests.long
     return where
+
+
+def told(settled: dict[str, Any], *, keeps_downloads: bool) -> dict[str, Any]:
+    """What an agent is told of what a call's :func:`settled` saw: the dialogs and how each was
+    answered, the tabs it opened (closed), the downloads, and notes on what it should know."""
+    answer: dict[str, Any] = {}
+    notes: list[str] = []
+    if settled.get("dialogs"):
+        answer["dialogs"] = settled["dialogs"]
+    if settled.get("opened"):
+        answer["opened"] = settled["opened"]
+        notes.append("it opened a new tab (closed: this session has one page); navigate to its address to follow it")
+    notes.extend(
+        f"{request} was still loading after {SETTLE_LONG:g} s (a long poll, a stream): not waited for; "
+        "wait_for what it brings"
+        for request in settled.get("unfinished", [])
+    )
+    if settled.get("downloads"):
+        answer["downloads"] = settled["downloads"]
+        if not keeps_downloads:
+            notes.append(
+                "it downloaded a file, not kept: this server keeps no downloads "
+                "(its operator can keep them: browserworker mcp --downloads DIR)"
+            )
+    if notes:
+        answer["notes"] = notes
+    return answer
 
 
 WAIT_SLICE = 0.5
@@ -407,27 +442,30 @@ class _Downloads(_Heard[Download]):
 
 class _InFlight:
     """The document, fetch and XHR requests of a page in flight while :func:`settled` waits, and
-    those that may change the world and got no answer (``lost``)."""
+    those that may change the world and got no answer (``lost``). A fetch or XHR GET in flight
+    for :data:`SETTLE_LONG` seconds is let go (``long``): a long poll is answered only when the
+    site has news, a stream only when it is written out."""
 
     KINDS = ("document", "fetch", "xhr")
 
     def __init__(self, page: Page) -> None:
         self.page = page
-        self.pending: set[Request] = set()
+        self.pending: dict[Request, float] = {}  # each with when it started (the loop's time)
         self.quiet = asyncio.Event()
         self.quiet.set()
         self.lost: list[str] = []
+        self.long: list[str] = []
         page.on("request", self._started)
         page.on("requestfinished", self._ended)
         page.on("requestfailed", self._failed)
 
     def _started(self, request: Request) -> None:
         if request.resource_type in self.KINDS:
-            self.pending.add(request)
+            self.pending[request] = asyncio.get_running_loop().time()
             self.quiet.clear()
 
     def _ended(self, request: Request) -> None:
-        self.pending.discard(request)
+        self.pending.pop(request, None)
         if not self.pending:
             self.quiet.set()
 
@@ -436,15 +474,39 @@ class _InFlight:
             self.lost.append(f"{request.method} {request.url}: {request.failure}")
         self._ended(request)
 
+    def _may_outlast(self, request: Request) -> bool:
+        return request.method in ("GET", "HEAD") and request.resource_type != "document"
+
+    def _let_long_ones_go(self, now: float) -> float:
+        """Stop waiting for the GETs in flight :data:`SETTLE_LONG` seconds; when the next one will be."""
+        upcoming = math.inf
+        for request, since in list(self.pending.items()):
+            if self._may_outlast(request):
+                if now - since >= SETTLE_LONG:
+                    self.long.append(f"{request.method} {request.url}")
+                    self._ended(request)
+                else:
+                    upcoming = min(upcoming, since + SETTLE_LONG)
+        return upcoming
+
     async def settled(self, timeout: float) -> None:
-        """Until none is in flight for :data:`SETTLE_QUIET` seconds (at most ``timeout``)."""
+        """Until none is in flight for :data:`SETTLE_QUIET` seconds (the long GETs aside), at
+        most ``timeout``; TimeoutError naming what is still in flight then."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            await asyncio.wait_for(self.quiet.wait(), max(0.01, deadline - loop.time()))
-            await asyncio.sleep(SETTLE_QUIET)  # a redirect's next request starts after its answer
+        while True:
+            upcoming = self._let_long_ones_go(loop.time())
             if self.quiet.is_set():
-                break
+                await asyncio.sleep(SETTLE_QUIET)  # a redirect's next request starts after its answer
+                if self.quiet.is_set():
+                    return
+                continue
+            left = deadline - loop.time()
+            if left <= 0:
+                waiting = "; ".join(f"{r.method} {r.url}" for r in self.pending)
+                raise TimeoutError(f"still waiting after {timeout:g} s for {waiting}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.quiet.wait(), max(0.01, min(left, upcoming - loop.time())))
 
     def close(self) -> None:
         self.page.remove_listener("request", self._started)

@@ -48,7 +48,7 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
-from ._calls import Call, MaySend, journaled_calls, latest_by_step, wait_for_text
+from ._calls import Call, MaySend, journaled_calls, latest_by_step, told, wait_for_text
 from ._session import (
     EVIDENCE,
     FLOW_NAME,
@@ -467,20 +467,7 @@ class AgentService:
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}{_untrusted(outcome.reason)}")
         answer: dict[str, Any] = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
         settled = outcome.value if isinstance(outcome.value, dict) else {}  # a click's, a key press's
-        if settled.get("dialogs"):  # how each was answered
-            answer["dialogs"] = settled["dialogs"]
-        if settled.get("opened"):  # the tabs it opened, closed
-            answer["opened"] = settled["opened"]
-            answer["notes"] = [
-                "it opened a new tab (closed: this session has one page); navigate to its address to follow it"
-            ]
-        if settled.get("downloads"):  # the files it downloaded, saved where the operator said
-            answer["downloads"] = settled["downloads"]
-            if self.policy.downloads is None:
-                answer.setdefault("notes", []).append(
-                    "it downloaded a file, not kept: this server keeps no downloads "
-                    "(its operator can keep them: browserworker mcp --downloads DIR)"
-                )
+        answer.update(told(settled, keeps_downloads=self.policy.downloads is not None))
         return answer
 
     async def _unstaged(self, s: AgentSession, call: Call, step: Step) -> dict[str, Any]:

@@ -304,6 +304,27 @@ def test_a_may_send_rule_can_name_the_messages_of_a_socket_and_the_bodies_of_a_u
         assert all(b'"calls":[]' in body for body in site.bodies(f"upd-{key}")), "the publish was never sent"
 
 
+def test_a_long_poll_a_click_opens_does_not_hold_its_answer(tmp_path: Path) -> None:
+    """A click that opens a long poll (a GET the site holds open, as a chat widget's or a
+    stream's) is answered once the poll has been in flight a few seconds, with a note naming it,
+    not after the call's whole timeout; the click is journaled as done."""
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/poll"))["run_id"]
+            began = asyncio.get_running_loop().time()
+            answer = await agent.call("click", run_id=run_id, selector="#more")
+            took = asyncio.get_running_loop().time() - began
+            assert took < 15, f"the answer waited {took:.1f} s"
+            assert any(f"GET {site.url}/hold?s=40" in note for note in answer.get("notes", [])), answer
+            assert (await agent.call("wait_for", run_id=run_id, text="polling"))["met"] is True
+            await agent.service.live[run_id].flush()
+            clicks = [c for c in journaled_calls(store.events(run_id)) if c.tool == "click"]
+            assert [c.args.get("ok", True) for c in clicks] == [True], "journaled as done"
+
+        play(tmp_path, scenario)
+
+
 def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) -> None:
     """A confirm guarding what a click does ("Delete it?") is dismissed, so nothing is sent; one
     guarding a submit ("Place it?") is accepted, the submit being the decision, and the post lands

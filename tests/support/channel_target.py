@@ -137,6 +137,10 @@ _EXTRA = {
     "body:JSON.stringify({{updates:{{}},calls:[{{method:'publish'}}]}})}})\">Publish</button>"
     "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
     "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
+    # a button whose click opens a long poll (a GET the server holds 40 s, as a chat widget's or a
+    # stream's), then shows that it did
+    "poll": "<button id=more onclick=\"fetch('/hold?s=40');document.getElementById('out').textContent='polling'\">"
+    "More</button><p id=out></p>",
     "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
     "<label for=doc>Invoice</label><input type=file id=doc name=doc>"
     "<input type=file id=photo name=photo style='display:none'>"
@@ -156,6 +160,7 @@ class ChannelTarget:
         self._first: dict[str, float] = {}
         self._bodies: dict[str, list[bytes]] = {}
         self._changed = threading.Condition()
+        self.stopped = threading.Event()  # set as the server stops: a held answer (/hold) goes then
         target = self
 
         class Handler(_Handler):
@@ -175,6 +180,7 @@ class ChannelTarget:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -247,6 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(
                 200 if reached else 504, json.dumps({"count": self.owner.landings(key)}), "application/json"
             )
+        if path == "/hold":  # a long poll: answered after s seconds (or when the server stops)
+            self.owner.stopped.wait(float(query.get("s", "1")))
+            return self._send(200, "{}", "application/json")
         if path == "/land":  # a GET that lands (for dispatch= rules that gate GETs)
             self.owner.land(key)
             return self._send(200, "landed")
