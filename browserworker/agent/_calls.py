@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,8 +61,8 @@ SETTLE_QUIET = 0.3
 """Seconds with no request in flight after which a click's consequences count as settled."""
 
 SETTLE_LONG = 5.0
-"""Seconds after which a fetch or XHR that changes nothing (a GET) still in flight is no longer
-waited for: a long poll (a chat widget's), a stream (an answer being written out)."""
+"""Seconds after which the fetches and XHRs that change nothing (GETs) are no longer waited for:
+a long poll (a chat widget's), a stream (an answer being written out), a page that polls."""
 
 
 @dataclass(frozen=True)
@@ -279,8 +278,8 @@ def told(settled: dict[str, Any], *, keeps_downloads: bool) -> dict[str, Any]:
         answer["opened"] = settled["opened"]
         notes.append("it opened a new tab (closed: this session has one page); navigate to its address to follow it")
     notes.extend(
-        f"{request} was still loading after {SETTLE_LONG:g} s (a long poll, a stream): not waited for; "
-        "wait_for what it brings"
+        f"{request} was still loading after {SETTLE_LONG:g} s (a long poll, a stream, a page that polls): "
+        "not waited for; wait_for what it brings"
         for request in settled.get("unfinished", [])
     )
     if settled.get("downloads"):
@@ -442,30 +441,39 @@ class _Downloads(_Heard[Download]):
 
 class _InFlight:
     """The document, fetch and XHR requests of a page in flight while :func:`settled` waits, and
-    those that may change the world and got no answer (``lost``). A fetch or XHR GET in flight
-    for :data:`SETTLE_LONG` seconds is let go (``long``): a long poll is answered only when the
-    site has news, a stream only when it is written out."""
+    those that may change the world and got no answer (``lost``). After :data:`SETTLE_LONG`
+    seconds the GETs among the fetches and XHRs no longer count (``long`` names those still in
+    flight then): a long poll is answered only when the site has news,
+    a stream only when it is written out, and a page that polls is never quiet for long."""
 
     KINDS = ("document", "fetch", "xhr")
 
     def __init__(self, page: Page) -> None:
         self.page = page
-        self.pending: dict[Request, float] = {}  # each with when it started (the loop's time)
+        self.pending: set[Request] = set()
         self.quiet = asyncio.Event()
         self.quiet.set()
         self.lost: list[str] = []
         self.long: list[str] = []
+        self.patient = True  # the GETs count (the first SETTLE_LONG seconds)
         page.on("request", self._started)
         page.on("requestfinished", self._ended)
         page.on("requestfailed", self._failed)
 
+    @staticmethod
+    def _may_outlast(request: Request) -> bool:
+        return request.method in ("GET", "HEAD") and request.resource_type != "document"
+
     def _started(self, request: Request) -> None:
-        if request.resource_type in self.KINDS:
-            self.pending[request] = asyncio.get_running_loop().time()
-            self.quiet.clear()
+        if request.resource_type not in self.KINDS:
+            return
+        if self._may_outlast(request) and not self.patient:
+            return
+        self.pending.add(request)
+        self.quiet.clear()
 
     def _ended(self, request: Request) -> None:
-        self.pending.pop(request, None)
+        self.pending.discard(request)
         if not self.pending:
             self.quiet.set()
 
@@ -474,28 +482,22 @@ class _InFlight:
             self.lost.append(f"{request.method} {request.url}: {request.failure}")
         self._ended(request)
 
-    def _may_outlast(self, request: Request) -> bool:
-        return request.method in ("GET", "HEAD") and request.resource_type != "document"
-
-    def _let_long_ones_go(self, now: float) -> float:
-        """Stop waiting for the GETs in flight :data:`SETTLE_LONG` seconds; when the next one will be."""
-        upcoming = math.inf
-        for request, since in list(self.pending.items()):
-            if self._may_outlast(request):
-                if now - since >= SETTLE_LONG:
-                    self.long.append(f"{request.method} {request.url}")
-                    self._ended(request)
-                else:
-                    upcoming = min(upcoming, since + SETTLE_LONG)
-        return upcoming
+    def _lose_patience(self) -> None:
+        self.patient = False
+        gets = [request for request in self.pending if self._may_outlast(request)]
+        self.long = [f"{request.method} {request.url}" for request in gets[:3]]
+        for request in gets:
+            self._ended(request)
 
     async def settled(self, timeout: float) -> None:
-        """Until none is in flight for :data:`SETTLE_QUIET` seconds (the long GETs aside), at
-        most ``timeout``; TimeoutError naming what is still in flight then."""
+        """Until none is in flight for :data:`SETTLE_QUIET` seconds (after :data:`SETTLE_LONG`,
+        the GETs aside), at most ``timeout``; TimeoutError naming what is in flight then."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        began = loop.time()
+        deadline = began + timeout
         while True:
-            upcoming = self._let_long_ones_go(loop.time())
+            if self.patient and loop.time() - began >= SETTLE_LONG:
+                self._lose_patience()
             if self.quiet.is_set():
                 await asyncio.sleep(SETTLE_QUIET)  # a redirect's next request starts after its answer
                 if self.quiet.is_set():
@@ -505,8 +507,9 @@ class _InFlight:
             if left <= 0:
                 waiting = "; ".join(f"{r.method} {r.url}" for r in self.pending)
                 raise TimeoutError(f"still waiting after {timeout:g} s for {waiting}")
+            until = min(left, began + SETTLE_LONG - loop.time()) if self.patient else left
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.quiet.wait(), max(0.01, min(left, upcoming - loop.time())))
+                await asyncio.wait_for(self.quiet.wait(), max(0.01, until))
 
     def close(self) -> None:
         self.page.remove_listener("request", self._started)

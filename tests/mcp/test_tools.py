@@ -306,7 +306,7 @@ def test_a_may_send_rule_can_name_the_messages_of_a_socket_and_the_bodies_of_a_u
 
 def test_a_long_poll_a_click_opens_does_not_hold_its_answer(tmp_path: Path) -> None:
     """A click that opens a long poll (a GET the site holds open, as a chat widget's or a
-    stream's) is answered once the poll has been in flight a few seconds, with a note naming it,
+    stream's) is answered once the settle has waited a few seconds, with a note naming the GET,
     not after the call's whole timeout; the click is journaled as done."""
     with ChannelTarget() as site:
 
