@@ -247,7 +247,7 @@ async def settled(
         if acted is not None:
             acted()
         await requests.settled(timeout)
-        await page.wait_for_load_state("load", timeout=timeout * 1000)
+        loaded = await _loaded(page)
     finally:
         requests.close()
         files.stop()
@@ -264,7 +264,19 @@ async def settled(
         where["downloads"] = await files.kept(downloads, timeout)
     if requests.long:
         where["unfinished"] = requests.long
+    if not loaded:
+        where["loading"] = True
     return where
+
+
+async def _loaded(page: Page) -> bool:
+    """Whether the page's load event came within :data:`SETTLE_LONG` seconds; it may never (an
+    image, a script or a frame the site does not finish sending), and the page is there without."""
+    try:
+        await page.wait_for_load_state("load", timeout=SETTLE_LONG * 1000)
+    except PlaywrightTimeout:
+        return False
+    return True
 
 
 def told(settled: dict[str, Any], *, keeps_downloads: bool) -> dict[str, Any]:
@@ -282,6 +294,11 @@ def told(settled: dict[str, Any], *, keeps_downloads: bool) -> dict[str, Any]:
         "not waited for; wait_for what it brings"
         for request in settled.get("unfinished", [])
     )
+    if settled.get("loading"):
+        notes.append(
+            f"the page was still loading after {SETTLE_LONG:g} s (an image, a script or a frame that does not "
+            "finish): not waited for; its content is there to read"
+        )
     if settled.get("downloads"):
         answer["downloads"] = settled["downloads"]
         if not keeps_downloads:
@@ -617,8 +634,9 @@ def _selector(call: Call, how: _How) -> str:
 
 def _navigate(call: Call, how: _How) -> StepFn:
     async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
-        response = await ctx.page.goto(call.args["url"])
-        return {"url": ctx.page.url, "status": response.status if response is not None else None}
+        response = await ctx.page.goto(call.args["url"], wait_until="domcontentloaded")
+        went = {"url": ctx.page.url, "status": response.status if response is not None else None}
+        return went if await _loaded(ctx.page) else went | {"loading": True}
 
     return navigate
 

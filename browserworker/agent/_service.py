@@ -208,7 +208,7 @@ class AgentService:
         }
         if session_key:
             answer["saved_login"] = loaded or "none"
-        return answer
+        return answer | told(outcome.value if isinstance(outcome.value, dict) else {}, keeps_downloads=True)
 
     async def _lease(self, run: RunRecord, flow: Flow[Any], calls: list[Call]) -> AgentSession:
         may_send = MaySend(*AgentInputs.model_validate(run.inputs).may_send)

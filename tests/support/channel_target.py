@@ -139,6 +139,10 @@ _EXTRA = {
     "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
     # a button whose click opens a long poll (a GET the server holds 40 s, as a chat widget's or a
     # stream's), then shows that it did
+    # a page whose load event does not come for 40 s (an image the site is slow to send), and a
+    # link to it
+    "stuck": "<p>Stuck page</p><img src='/hold?s=40'>",
+    "tostuck": "<a id=go href='/stuck'>go</a>",
     "poll": "<button id=more onclick=\"fetch('/hold?s=40');document.getElementById('out').textContent='polling'\">"
     "More</button><p id=out></p>",
     "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
