@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from playwright.async_api import Dialog, Download, Frame, Page, Request
+from playwright.async_api import Dialog, Download, Frame, Page, Request, Response
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -61,8 +61,9 @@ SETTLE_QUIET = 0.3
 """Seconds with no request in flight after which a click's consequences count as settled."""
 
 SETTLE_LONG = 5.0
-"""Seconds after which the fetches and XHRs that change nothing (GETs) are no longer waited for:
-a long poll (a chat widget's), a stream (an answer being written out), a page that polls."""
+"""Seconds after which a call no longer waits for the fetches and XHRs that change nothing (GETs),
+nor for an answer the site has begun: a long poll (a chat widget's), a stream (a reply written
+out word by word), a page that polls."""
 
 
 @dataclass(frozen=True)
@@ -459,9 +460,11 @@ class _Downloads(_Heard[Download]):
 class _InFlight:
     """The document, fetch and XHR requests of a page in flight while :func:`settled` waits, and
     those that may change the world and got no answer (``lost``). After :data:`SETTLE_LONG`
-    seconds the GETs among the fetches and XHRs no longer count (``long`` names those still in
-    flight then): a long poll is answered only when the site has news,
-    a stream only when it is written out, and a page that polls is never quiet for long."""
+    seconds it waits no more for a GET among the fetches and XHRs, nor for a request the site
+    has begun to answer (``long`` names those let go): a long poll is answered only when the
+    site has news, a stream (a reply written out word by word) only when it is done, and a page
+    that polls is never quiet for long. A request that may change the world and has no answer
+    yet is waited for until the timeout."""
 
     KINDS = ("document", "fetch", "xhr")
 
@@ -473,7 +476,9 @@ class _InFlight:
         self.lost: list[str] = []
         self.long: list[str] = []
         self.patient = True  # the GETs count (the first SETTLE_LONG seconds)
+        self.answering: set[Request] = set()  # in flight, their answers begun (status and headers came)
         page.on("request", self._started)
+        page.on("response", self._answering)
         page.on("requestfinished", self._ended)
         page.on("requestfailed", self._failed)
 
@@ -489,8 +494,13 @@ class _InFlight:
         self.pending.add(request)
         self.quiet.clear()
 
+    def _answering(self, response: Response) -> None:
+        if response.request in self.pending:
+            self.answering.add(response.request)
+
     def _ended(self, request: Request) -> None:
         self.pending.discard(request)
+        self.answering.discard(request)
         if not self.pending:
             self.quiet.set()
 
@@ -501,14 +511,14 @@ class _InFlight:
 
     def _lose_patience(self) -> None:
         self.patient = False
-        gets = [request for request in self.pending if self._may_outlast(request)]
-        self.long = [f"{request.method} {request.url}" for request in gets[:3]]
-        for request in gets:
+        gone = [request for request in self.pending if self._may_outlast(request) or request in self.answering]
+        self.long = [f"{request.method} {request.url}" for request in gone[:3]]
+        for request in gone:
             self._ended(request)
 
     async def settled(self, timeout: float) -> None:
         """Until none is in flight for :data:`SETTLE_QUIET` seconds (after :data:`SETTLE_LONG`,
-        the GETs aside), at most ``timeout``; TimeoutError naming what is in flight then."""
+        those let go aside), at most ``timeout``; TimeoutError naming what is in flight then."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + timeout
@@ -530,6 +540,7 @@ class _InFlight:
 
     def close(self) -> None:
         self.page.remove_listener("request", self._started)
+        self.page.remove_listener("response", self._answering)
         self.page.remove_listener("requestfinished", self._ended)
         self.page.remove_listener("requestfailed", self._failed)
 

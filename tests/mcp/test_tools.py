@@ -325,6 +325,26 @@ def test_a_long_poll_a_click_opens_does_not_hold_its_answer(tmp_path: Path) -> N
         play(tmp_path, scenario)
 
 
+def test_a_submit_whose_answer_is_streamed_is_answered_while_it_streams(tmp_path: Path) -> None:
+    """A chat's Send posts the message and the site streams its reply for 40 s: the submit is
+    answered ``committed`` once the reply has been coming a few seconds (its status and headers
+    came back), not failed at its timeout; the message lands once."""
+    key = f"chat-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/chat?key={key}"))["run_id"]
+            began = asyncio.get_running_loop().time()
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            sent = await agent.call("submit", run_id=run_id, selector="#send", verify=verify)
+            took = asyncio.get_running_loop().time() - began
+            assert sent["status"] == "committed" and took < 15, (sent, took)
+            assert (await agent.call("wait_for", run_id=run_id, text="word word"))["met"] is True
+
+        play(tmp_path, scenario)
+        assert site.landings(key) == 1
+
+
 def test_a_page_whose_load_does_not_come_is_answered_with_a_note(tmp_path: Path) -> None:
     """A page whose load event does not come (an image the site holds back), reached by
     ``open_session``, ``navigate`` and a link's ``click``: each is answered once the page is there

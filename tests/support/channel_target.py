@@ -143,6 +143,12 @@ _EXTRA = {
     # link to it
     "stuck": "<p>Stuck page</p><img src='/hold?s=40'>",
     "tostuck": "<a id=go href='/stuck'>go</a>",
+    # a chat whose reply is streamed word by word for 40 s: the button posts the message (a
+    # landing) and the page writes out the reply as it comes
+    "chat": "<p id=out></p><button id=send onclick=\"(async()=>{{const r=await fetch('/stream?key={key}',"
+    "{{method:'POST',body:'hello'}});const rd=r.body.getReader(),dec=new TextDecoder();"
+    "for(;;){{const c=await rd.read();if(c.done)break;"
+    "document.getElementById('out').textContent+=dec.decode(c.value)}}}})()\">Send</button>",
     "poll": "<button id=more onclick=\"fetch('/hold?s=40');document.getElementById('out').textContent='polling'\">"
     "More</button><p id=out></p>",
     "upload": "<form method=post enctype=multipart/form-data action='/land?key={key}'>"
@@ -272,6 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/land":
             self.owner.land(key, body)
             return self._send(200, "landed")
+        if path == "/stream":  # lands, then answers word by word for 40 s (or until the server stops)
+            self.owner.land(key, body)
+            return self._stream()
         if path == "/preview":  # not the effect: not counted
             return self._send(200, "preview")
         if path == "/collect":  # analytics: counted apart from landings
@@ -280,6 +289,21 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/bounce":  # a 307: the browser POSTs again to /land
             return self._send(307, headers={"location": f"/land?key={key}"})
         return self._send(404, "not found")
+
+    def _stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/plain")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for _ in range(160):
+            try:
+                self.wfile.write(b"word ")
+                self.wfile.flush()
+            except OSError:  # the page went away
+                return
+            if self.owner.stopped.wait(0.25):
+                return
 
     def _websocket(self) -> None:
         accept = base64.b64encode(hashlib.sha1((self.headers["sec-websocket-key"] + _WS_GUID).encode()).digest())
