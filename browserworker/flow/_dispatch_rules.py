@@ -56,7 +56,8 @@ def matches(rule: Callable[[Request], bool] | str, method: str, url: str, reques
     rule with a body glob does not match.
 
     A predicate is given the Playwright request, or for a WebSocket message or an API-request
-    call (which have none) a :class:`ChannelRequest` with the same ``method`` and ``url``.
+    call (which have none) a :class:`ChannelRequest` with the same ``method`` and ``url`` (and
+    a message's ``body``).
     """
     if isinstance(rule, str):
         methods, glob, body = parse_rule(rule)
@@ -64,14 +65,14 @@ def matches(rule: Callable[[Request], bool] | str, method: str, url: str, reques
             return False
         if body is None:
             return True
-        text = body_text(request)
+        text = _body_text(request)
         return text is not None and fnmatch.fnmatchcase(text, body)
     return bool(rule(request if request is not None else ChannelRequest(method.upper(), url)))  # type: ignore[arg-type]
 
 
-def body_text(request: Any) -> str | None:
-    """The body of ``request`` as text (bytes read as UTF-8, what is not replaced), None if it
-    has none that can be read."""
+def _body_text(request: Any) -> str | None:
+    """The body of ``request`` as text (bytes read as UTF-8, what is not UTF-8 replaced), None
+    if it has none that can be read."""
     data = request.body if isinstance(request, ChannelRequest) else getattr(request, "post_data_buffer", None)
     if data is None:
         return None
