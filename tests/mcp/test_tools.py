@@ -104,7 +104,8 @@ def test_a_session_is_a_run_and_a_submit_lands_once(tmp_path: Path, shop: Any) -
     assert len(shop.orders(reference)) == 1
     run = store.get_run(state["run_id"])
     assert run is not None and run.state == RunState.SUCCEEDED and run.flow_name == "agent" and run.queue == "agent"
-    calls = [e.detail for e in store.events(run.id) if e.kind == "tool_call"]
+    # in the order of the calls (a read call is journaled in the background: its event may come later)
+    calls = sorted((e.detail for e in store.events(run.id) if e.kind == "tool_call"), key=lambda c: c["seq"])
     assert [c["tool"] for c in calls] == ["navigate", "fill", "fill", "submit", "snapshot", "fill", "fill", "submit"]
     assert [c["seq"] for c in calls] == list(range(1, 9))
     submit = calls[-1]
@@ -267,7 +268,7 @@ def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -
 
 def test_a_may_send_rule_can_name_the_messages_of_a_socket_and_the_bodies_of_a_url(tmp_path: Path) -> None:
     """A live form (LiveView, Livewire) sends each key typed to the server over the socket and
-    the URL its buttons use too. With no rule a ``fill`` there is stopped. With rules naming the
+    the URL its buttons use too. With no rule what a ``fill`` there sets off is never sent. With rules naming the
     body of what typing sends (``WEBSOCKET */ws land:check-*``, ``POST */land?key=upd-*
     *"calls":[]*``) typing goes; the buttons' message and post, on the same socket and URL, are
     still held from a ``click`` (never sent) and a ``submit`` sends its message once."""
@@ -278,8 +279,10 @@ def test_a_may_send_rule_can_name_the_messages_of_a_socket_and_the_bodies_of_a_u
         async def rule_less(agent: Agent, store: Store) -> None:
             run_id = (await agent.call("open_session", site=page))["run_id"]
             assert (await agent.call("wait_for", run_id=run_id, text="connected"))["met"] is True
-            said = await agent.error("fill", run_id=run_id, selector="#title", value="a")
-            assert "fill was stopped" in said and "WEBSOCKET" in said, said
+            # the fill's answer may come before the page's sends reach the kit (a fill does not wait
+            # for what it sets off): they are stopped all the same, never sent
+            await agent.client.call_tool("fill", {"run_id": run_id, "selector": "#title", "value": "a"})
+            await agent.call("extract", run_id=run_id, selector="#state")
 
         play(tmp_path / "no-rule", rule_less)
         assert site.landings(f"check-{key}") == 0 and site.landings(f"upd-{key}") == 0, "held, never sent"
