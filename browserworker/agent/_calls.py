@@ -344,11 +344,11 @@ async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout:
             break
         if left <= 0:
             break
+        if gone is not None and in_frames:  # not gone yet: look again soon
+            await asyncio.sleep(min(WAIT_POLL, left))
+            continue
+        wait = max(min(left, WAIT_POLL if frames else WAIT_SLICE), 0.001)
         try:
-            if gone is not None and in_frames:  # not gone yet: look again soon
-                await asyncio.sleep(min(WAIT_POLL, left))
-                continue
-            wait = max(min(left, WAIT_POLL if frames else WAIT_SLICE), 0.001)
             await on_page.wait_for(state=state, timeout=wait * 1000)
         except PlaywrightTimeout:
             continue

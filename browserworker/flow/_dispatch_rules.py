@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ _METHOD_RULE = re.compile(r"^([A-Z]+(?:\|[A-Z]+)*)\s+(\S.*)$")
 _METHODS = re.compile(r"[A-Z]+(?:\|[A-Z]+)*")
 
 
+@functools.lru_cache(maxsize=512)  # a rule is parsed once, not for every request it is matched with
 def parse_rule(rule: str) -> tuple[frozenset[str] | None, str, str | None]:
     """``"glob"`` → (None: any method, glob, None); ``"POST glob"`` / ``"POST|PUT glob"`` →
     (methods, glob, None); either followed by a space and a glob of the body (the rest of the
