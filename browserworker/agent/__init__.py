@@ -3,9 +3,9 @@ each ``submit`` an effect (intent journaled before the click, every request thro
 gate, a retry answered from the journal and the target, never by clicking again).
 
 :class:`AgentService` holds the sessions (``_service``); ``_calls`` turns journaled tool calls
-into the steps they replay as; ``_snapshot`` is the page as an agent reads it (refs);
-``_verify`` the verifiers an agent declares as data; ``_export`` writes a session as a flow
-file that runs with no model. ``browserworker.mcp`` serves it over MCP.
+into the steps they replay as (``_actionable``: an element that will not take one, told at once);
+``_snapshot`` is the page as an agent reads it (refs); ``_verify`` the verifiers an agent declares
+as data; ``_export`` writes a session as a flow file that runs with no model. ``browserworker.mcp`` serves it over MCP.
 """
 
 from typing import TYPE_CHECKING

@@ -27,6 +27,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
 from ..store.records import AttemptRecord, EventRecord
+from ._actionable import ACTION_TIMEOUT, on_element
 from ._snapshot import MARK_SECRET, Target
 from ._uploads import changed_file, choose_files
 from ._verify import VerifySpec, verifier
@@ -204,6 +205,7 @@ async def click_and_settle(
     confirm: bool = False,
     close_opened: bool = False,
     downloads: Path | None = None,
+    click_timeout: float | None = None,
 ) -> dict[str, Any]:
     """Click ``selector`` and wait until what the click set off has settled: every document,
     fetch and XHR request it started answered (a form's POST, its redirect, the next page) and the
@@ -217,11 +219,15 @@ async def click_and_settle(
     A dialog is answered as a person who clicked meant: an ``alert`` and a "leave this page?"
     (``beforeunload``) are accepted, a ``prompt`` dismissed, and a ``confirm`` ("Place this
     order?") accepted only with ``confirm=True`` (a submit: the click is the decision), else
-    dismissed (what it guards is not done)."""
+    dismissed (what it guards is not done).
+
+    ``click_timeout`` (seconds, ``timeout`` if not given) bounds the wait for the element to take
+    the click; past it Playwright's ``TimeoutError`` says what stood in the way (a banner over it)."""
     click = page.locator(selector).click
+    waits = timeout if click_timeout is None else click_timeout
     return await settled(
         page,
-        lambda: click(timeout=timeout * 1000),
+        lambda: on_element("click", click(timeout=waits * 1000), waits),
         timeout=timeout,
         acted=acted,
         confirm=confirm,
@@ -662,7 +668,12 @@ def _back(call: Call, how: _How) -> StepFn:
 def _click(call: Call, how: _How) -> StepFn:
     async def click(ctx: StepContext[Any]) -> dict[str, Any]:
         return await click_and_settle(
-            ctx.page, _selector(call, how), acted=how.acted, close_opened=True, downloads=how.saves
+            ctx.page,
+            _selector(call, how),
+            acted=how.acted,
+            close_opened=True,
+            downloads=how.saves,
+            click_timeout=ACTION_TIMEOUT,
         )
 
     return click
@@ -671,7 +682,12 @@ def _click(call: Call, how: _How) -> StepFn:
 def _hover(call: Call, how: _How) -> StepFn:
     async def hover(ctx: StepContext[Any]) -> dict[str, Any]:
         element = ctx.page.locator(_selector(call, how))
-        return await settled(ctx.page, element.hover, acted=how.acted, close_opened=True)
+        return await settled(
+            ctx.page,
+            lambda: on_element("hover", element.hover(timeout=ACTION_TIMEOUT * 1000)),
+            acted=how.acted,
+            close_opened=True,
+        )
 
     return hover
 
@@ -685,10 +701,10 @@ def _fill(call: Call, how: _How) -> StepFn:
             raise ValueError(f"the secret value of {call.step_id} cannot be read back (no sealing key)")
         field = ctx.page.locator(_selector(call, how))
         if call.args.get("slowly"):  # key by key, as a person types: a field's key handlers see each
-            await field.fill("")
+            await on_element("fill", field.fill("", timeout=ACTION_TIMEOUT * 1000))
             await field.press_sequentially(text)
         else:
-            await field.fill(text)
+            await on_element("fill", field.fill(text, timeout=ACTION_TIMEOUT * 1000))
         if call.args.get("secret"):  # a secret typed again by a replay: masked as when it was first typed
             await field.evaluate(MARK_SECRET)
 
@@ -697,14 +713,20 @@ def _fill(call: Call, how: _How) -> StepFn:
 
 def _select(call: Call, how: _How) -> StepFn:
     async def select(ctx: StepContext[Any]) -> list[str]:
-        return await ctx.page.locator(_selector(call, how)).select_option(call.args["values"])
+        choose = ctx.page.locator(_selector(call, how)).select_option(
+            call.args["values"], timeout=ACTION_TIMEOUT * 1000
+        )
+        return await on_element("choice", choose)
 
     return select
 
 
 def _check(call: Call, how: _How) -> StepFn:
     async def check(ctx: StepContext[Any]) -> None:
-        await ctx.page.locator(_selector(call, how)).set_checked(bool(call.args.get("checked", True)))
+        tick = ctx.page.locator(_selector(call, how)).set_checked(
+            bool(call.args.get("checked", True)), timeout=ACTION_TIMEOUT * 1000
+        )
+        await on_element("check", tick)
 
     return check
 
@@ -715,7 +737,11 @@ def _press(call: Call, how: _How) -> StepFn:
         if call.target is not None or how.live_selector is not None:
             element = ctx.page.locator(_selector(call, how))
             return await settled(
-                ctx.page, lambda: element.press(key), acted=how.acted, close_opened=True, downloads=how.saves
+                ctx.page,
+                lambda: on_element("key press", element.press(key, timeout=ACTION_TIMEOUT * 1000)),
+                acted=how.acted,
+                close_opened=True,
+                downloads=how.saves,
             )
         return await settled(
             ctx.page, lambda: ctx.page.keyboard.press(key), acted=how.acted, close_opened=True, downloads=how.saves
@@ -738,7 +764,9 @@ def _upload(call: Call, how: _How) -> StepFn:
 
 def _submit(call: Call, how: _How) -> StepFn:
     async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await click_and_settle(ctx.page, _selector(call, how), acted=how.acted, confirm=True)
+        return await click_and_settle(
+            ctx.page, _selector(call, how), acted=how.acted, confirm=True, click_timeout=ACTION_TIMEOUT
+        )
 
     return submit
 

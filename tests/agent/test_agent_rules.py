@@ -4,6 +4,7 @@ server lets pages send with no submit."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -179,3 +180,54 @@ def test_what_pages_may_send_is_sent_by_staging_steps_and_not_a_submits_dispatch
     bare_submit = step_of(Call(seq=4, tool="submit", args={"selector": "#go"}))
     assert isinstance(bare_fill, Action) and not bare_fill.declares("POST", "https://a.test/collect")
     assert isinstance(bare_submit, Effect) and bare_submit.is_dispatch("POST", "https://a.test/collect")
+
+
+_CLICK_LOG = """Locator.click: Timeout 5000ms exceeded.
+Call log:
+  - waiting for locator("#buy")
+    - locator resolved to <button id="buy">Buy</button>
+  - attempting click action
+    2 × waiting for element to be visible, enabled and stable
+      - element is visible, enabled and stable
+      - scrolling into view if needed
+      - done scrolling
+      - <p>We use cookies</p> from <div id="banner">…</div> subtree intercepts pointer events
+    - retrying click action
+      - waiting 500ms
+"""
+
+
+@pytest.mark.parametrize(
+    ("log", "said"),
+    [
+        (_CLICK_LOG, '<div id="banner">…</div> subtree intercepts pointer events (something covers it'),
+        (
+            'Locator.fill: Timeout 5000ms exceeded.\nCall log:\n  - waiting for locator("#x")\n'
+            '    - fill("a")\n  - attempting fill action\n    2 × waiting for element to be visible, enabled '
+            "and editable\n      - element is not enabled\n    - retrying fill action\n    - waiting 20ms\n",
+            "element is not enabled (the page keeps it disabled",
+        ),
+        (
+            "Locator.hover: Timeout 5000ms exceeded.\nCall log:\n  - attempting hover action\n"
+            "    - waiting for element to be visible and stable\n      - element is not visible\n"
+            "    - retrying hover action\n",
+            "element is not visible (it is hidden",
+        ),
+        ('Locator.click: Timeout 5000ms exceeded.\nCall log:\n  - waiting for locator("#y")\n', "did not become ready"),
+    ],
+)
+def test_an_element_that_will_not_take_an_action_is_told_with_what_stood_in_its_way(log: str, said: str) -> None:
+    """A Playwright action's timeout on an element is raised again, the same class, naming the last
+    thing its call log says of the element (not the waiting and retrying around it), with what to
+    do."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    from browserworker.agent._actionable import on_element
+
+    async def timed_out() -> None:
+        raise PlaywrightTimeout(log)
+
+    with pytest.raises(PlaywrightTimeout) as raised:
+        asyncio.run(on_element("click", timed_out()))
+    assert said in str(raised.value) and "within 5 s" in str(raised.value), str(raised.value)
+    assert "retrying" not in str(raised.value) and "waiting" not in str(raised.value)

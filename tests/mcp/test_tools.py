@@ -374,6 +374,34 @@ def test_a_page_whose_load_does_not_come_is_answered_with_a_note(tmp_path: Path)
         play(tmp_path, scenario)
 
 
+def test_an_element_something_covers_is_told_at_once_not_waited_for(tmp_path: Path) -> None:
+    """A cookie banner over the page: a click on the button it covers fails within seconds, not
+    at the call's timeout, saying what covers it; a submit of that button is answered ``failed``
+    (nothing sent) the same way; a field the page enables a second after it loads is filled.
+    Once the banner is accepted, a submit with a new key goes, and the post lands once."""
+    key = f"covered-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            loop = asyncio.get_running_loop()
+            run_id = (await agent.call("open_session", site=f"{site.url}/covered?key={key}"))["run_id"]
+            began = loop.time()
+            error = await agent.error("click", run_id=run_id, selector="#buy")
+            assert loop.time() - began < 15, error
+            assert "intercepts pointer events" in error and "banner" in error and "close that first" in error, error
+            await agent.call("fill", run_id=run_id, selector="#late", value="enabled later")
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            first = await agent.call("submit", run_id=run_id, selector="#buy", effect_key="buy", verify=verify)
+            assert first["status"] == "failed" and "intercepts pointer events" in first["reason"], first
+            assert site.landings(key) == 0
+            await agent.call("click", run_id=run_id, selector="#accept")
+            again = await agent.call("submit", run_id=run_id, selector="#buy", effect_key="buy-2", verify=verify)
+            assert again["status"] == "committed", again
+
+        play(tmp_path, scenario)
+        assert site.landings(key) == 1
+
+
 def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) -> None:
     """A confirm guarding what a click does ("Delete it?") is dismissed, so nothing is sent; one
     guarding a submit ("Place it?") is accepted, the submit being the decision, and the post lands

@@ -139,6 +139,14 @@ _EXTRA = {
     "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
     # a button whose click opens a long poll (a GET the server holds 40 s, as a chat widget's or a
     # stream's), then shows that it did
+    # a cookie banner over the whole page, as real sites open with: a click on what it covers (a
+    # form's button) never reaches it until the banner is accepted; a field the page enables a
+    # second after it loads (its script still starting), and one it never enables
+    "covered": "<input id=late disabled><input id=never disabled>"
+    "<form method=post action='/land?key={key}'><button id=buy>Buy</button></form>"
+    "<div id=banner style='position:fixed;inset:0;background:rgba(0,0,0,.4)'><p>We use cookies</p>"
+    "<button id=accept onclick=\"document.getElementById('banner').remove()\">Accept</button></div>"
+    "<script>setTimeout(()=>document.getElementById('late').disabled=false,1000)</script>",
     # a page whose load event does not come for 40 s (an image the site is slow to send), and a
     # link to it
     "stuck": "<p>Stuck page</p><img src='/hold?s=40'>",

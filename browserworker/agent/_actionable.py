@@ -1,0 +1,74 @@
+"""When an element will not take an action: an agent is told at once what stood in its way.
+
+Playwright waits for an element to be actionable (visible, enabled, still, not covered) until its
+timeout, then says only that the time ran out, with a call log of every retry. A person reading
+the page would see a cookie banner over the button, a field the page keeps disabled. An agent's
+action waits :data:`ACTION_TIMEOUT` seconds (not the call's whole timeout), and its timeout's
+message is rewritten to say what the log found last, and what to do about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+__all__ = ["ACTION_TIMEOUT", "on_element"]
+
+T = TypeVar("T")
+
+ACTION_TIMEOUT = 5.0
+"""Seconds an agent's action on an element (a click, a fill, a choice...) waits for the element to
+take it before it fails saying why. Only the action: what a click sets off is waited for as long
+as :func:`~browserworker.agent.settled` says."""
+
+_WAITING = (
+    "waiting",
+    "retrying",
+    "attempting",
+    "scrolling",
+    "done scrolling",
+    "element is visible, enabled",
+    "locator resolved",
+    "performing",
+    "fill(",
+    "selecting",
+)
+"""How the lines of a call log begin that tell of the waiting, not of the element."""
+
+_ADVICE = (
+    ("intercepts pointer events", "something covers it: a cookie banner, a dialog, an overlay; close that first"),
+    ("not enabled", "the page keeps it disabled: it may wait for another field or choice first"),
+    ("not editable", "the page keeps it read-only: it may wait for another field or choice first"),
+    ("not visible", "it is hidden: a hover, a tab or a menu may show it"),
+)
+
+
+def hindrance(log: str) -> str:
+    """What kept an element from taking an action, from a Playwright timeout's message: the last
+    line of its call log that says something of the element, with what to do about it."""
+    said = None
+    for line in log.partition("Call log:")[2].splitlines():
+        text = line.strip().lstrip("-").strip()
+        if " × " in text:  # "58 × waiting for ...": a line repeated
+            text = text.split(" × ", 1)[1]
+        if text and not text.startswith(_WAITING):
+            said = text
+    if said is None:
+        return "it did not become ready"
+    advice = next((a for sign, a in _ADVICE if sign in said), None)
+    return said if advice is None else f"{said} ({advice})"
+
+
+async def on_element(verb: str, action: Awaitable[T], seconds: float = ACTION_TIMEOUT) -> T:
+    """``await action``: a Playwright action on an element (``verb``: its name) with a timeout of
+    ``seconds``. Its ``TimeoutError`` is raised again (the same class) saying why the element did
+    not take it, instead of the call log of every retry."""
+    try:
+        return await action
+    except PlaywrightTimeout as exc:
+        raise PlaywrightTimeout(
+            f"the element is on the page but would not take the {verb} within {seconds:g} s: {hindrance(str(exc))}; "
+            "take a snapshot to see the page as it is"
+        ) from None
