@@ -223,7 +223,16 @@ class LiveRun:
         self.journal.check()
         assert p.page is not None
         ctx = self.scope.step_context(p.page, step.id, None, "", p.results)
-        guard = ActionGuard(step, mode="fail", report=lambda method, url: None, keep_page=True)
+        returned = False
+
+        def late(method: str, url: str) -> None:
+            # the guard keeps the socket once the action has returned (until the next step takes
+            # it): a message the action's typing set off, refused after its outcome was told, is
+            # told with what pages send between steps
+            if returned:
+                self._between_steps(step.id, method, url, True)
+
+        guard = ActionGuard(step, mode="fail", report=late, keep_page=True)
         await guard.install(p.route)
         p.gap_closed()
         error: Exception | None = None
@@ -236,6 +245,7 @@ class LiveRun:
             error = exc
         finally:
             guard.remove()
+            returned = True
             p.gap_opened(step)
         if guard.seen:
             leaked = guard.unrefused()

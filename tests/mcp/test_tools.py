@@ -307,6 +307,27 @@ def test_a_may_send_rule_can_name_the_messages_of_a_socket_and_the_bodies_of_a_u
         assert all(b'"calls":[]' in body for body in site.bodies(f"upd-{key}")), "the publish was never sent"
 
 
+def test_a_message_a_fill_sets_off_after_its_answer_is_refused_and_told(tmp_path: Path) -> None:
+    """A field whose typing the page sends over its socket a moment after the fill has been
+    answered: the message is refused all the same (a staging tool never sends), and the next
+    calls' answers say so, naming the fill; nothing reaches the site."""
+    key = f"later-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/typed-later?key={key}"))["run_id"]
+            assert (await agent.call("wait_for", run_id=run_id, text="connected"))["met"] is True
+            filled = await agent.call("fill", run_id=run_id, selector="#q", value="tea")
+            assert "notes" not in filled, filled
+            told = (await agent.call("wait_for", run_id=run_id, text="sent")).get("notes", [])
+            told += [line for line in (await agent.call("snapshot", run_id=run_id)).splitlines() if "note:" in line]
+            said = [n for n in told if "WEBSOCKET" in n]
+            assert len(said) == 1 and "refused" in said[0] and f"after t{filled['seq']:04d}.fill" in said[0], told
+
+        play(tmp_path, scenario)
+        assert site.landings(key) == 0
+
+
 def test_a_long_poll_a_click_opens_does_not_hold_its_answer(tmp_path: Path) -> None:
     """A click that opens a long poll (a GET the site holds open, as a chat widget's or a
     stream's) is answered once the settle has waited a few seconds, with a note naming the GET,

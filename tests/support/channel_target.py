@@ -137,6 +137,12 @@ _EXTRA = {
     "body:JSON.stringify({{updates:{{}},calls:[{{method:'publish'}}]}})}})\">Publish</button>"
     "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
     "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
+    # a field whose typing the page sends over its socket a moment later (a debounced live
+    # search, a draft saved as one types): the message leaves after the fill's answer
+    "typed-later": "<p id=state>connecting</p><input id=q oninput=\"setTimeout(()=>{{ws.send('land:{key}');"
+    "document.getElementById('state').textContent='sent'}},300)\">"
+    "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
+    "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
     # a button whose click opens a long poll (a GET the server holds 40 s, as a chat widget's or a
     # stream's), then shows that it did
     # a cookie banner over the whole page, as real sites open with: a click on what it covers (a
