@@ -651,7 +651,18 @@ def _selector(call: Call, how: _How) -> str:
 
 def _navigate(call: Call, how: _How) -> StepFn:
     async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
-        response = await ctx.page.goto(call.args["url"], wait_until="domcontentloaded")
+        files = _Downloads(ctx.page)
+        try:
+            response = await ctx.page.goto(call.args["url"], wait_until="domcontentloaded")
+        except PlaywrightError as exc:
+            if "Download is starting" not in str(exc):
+                raise
+            # the address is a file (an export): downloaded as a click's is, the page left as it was
+            if not files.heard:  # its event may come just after the navigation's end
+                await ctx.page.wait_for_event("download", timeout=SETTLE_LONG * 1000)
+            return {"url": ctx.page.url, "status": None, "downloads": await files.kept(how.saves, 30.0)}
+        finally:
+            files.stop()
         went = {"url": ctx.page.url, "status": response.status if response is not None else None}
         return went if await _loaded(ctx.page) else went | {"loading": True}
 

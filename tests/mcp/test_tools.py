@@ -520,7 +520,8 @@ def test_a_field_with_an_input_mask_is_typed_key_by_key_when_asked(tmp_path: Pat
 def test_a_file_a_click_downloads_is_saved_only_where_the_operator_says(tmp_path: Path) -> None:
     """A click on an export link: with no ``--downloads`` directory the answer names the file and
     says it was not kept; with one, the file is saved there under its name (a second under a
-    name of its own), and the answer gives where and its size."""
+    name of its own), and the answer gives where and its size. A ``navigate`` to the file's
+    address downloads it the same way (not an error), the page left as it was."""
     key = f"export-{tmp_path.name}"[:48]
     kept = tmp_path / "downloads"
     kept.mkdir()
@@ -536,9 +537,14 @@ def test_a_file_a_click_downloads_is_saved_only_where_the_operator_says(tmp_path
             run_id = (await agent.call("open_session", site=f"{site.url}/export?key={key}"))["run_id"]
             first = (await agent.call("click", run_id=run_id, selector="#csv"))["downloads"]
             second = (await agent.call("click", run_id=run_id, selector="#csv"))["downloads"]
-            assert [d["saved"] for d in first + second] == [str(kept / "orders.csv"), str(kept / "orders (2).csv")]
+            went = await agent.call("navigate", run_id=run_id, url=f"/file?key={key}")
+            assert went["url"] == f"{site.url}/export?key={key}", went
+            third = went["downloads"]
+            assert [d["saved"] for d in first + second + third] == [
+                str(kept / name) for name in ("orders.csv", "orders (2).csv", "orders (3).csv")
+            ]
             assert first[0]["size"] == len(f"order,key\n1,{key}\n")
-            assert (kept / "orders (2).csv").read_text() == f"order,key\n1,{key}\n"
+            assert (kept / "orders (3).csv").read_text() == f"order,key\n1,{key}\n"
 
         play(tmp_path / "none", not_kept)
         play(tmp_path / "kept", saved, policy=AgentPolicy(downloads=str(kept)))
