@@ -3,7 +3,8 @@ each ``submit`` an effect (intent journaled before the click, every request thro
 gate, a retry answered from the journal and the target, never by clicking again).
 
 :class:`AgentService` holds the sessions (``_service``); ``_calls`` turns journaled tool calls
-into the steps they replay as (``_actionable``: an element that will not take one, told at once);
+into the steps they replay as (``_actionable``: an element that will not take one, told at once;
+``_settle``: what a call waits for once it has acted);
 ``_snapshot`` is the page as an agent reads it (refs); ``_verify`` the verifiers an agent declares
 as data; ``_export`` writes a session as a flow file that runs with no model. ``browserworker.mcp`` serves it over MCP.
 """
@@ -13,9 +14,10 @@ from typing import TYPE_CHECKING
 from .._lazy import face
 
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
-    from ._calls import MaySend, click_and_settle, go_back, settled
+    from ._calls import MaySend
     from ._export import export_flow
     from ._service import AgentPolicy, AgentService, submit_status
+    from ._settle import click_and_settle, go_back, settled
     from ._uploads import choose_files
     from ._verify import VerifySpec, verifier
 

@@ -1,10 +1,15 @@
-"""When an element will not take an action: an agent is told at once what stood in its way.
+"""When an element will not take an action: an agent is told at once what stood in its way, and a
+styled checkbox is clicked where a person clicks it.
 
 Playwright waits for an element to be actionable (visible, enabled, still, not covered) until its
 timeout, then says only that the time ran out, with a call log of every retry. A person reading
 the page would see a cookie banner over the button, a field the page keeps disabled. An agent's
 action waits :data:`ACTION_TIMEOUT` seconds (not the call's whole timeout), and its timeout's
 message is rewritten to say what the log found last, and what to do about it.
+
+Many sites draw their own checkboxes and radios: the input itself hidden (``display: none``, no
+size, clipped, under its label) and its label drawn as the box or the switch. Playwright will not
+click such an input; a person clicks the label, and so does :func:`stand_in`'s caller.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from playwright.async_api import ElementHandle, Locator
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-__all__ = ["ACTION_TIMEOUT", "on_element"]
+__all__ = ["ACTION_TIMEOUT", "on_element", "stand_in"]
 
 T = TypeVar("T")
 
@@ -72,3 +78,24 @@ async def on_element(verb: str, action: Awaitable[T], seconds: float = ACTION_TI
             f"the element is on the page but would not take the {verb} within {seconds:g} s: {hindrance(str(exc))}; "
             "take a snapshot to see the page as it is"
         ) from None
+
+
+_STAND_IN = """el => {
+  if (el.tagName !== 'INPUT' || !['checkbox', 'radio'].includes(el.type) || !el.labels || !el.labels.length) return null;
+  const st = getComputedStyle(el), box = el.getBoundingClientRect();
+  const unseen = st.display === 'none' || st.visibility === 'hidden' || Number(st.opacity) === 0
+    || st.pointerEvents === 'none' || box.width <= 1 || box.height <= 1
+    || (st.clip !== 'auto' && st.clip !== '') || st.clipPath !== 'none';
+  return unseen ? el.labels[0] : null;
+}"""
+
+
+async def stand_in(element: Locator) -> ElementHandle | None:
+    """The label a person clicks instead of ``element``: a checkbox or radio drawn by its label, its
+    own input hidden or not to be clicked. None for any other element (the caller disposes of the
+    handle)."""
+    handle = await on_element("click", element.evaluate_handle(_STAND_IN, timeout=ACTION_TIMEOUT * 1000))
+    label = handle.as_element()
+    if label is None:
+        await handle.dispose()
+    return label

@@ -48,7 +48,7 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
-from ._calls import Call, MaySend, journaled_calls, latest_by_step, told, wait_for_text
+from ._calls import Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
     EVIDENCE,
     FLOW_NAME,
@@ -58,6 +58,7 @@ from ._session import (
     AgentSession,
     agent_flow,
 )
+from ._settle import told, wait_for_text
 from ._snapshot import MARK_SECRET
 from ._uploads import chosen_files
 from ._verify import parse_verify

@@ -116,21 +116,46 @@ _JS = r"""
     if (label) { const s = tag + '[aria-label="' + label.replace(/"/g, '\\"') + '"]'; if (unique(s)) return s; }
     return pathOf(el);
   };
+  // the elements with something under them that has a line of its own (a role, a frame, a shadow
+  // root): any other element with text is a block of text, read as one line (a price in a div)
+  const holds = new Set();
   const walk0 = (el) => {  // count role+name pairs first, so that a role selector is used only when unique
+    let any = false;
     for (const c of kids(el)) {
       if (hidden(c)) continue;
       if (c.shadowRoot) roots.push(c.shadowRoot);
       const role = roleOf(c);
       if (role && actionable(role)) { const k = role + '|' + labelOf(c); seenNames[k] = (seenNames[k] || 0) + 1; }
-      walk0(c);
+      if (walk0(c)) holds.add(c);
+      if (role || holds.has(c) || c.shadowRoot || ['IFRAME', 'FRAME', 'SLOT'].includes(c.tagName)) any = true;
     }
+    return any;
   };
   walk0(document.body);
   for (const r of roots) for (const a of [attr, frameAttr]) for (const el of r.querySelectorAll('[' + a + ']')) el.removeAttribute(a);
   const frames = [];  // each frame element shown: the lines of its document go after its own line
-  const walk = (el, depth) => {
+  const own = (el) => clean([...el.childNodes].filter(t => t.nodeType === 3).map(t => t.textContent).join(' '));
+  // ``quiet``: the text under here names an element already listed (a label's, a heading's)
+  const walk = (el, depth, quiet) => {
     for (const c of kids(el)) {
       if (count >= limit) return;
+      if (c.tagName === 'LABEL' && c.control && !quiet && !hidden(c)) {
+        const box = c.control;
+        if ((box.type === 'checkbox' || box.type === 'radio') && hidden(box)) {
+          // a styled checkbox or radio: its input hidden, its label what a person clicks; listed
+          // as the input, named by the label (check and click go through the label)
+          const name = clean(c.innerText);
+          const ref = 'e' + (n++);
+          box.setAttribute(attr, ref);
+          lines.push('  '.repeat(depth) + '- ' + box.type + (name ? ' "' + name.replace(/"/g, "'") + '"' : '')
+            + (box.disabled ? ' [disabled]' : '') + (box.checked ? ' [checked]' : '') + ' [ref=' + ref + ']'); count++;
+          refs[ref] = {selector: selectorOf(box, box.type, name), role: box.type, name, tag: 'input', type: box.type,
+            field: box.name || box.id || '', secret: false};
+          continue;
+        }
+        walk(c, depth, true);  // its text names its control
+        continue;
+      }
       if (hidden(c) || ['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE'].includes(c.tagName)) continue;
       if (c.tagName === 'IFRAME' || c.tagName === 'FRAME') {
         const box = c.getBoundingClientRect();
@@ -142,7 +167,12 @@ _JS = r"""
         continue;
       }
       const role = roleOf(c);
-      if (!role) { walk(c, depth); continue; }
+      if (!role) {  // a block of text: a line for each line the page shows of it
+        const texts = quiet ? [] : holds.has(c) ? [own(c)] : (c.innerText || '').split('\n').map(clean);
+        for (const t of texts) if (t && count < limit) { lines.push('  '.repeat(depth) + '- text: ' + t); count++; }
+        if (holds.has(c)) walk(c, depth, quiet);
+        continue;
+      }
       const name = labelOf(c);
       let line = '  '.repeat(depth) + '- ' + role + (name && role !== 'paragraph' && role !== 'cell' ? ' "' + name.replace(/"/g, "'") + '"' : '');
       if (/^H[1-6]$/.test(c.tagName)) line += ' [level=' + c.tagName[1] + ']';
@@ -176,13 +206,13 @@ _JS = r"""
       } else if (['paragraph', 'cell', 'columnheader', 'listitem', 'alert', 'status'].includes(role)) {
         const t = clean(c.textContent);
         if (t && !c.querySelector('a,button,input,select,textarea')) { line += ': ' + t; lines.push(line); count++; continue; }
-        if (role === 'paragraph') { walk(c, depth); continue; }
+        if (role === 'paragraph') { walk(c, depth, quiet); continue; }
       }
       lines.push(line); count++;
-      if (!['link', 'button', 'combobox', 'textbox'].includes(role)) walk(c, depth + 1);
+      if (!['link', 'button', 'combobox', 'textbox'].includes(role)) walk(c, depth + 1, quiet || (!!name && !CONTAINERS.includes(role)));
     }
   };
-  walk(document.body.isContentEditable ? {children: [document.body]} : document.body, 0);  // an editor's frame
+  walk(document.body.isContentEditable ? {children: [document.body]} : document.body, 0, false);  // an editor's frame
   return {lines, refs, frames, next: n, count, truncated: count >= limit, title: document.title};
 }
 """

@@ -423,6 +423,39 @@ def test_an_element_something_covers_is_told_at_once_not_waited_for(tmp_path: Pa
         assert site.landings(key) == 1
 
 
+def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_checked(tmp_path: Path) -> None:
+    """What a page writes in divs and spans (a total, a stock line, an order's confirmation) is in
+    the snapshot, one line a block; a label's text names its control and is not said again.
+    Checkboxes drawn by their labels (the input hidden, clipped under its label, or of no size)
+    are listed as checkboxes named by their labels; ``check`` and ``click`` set them through the
+    label, as a person does, at once."""
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            loop = asyncio.get_running_loop()
+            run_id = (await agent.call("open_session", site=f"{site.url}/styled"))["run_id"]
+            shot = await agent.call("snapshot", run_id=run_id)
+            for line in ("- text: Total: $5.00", "- text: Only 3 left", "- text: Order #1234 placed"):
+                assert line in shot.splitlines(), shot
+            assert 'button "More"' in shot and "text: More" not in shot and "text: Newsletter" not in shot, shot
+            terms = _ref_of(shot, 'checkbox "I accept the terms"')
+            news = _ref_of(shot, 'checkbox "Newsletter"')
+            dark = _ref_of(shot, 'checkbox "Dark mode"')
+            began = loop.time()
+            await agent.call("check", run_id=run_id, ref=terms)
+            await agent.call("check", run_id=run_id, ref=news)
+            await agent.call("click", run_id=run_id, ref=dark)
+            await agent.call("check", run_id=run_id, ref=terms)  # already checked: left as it is
+            assert loop.time() - began < 5, "no call waited for the hidden input"
+            shot = await agent.call("snapshot", run_id=run_id)
+            for name in ("I accept the terms", "Newsletter", "Dark mode"):
+                assert f'checkbox "{name}" [checked]' in shot, shot
+            await agent.call("check", run_id=run_id, ref=_ref_of(shot, 'checkbox "Newsletter"'), checked=False)
+            assert 'checkbox "Newsletter" [ref=' in await agent.call("snapshot", run_id=run_id)
+
+        play(tmp_path, scenario)
+
+
 def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) -> None:
     """A confirm guarding what a click does ("Delete it?") is dismissed, so nothing is sent; one
     guarding a submit ("Place it?") is accepted, the submit being the decision, and the post lands

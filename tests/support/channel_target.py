@@ -137,6 +137,16 @@ _EXTRA = {
     "body:JSON.stringify({{updates:{{}},calls:[{{method:'publish'}}]}})}})\">Publish</button>"
     "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
     "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
+    # what real pages draw with divs and spans: a price, a stock line, a confirmation, each in a
+    # block of its own with no role; and checkboxes drawn by their labels (the input hidden, or
+    # clipped under its label as Bootstrap's, or of no size under a switch)
+    "styled": "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
+    "<div><div>Order #1234 placed</div><button id=more>More</button></div>"
+    "<label><input type=checkbox id=terms style='display:none'><span>I accept the terms</span></label>"
+    "<input type=checkbox id=news style='position:absolute;clip:rect(0,0,0,0);pointer-events:none'>"
+    "<label for=news>Newsletter</label>"
+    "<label><input type=checkbox id=dark style='opacity:0;position:absolute;width:0;height:0'>"
+    "<span style='display:inline-block;width:40px;height:20px;background:#ccc'></span> Dark mode</label>",
     # a field whose typing the page sends over its socket a moment later (a debounced live
     # search, a draft saved as one types): the message leaves after the fill's answer
     "typed-later": "<p id=state>connecting</p><input id=q oninput=\"setTimeout(()=>{{ws.send('land:{key}');"
