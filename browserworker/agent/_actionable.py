@@ -82,20 +82,39 @@ async def on_element(verb: str, action: Awaitable[T], seconds: float = ACTION_TI
 
 _STAND_IN = """el => {
   if (el.tagName !== 'INPUT' || !['checkbox', 'radio'].includes(el.type) || !el.labels || !el.labels.length) return null;
-  const st = getComputedStyle(el), box = el.getBoundingClientRect();
-  const unseen = st.display === 'none' || st.visibility === 'hidden' || Number(st.opacity) === 0
+  const label = el.labels[0], st = getComputedStyle(el), box = el.getBoundingClientRect();
+  let drawn = st.display === 'none' || st.visibility === 'hidden' || Number(st.opacity) === 0
     || st.pointerEvents === 'none' || box.width <= 1 || box.height <= 1
     || (st.clip !== 'auto' && st.clip !== '') || st.clipPath !== 'none';
-  return unseen ? el.labels[0] : null;
+  if (!drawn) {  // shown: is it under a box its own label draws over it?
+    el.scrollIntoView({block: 'center', inline: 'nearest'});
+    const b = el.getBoundingClientRect();
+    const hit = el.getRootNode().elementFromPoint(b.x + b.width / 2, b.y + b.height / 2);
+    drawn = !!hit && hit !== el && label.contains(hit);
+  }
+  if (!drawn) return null;
+  // what of the label to click: the label, or an element in it, whose middle is its own (not a
+  // link in it: "I accept the terms"), one box each (an inline label holding blocks has several)
+  label.scrollIntoView({block: 'center', inline: 'nearest'});
+  const root = label.getRootNode();
+  for (const e of [label, ...label.querySelectorAll('*')]) {
+    const boxes = e.getClientRects();
+    if (boxes.length !== 1 || boxes[0].width <= 1 || boxes[0].height <= 1) continue;
+    const q = boxes[0], hit = root.elementFromPoint(q.x + q.width / 2, q.y + q.height / 2);
+    const inner = hit && hit.closest('a, button, select, textarea');
+    if (hit && e.contains(hit) && !(inner && label.contains(inner))) return e;
+  }
+  return label;
 }"""
 
 
 async def stand_in(element: Locator) -> ElementHandle | None:
-    """The label a person clicks instead of ``element``: a checkbox or radio drawn by its label, its
-    own input hidden or not to be clicked. None for any other element (the caller disposes of the
-    handle)."""
+    """What a person clicks instead of ``element``: for a checkbox or radio drawn by its label (its
+    own input hidden, clipped, of no size, or under a box the label draws), its label, or an
+    element in it whose middle is its own, not a link in it. None for any other element (the
+    caller disposes of the handle)."""
     handle = await on_element("click", element.evaluate_handle(_STAND_IN, timeout=ACTION_TIMEOUT * 1000))
-    label = handle.as_element()
-    if label is None:
+    found = handle.as_element()
+    if found is None:
         await handle.dispose()
-    return label
+    return found

@@ -272,11 +272,10 @@ def _click(call: Call, how: _How) -> StepFn:
                 downloads=how.saves,
                 click_timeout=ACTION_TIMEOUT,
             )
-        try:  # a styled checkbox or radio: its label clicked, as a person does
-            by_label = label.click
+        try:  # a checkbox or radio drawn by its label: the label clicked, as a person does
             return await settled(
                 ctx.page,
-                lambda: on_element("click", by_label(timeout=ACTION_TIMEOUT * 1000)),
+                lambda: on_element("click", label.click(timeout=ACTION_TIMEOUT * 1000)),
                 acted=how.acted,
                 close_opened=True,
                 downloads=how.saves,
@@ -337,7 +336,7 @@ def _check(call: Call, how: _How) -> StepFn:
         if label is None:
             await on_element("check", element.set_checked(want, timeout=ACTION_TIMEOUT * 1000))
             return
-        try:  # a styled checkbox or radio: its label clicked if it is not as asked, as a person does
+        try:  # a checkbox or radio drawn by its label: the label clicked if it is not as asked
             if await element.is_checked() == want:
                 return
             if not want and await element.get_attribute("type") == "radio":

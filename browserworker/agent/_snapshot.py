@@ -80,7 +80,7 @@ _JS = r"""
     if (el.getAttribute('aria-label')) return clean(el.getAttribute('aria-label'));
     if (el.id) { const l = root.querySelector('label[for="' + CSS.escape(el.id) + '"]'); if (l) return clean(l.textContent); }
     if (el.isContentEditable) return clean(el.getAttribute('title'));  // an editor: its text is its value
-    const wrap = el.closest('label'); if (wrap && wrap !== el) return clean(wrap.textContent);
+    if (['INPUT', 'SELECT', 'TEXTAREA'].includes(el.tagName)) { const wrap = el.closest('label'); if (wrap) return clean(wrap.textContent); }
     if (el.tagName === 'INPUT' && ['submit', 'button', 'reset'].includes(el.type)) return clean(el.value);
     if (el.tagName === 'IMG') return clean(el.getAttribute('alt'));
     if (['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName)) return clean(el.getAttribute('placeholder') || el.getAttribute('title') || el.name);
@@ -135,7 +135,8 @@ _JS = r"""
   for (const r of roots) for (const a of [attr, frameAttr]) for (const el of r.querySelectorAll('[' + a + ']')) el.removeAttribute(a);
   const frames = [];  // each frame element shown: the lines of its document go after its own line
   const own = (el) => clean([...el.childNodes].filter(t => t.nodeType === 3).map(t => t.textContent).join(' '));
-  // ``quiet``: the text under here names an element already listed (a label's, a heading's)
+  // ``quiet``: the text under here names an element already listed (a label's, a heading's): only
+  // what can be acted on is listed under it
   const walk = (el, depth, quiet) => {
     for (const c of kids(el)) {
       if (count >= limit) return;
@@ -151,6 +152,7 @@ _JS = r"""
             + (box.disabled ? ' [disabled]' : '') + (box.checked ? ' [checked]' : '') + ' [ref=' + ref + ']'); count++;
           refs[ref] = {selector: selectorOf(box, box.type, name), role: box.type, name, tag: 'input', type: box.type,
             field: box.name || box.id || '', secret: false};
+          walk(c, depth + 1, true);  // a link in it ("the terms"): its text is the box's name
           continue;
         }
         walk(c, depth, true);  // its text names its control
@@ -174,6 +176,7 @@ _JS = r"""
         continue;
       }
       const name = labelOf(c);
+      if (quiet && !actionable(role)) { walk(c, depth, quiet); continue; }  // its text said already
       let line = '  '.repeat(depth) + '- ' + role + (name && role !== 'paragraph' && role !== 'cell' ? ' "' + name.replace(/"/g, "'") + '"' : '');
       if (/^H[1-6]$/.test(c.tagName)) line += ' [level=' + c.tagName[1] + ']';
       if (c.disabled) line += ' [disabled]';

@@ -425,10 +425,11 @@ def test_an_element_something_covers_is_told_at_once_not_waited_for(tmp_path: Pa
 
 def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_checked(tmp_path: Path) -> None:
     """What a page writes in divs and spans (a total, a stock line, an order's confirmation) is in
-    the snapshot, one line a block; a label's text names its control and is not said again.
-    Checkboxes drawn by their labels (the input hidden, clipped under its label, or of no size)
-    are listed as checkboxes named by their labels; ``check`` and ``click`` set them through the
-    label, as a person does, at once."""
+    the snapshot, a line for each line shown; a label's text names its control and is not said
+    again. Checkboxes and radios drawn by their labels (the input hidden, clipped under its label,
+    of no size, under a box the label draws, in a card) are listed as such, named by their labels;
+    ``check`` and ``click`` set them through the label, as a person does, at once, never through a
+    link in the label."""
     with ChannelTarget() as site:
 
         async def scenario(agent: Agent, store: Store) -> None:
@@ -438,20 +439,33 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
             for line in ("- text: Total: $5.00", "- text: Only 3 left", "- text: Order #1234 placed"):
                 assert line in shot.splitlines(), shot
             assert 'button "More"' in shot and "text: More" not in shot and "text: Newsletter" not in shot, shot
-            terms = _ref_of(shot, 'checkbox "I accept the terms"')
-            news = _ref_of(shot, 'checkbox "Newsletter"')
-            dark = _ref_of(shot, 'checkbox "Dark mode"')
+            assert '  - link "terms"' in shot and "heading" not in shot, shot
+            refs = {
+                name: _ref_of(shot, f'{role} "{name}"')
+                for role, name in (
+                    ("checkbox", "I accept the terms"),
+                    ("checkbox", "Newsletter"),
+                    ("checkbox", "Dark mode"),
+                    ("checkbox", "Gift wrap"),
+                    ("radio", "Pro $10 a month"),
+                    ("radio", "Free $0"),
+                )
+            }
             began = loop.time()
-            await agent.call("check", run_id=run_id, ref=terms)
-            await agent.call("check", run_id=run_id, ref=news)
-            await agent.call("click", run_id=run_id, ref=dark)
-            await agent.call("check", run_id=run_id, ref=terms)  # already checked: left as it is
-            assert loop.time() - began < 5, "no call waited for the hidden input"
+            for name in ("I accept the terms", "Newsletter", "Gift wrap", "Pro $10 a month"):
+                went = await agent.call("check", run_id=run_id, ref=refs[name])
+                assert went["url"] == f"{site.url}/styled", went
+            await agent.call("click", run_id=run_id, ref=refs["Dark mode"])
+            await agent.call("check", run_id=run_id, ref=refs["I accept the terms"])  # checked already: left so
+            assert loop.time() - began < 5, "no call waited for a hidden input"
             shot = await agent.call("snapshot", run_id=run_id)
-            for name in ("I accept the terms", "Newsletter", "Dark mode"):
-                assert f'checkbox "{name}" [checked]' in shot, shot
+            for name in ("I accept the terms", "Newsletter", "Dark mode", "Gift wrap", "Pro $10 a month"):
+                assert f'"{name}" [checked]' in shot, shot
+            await agent.call("click", run_id=run_id, ref=_ref_of(shot, 'radio "Free $0"'))
             await agent.call("check", run_id=run_id, ref=_ref_of(shot, 'checkbox "Newsletter"'), checked=False)
-            assert 'checkbox "Newsletter" [ref=' in await agent.call("snapshot", run_id=run_id)
+            shot = await agent.call("snapshot", run_id=run_id)
+            assert '"Free $0" [checked]' in shot and '"Pro $10 a month" [ref=' in shot, shot
+            assert '"Newsletter" [ref=' in shot, shot
 
         play(tmp_path, scenario)
 

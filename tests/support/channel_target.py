@@ -138,15 +138,22 @@ _EXTRA = {
     "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
     "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
     # what real pages draw with divs and spans: a price, a stock line, a confirmation, each in a
-    # block of its own with no role; and checkboxes drawn by their labels (the input hidden, or
-    # clipped under its label as Bootstrap's, or of no size under a switch)
-    "styled": "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
+    # block of its own with no role; and checkboxes and radios drawn by their labels, as sites
+    # style them: the input hidden (with a link in its label), clipped under its label
+    # (Bootstrap's), of no size under a switch, under a box its label draws over it, or hidden in
+    # a card the label makes of a heading and a price
+    "styled": "<style>.c{{position:relative;padding-left:25px}}.c input{{position:absolute;left:0;top:0}}"
+    ".c .box{{position:absolute;left:0;top:0;width:20px;height:20px;background:#eee}}</style>"
+    "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
     "<div><div>Order #1234 placed</div><button id=more>More</button></div>"
-    "<label><input type=checkbox id=terms style='display:none'><span>I accept the terms</span></label>"
+    "<label><input type=checkbox id=terms style='display:none'>I accept the <a href='/done?from=terms'>terms</a></label>"
     "<input type=checkbox id=news style='position:absolute;clip:rect(0,0,0,0);pointer-events:none'>"
     "<label for=news>Newsletter</label>"
     "<label><input type=checkbox id=dark style='opacity:0;position:absolute;width:0;height:0'>"
-    "<span style='display:inline-block;width:40px;height:20px;background:#ccc'></span> Dark mode</label>",
+    "<span style='display:inline-block;width:40px;height:20px;background:#ccc'></span> Dark mode</label>"
+    "<label class=c>Gift wrap<input type=checkbox id=gift><span class=box></span></label>"
+    "<label><input type=radio name=plan id=pro style='display:none'><h3>Pro</h3><p>$10 a month</p></label>"
+    "<label><input type=radio name=plan id=free style='display:none'><h3>Free</h3><p>$0</p></label>",
     # a field whose typing the page sends over its socket a moment later (a debounced live
     # search, a draft saved as one types): the message leaves after the fill's answer
     "typed-later": "<p id=state>connecting</p><input id=q oninput=\"setTimeout(()=>{{ws.send('land:{key}');"
