@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .._lazy import face
 
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
+    from ._actionable import set_checked
     from ._calls import MaySend
     from ._export import export_flow
     from ._service import AgentPolicy, AgentService, submit_status
@@ -32,6 +33,7 @@ __all__ = [
     "click_and_settle",
     "export_flow",
     "go_back",
+    "set_checked",
     "settled",
     "submit_status",
     "verifier",

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from playwright.async_api import ElementHandle, Locator
+from playwright.async_api import ElementHandle, Locator, Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-__all__ = ["ACTION_TIMEOUT", "on_element", "stand_in"]
+__all__ = ["ACTION_TIMEOUT", "click", "on_element", "set_checked", "stand_in"]
 
 T = TypeVar("T")
 
@@ -108,13 +108,49 @@ _STAND_IN = """el => {
 }"""
 
 
-async def stand_in(element: Locator) -> ElementHandle | None:
+async def stand_in(element: Locator, seconds: float = ACTION_TIMEOUT) -> ElementHandle | None:
     """What a person clicks instead of ``element``: for a checkbox or radio drawn by its label (its
     own input hidden, clipped, of no size, or under a box the label draws), its label, or an
     element in it whose middle is its own, not a link in it. None for any other element (the
     caller disposes of the handle)."""
-    handle = await on_element("click", element.evaluate_handle(_STAND_IN, timeout=ACTION_TIMEOUT * 1000))
+    handle = await on_element("click", element.evaluate_handle(_STAND_IN, timeout=seconds * 1000), seconds)
     found = handle.as_element()
     if found is None:
         await handle.dispose()
     return found
+
+
+async def click(page: Page, selector: str, seconds: float = ACTION_TIMEOUT) -> None:
+    """Click ``selector`` as a person does: a checkbox or radio drawn by its label through the
+    label (:func:`stand_in`); waiting at most ``seconds`` for it to take the click."""
+    element = page.locator(selector)
+    label = await stand_in(element, seconds)
+    if label is None:
+        await on_element("click", element.click(timeout=seconds * 1000), seconds)
+        return
+    try:
+        await on_element("click", label.click(timeout=seconds * 1000), seconds)
+    finally:
+        await label.dispose()
+
+
+async def set_checked(page: Page, selector: str, checked: bool = True, *, timeout: float = ACTION_TIMEOUT) -> None:
+    """Check (or uncheck) the checkbox or radio ``selector`` as a person does: one the page draws
+    with its label is set through the label, only if it is not as asked. ``ValueError`` if it did
+    not change (or to uncheck a radio); Playwright's ``TimeoutError``, saying why, if it would
+    not take the click within ``timeout`` seconds."""
+    element = page.locator(selector)
+    label = await stand_in(element, timeout)
+    if label is None:
+        await on_element("check", element.set_checked(checked, timeout=timeout * 1000), timeout)
+        return
+    try:
+        if await element.is_checked() == checked:
+            return
+        if not checked and await element.get_attribute("type") == "radio":
+            raise ValueError("a radio button cannot be unchecked: check another of its group")
+        await on_element("check", label.click(timeout=timeout * 1000), timeout)
+        if await element.is_checked() != checked:
+            raise ValueError("a click on its label did not change it: click what the page draws as the box")
+    finally:
+        await label.dispose()

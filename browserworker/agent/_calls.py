@@ -24,7 +24,7 @@ from playwright.async_api import Error as PlaywrightError
 from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
 from ..store.records import AttemptRecord, EventRecord
-from ._actionable import ACTION_TIMEOUT, on_element, stand_in
+from ._actionable import ACTION_TIMEOUT, on_element, set_checked
 from ._settle import SETTLE_LONG, Downloads, click_and_settle, go_back, loaded, settled
 from ._snapshot import MARK_SECRET, Target
 from ._uploads import changed_file, choose_files
@@ -261,27 +261,14 @@ def _back(call: Call, how: _How) -> StepFn:
 
 def _click(call: Call, how: _How) -> StepFn:
     async def click(ctx: StepContext[Any]) -> dict[str, Any]:
-        selector = _selector(call, how)
-        label = await stand_in(ctx.page.locator(selector))
-        if label is None:
-            return await click_and_settle(
-                ctx.page,
-                selector,
-                acted=how.acted,
-                close_opened=True,
-                downloads=how.saves,
-                click_timeout=ACTION_TIMEOUT,
-            )
-        try:  # a checkbox or radio drawn by its label: the label clicked, as a person does
-            return await settled(
-                ctx.page,
-                lambda: on_element("click", label.click(timeout=ACTION_TIMEOUT * 1000)),
-                acted=how.acted,
-                close_opened=True,
-                downloads=how.saves,
-            )
-        finally:
-            await label.dispose()
+        return await click_and_settle(
+            ctx.page,
+            _selector(call, how),
+            acted=how.acted,
+            close_opened=True,
+            downloads=how.saves,
+            click_timeout=ACTION_TIMEOUT,
+        )
 
     return click
 
@@ -330,22 +317,7 @@ def _select(call: Call, how: _How) -> StepFn:
 
 def _check(call: Call, how: _How) -> StepFn:
     async def check(ctx: StepContext[Any]) -> None:
-        element = ctx.page.locator(_selector(call, how))
-        want = bool(call.args.get("checked", True))
-        label = await stand_in(element)
-        if label is None:
-            await on_element("check", element.set_checked(want, timeout=ACTION_TIMEOUT * 1000))
-            return
-        try:  # a checkbox or radio drawn by its label: the label clicked if it is not as asked
-            if await element.is_checked() == want:
-                return
-            if not want and await element.get_attribute("type") == "radio":
-                raise ValueError("a radio button cannot be unchecked: check another of its group")
-            await on_element("check", label.click(timeout=ACTION_TIMEOUT * 1000))
-            if await element.is_checked() != want:
-                raise ValueError("a click on its label did not change it: click what the page draws as the box")
-        finally:
-            await label.dispose()
+        await set_checked(ctx.page, _selector(call, how), bool(call.args.get("checked", True)))
 
     return check
 

@@ -163,7 +163,7 @@ class _Writer:
         elif call.tool == "select":
             lines.append(f"    await ctx.page.locator({selector}).select_option({args['values']!r})")
         elif call.tool == "check":
-            lines.append(f"    await ctx.page.locator({selector}).set_checked({bool(args.get('checked', True))!r})")
+            lines.append(f"    await set_checked(ctx.page, {selector}, {bool(args.get('checked', True))!r})")
         elif call.tool == "upload":
             lines.append(f"    await choose_files(ctx.page, {selector}, {self._files(call)})")
         elif call.tool == "press":
@@ -194,7 +194,7 @@ class _Writer:
             "from browserworker.agent import "
             + ("MaySend, " if self.may_send else "")
             + ("choose_files, " if self.uploads else "")
-            + "click_and_settle, go_back, settled, verifier",
+            + "click_and_settle, go_back, set_checked, settled, verifier",
             "",
             "",
             "class Inputs(BaseModel):",

@@ -20,7 +20,7 @@ from playwright.async_api import Dialog, Download, Frame, Page, Request, Respons
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-from ._actionable import on_element
+from ._actionable import click
 
 __all__ = [
     "SETTLE_LONG",
@@ -69,13 +69,14 @@ async def click_and_settle(
     order?") accepted only with ``confirm=True`` (a submit: the click is the decision), else
     dismissed (what it guards is not done).
 
-    ``click_timeout`` (seconds, ``timeout`` if not given) bounds the wait for the element to take
-    the click; past it Playwright's ``TimeoutError`` says what stood in the way (a banner over it)."""
-    click = page.locator(selector).click
+    A checkbox or radio the page draws with its label (the input itself hidden) is clicked through
+    its label, as a person does. ``click_timeout`` (seconds, ``timeout`` if not given) bounds the
+    wait for the element to take the click; past it Playwright's ``TimeoutError`` says what stood
+    in the way (a banner over it)."""
     waits = timeout if click_timeout is None else click_timeout
     return await settled(
         page,
-        lambda: on_element("click", click(timeout=waits * 1000), waits),
+        lambda: click(page, selector, waits),
         timeout=timeout,
         acted=acted,
         confirm=confirm,

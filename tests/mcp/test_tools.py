@@ -21,6 +21,7 @@ from browserworker.runtime import ApprovalSettings
 from browserworker.states import RunState
 from browserworker.store import Store, open_store
 from tests.support.agent import Agent, order_verify
+from tests.support.bw import BW
 from tests.support.channel_target import ChannelTarget
 
 pytestmark = pytest.mark.browser
@@ -429,7 +430,8 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
     again. Checkboxes and radios drawn by their labels (the input hidden, clipped under its label,
     of no size, under a box the label draws, in a card) are listed as such, named by their labels;
     ``check`` and ``click`` set them through the label, as a person does, at once, never through a
-    link in the label."""
+    link in the label; so does the session's exported flow, run with no model."""
+    exported: dict[str, str] = {}
     with ChannelTarget() as site:
 
         async def scenario(agent: Agent, store: Store) -> None:
@@ -466,8 +468,17 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
             shot = await agent.call("snapshot", run_id=run_id)
             assert '"Free $0" [checked]' in shot and '"Pro $10 a month" [ref=' in shot, shot
             assert '"Newsletter" [ref=' in shot, shot
+            exported["source"] = export_flow(store, run_id)
 
         play(tmp_path, scenario)
+        flow = tmp_path / "styled_flow.py"
+        flow.write_text(exported["source"])
+        assert "await set_checked(ctx.page, '#terms', True)" in exported["source"], exported["source"]
+        runner = BW(db=tmp_path / "runs.db")
+        done = runner.run("run", str(flow), "--db", str(runner.db), "--json")
+        assert done.returncode == 0 and json.loads(done.stdout)["run"]["state"] == "SUCCEEDED", (
+            done.stdout + done.stderr
+        )
 
 
 def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) -> None:
