@@ -556,13 +556,8 @@ class AgentService:
             and latest.state not in (AttemptState.INTENT, AttemptState.UNKNOWN)
             and not (latest.decided_by or "").startswith("approval_")
         ):
-            return {
-                "run_id": s.run_id,
-                "status": "failed",
-                "effect_key": call.key,
-                "seq": call.seq,
-                "reason": latest.error,
-            }
+            failed = {"run_id": s.run_id, "status": "failed", "effect_key": call.key, "seq": call.seq}
+            return failed | {"reason": latest.error} | _unsent(latest.state)
         history = await s.history(upto=call.seq)
         outcome = await s.live.effect(s.step(call), lambda: history)  # type: ignore[arg-type]
         return await self._answer(s, call, outcome)
@@ -580,8 +575,11 @@ class AgentService:
                 "approve_at": self.policy.link(s.run_id),
                 "reason": "a person approves this request first; nothing was sent. Call submit again (same arguments) to poll",
             }
-        if outcome.kind in ("cancelled", "failed"):
+        if outcome.kind == "cancelled":
             return base | {"status": outcome.kind, "reason": outcome.reason}
+        if outcome.kind == "failed":
+            latest = latest_by_step(await s.live.journal.attempts()).get(call.step_id)
+            return base | {"status": "failed", "reason": outcome.reason} | _unsent(latest.state if latest else None)
         attempts = [a for a in await s.live.journal.attempts() if a.step_id == call.step_id]
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
@@ -699,6 +697,13 @@ async def _alerts(page: Any) -> list[str]:
 def _is_last(session: AgentSession, step: Step) -> bool:
     """Whether ``step`` replays the session's last journaled call."""
     return bool(session.calls) and session.calls[-1].step_id == step.id and not session.calls[-1].is_effect
+
+
+def _unsent(state: AttemptState | None) -> dict[str, str]:
+    """The note of a failed submit that provably sent nothing (its click never landed, say)."""
+    if state != AttemptState.FAILED_BEFORE_SEND:
+        return {}
+    return {"note": "nothing was sent; this effect_key is spent: once the page is ready, submit with a new effect_key"}
 
 
 _NOTHING_SENT = (

@@ -215,6 +215,7 @@ _JS = r"""
       if (!['link', 'button', 'combobox', 'textbox'].includes(role)) walk(c, depth + 1, quiet || (!!name && !CONTAINERS.includes(role)));
     }
   };
+  if (!document.body.isContentEditable && own(document.body)) { lines.push('- text: ' + own(document.body)); count++; }
   walk(document.body.isContentEditable ? {children: [document.body]} : document.body, 0, false);  // an editor's frame
   return {lines, refs, frames, next: n, count, truncated: count >= limit, title: document.title};
 }

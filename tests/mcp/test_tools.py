@@ -415,6 +415,9 @@ def test_an_element_something_covers_is_told_at_once_not_waited_for(tmp_path: Pa
             verify = {"get": f"/count?key={key}", "path": "count"}
             first = await agent.call("submit", run_id=run_id, selector="#buy", effect_key="buy", verify=verify)
             assert first["status"] == "failed" and "intercepts pointer events" in first["reason"], first
+            assert "nothing was sent" in first["note"] and "new effect_key" in first["note"], first
+            retried = await agent.call("submit", run_id=run_id, selector="#buy", effect_key="buy", verify=verify)
+            assert retried["status"] == "failed" and retried["note"] == first["note"], retried
             assert site.landings(key) == 0
             await agent.call("click", run_id=run_id, selector="#accept")
             again = await agent.call("submit", run_id=run_id, selector="#buy", effect_key="buy-2", verify=verify)
@@ -438,7 +441,13 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
             loop = asyncio.get_running_loop()
             run_id = (await agent.call("open_session", site=f"{site.url}/styled"))["run_id"]
             shot = await agent.call("snapshot", run_id=run_id)
-            for line in ("- text: Total: $5.00", "- text: Only 3 left", "- text: Order #1234 placed"):
+            texts = (
+                "- text: Signed in as demo",
+                "- text: Total: $5.00",
+                "- text: Only 3 left",
+                "- text: Order #1234 placed",
+            )
+            for line in texts:
                 assert line in shot.splitlines(), shot
             assert 'button "More"' in shot and "text: More" not in shot and "text: Newsletter" not in shot, shot
             assert '  - link "terms"' in shot and "heading" not in shot, shot

@@ -142,7 +142,7 @@ _EXTRA = {
     # style them: the input hidden (with a link in its label), clipped under its label
     # (Bootstrap's), of no size under a switch, under a box its label draws over it, or hidden in
     # a card the label makes of a heading and a price
-    "styled": "<style>.c{{position:relative;padding-left:25px}}.c input{{position:absolute;left:0;top:0}}"
+    "styled": "Signed in as demo<style>.c{{position:relative;padding-left:25px}}.c input{{position:absolute;left:0;top:0}}"
     ".c .box{{position:absolute;left:0;top:0;width:20px;height:20px;background:#eee}}</style>"
     "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
     "<div><div>Order #1234 placed</div><button id=more>More</button></div>"
