@@ -20,7 +20,9 @@ from typing import TypeVar
 from playwright.async_api import ElementHandle, Locator, Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-__all__ = ["ACTION_TIMEOUT", "click", "on_element", "set_checked", "stand_in"]
+from ._snapshot import Target
+
+__all__ = ["ACTION_TIMEOUT", "click", "on_element", "refused_value", "set_checked", "stand_in"]
 
 T = TypeVar("T")
 
@@ -154,3 +156,25 @@ async def set_checked(page: Page, selector: str, checked: bool = True, *, timeou
             raise ValueError("a click on its label did not change it: click what the page draws as the box")
     finally:
         await label.dispose()
+
+
+_FORMATS = {
+    "date": "YYYY-MM-DD (2026-12-24)",
+    "time": "HH:MM (14:30)",
+    "datetime-local": "YYYY-MM-DDTHH:MM (2026-12-24T14:30)",
+    "month": "YYYY-MM (2026-12)",
+    "week": "YYYY-Www (2026-W52)",
+}
+"""The fields that take a value only in their own format, and that format."""
+
+
+async def refused_value(page: Page, selector: str, target: Target | None, value: object) -> str | None:
+    """Why a date or time field a fill typed ``value`` into is still empty (the browser drops a
+    value not in the field's format, and Playwright says nothing), or None. Any other field is
+    not looked at again (no round trip)."""
+    kind = target.type if target is not None else ""
+    if kind not in _FORMATS or not isinstance(value, str) or not value:
+        return None
+    if await page.locator(selector).input_value(timeout=ACTION_TIMEOUT * 1000):
+        return None
+    return f"the {kind} field took nothing from {value!r}: it takes {_FORMATS[kind]}; fill it again so"

@@ -310,7 +310,15 @@ def _select(call: Call, how: _How) -> StepFn:
         choose = ctx.page.locator(_selector(call, how)).select_option(
             call.args["values"], timeout=ACTION_TIMEOUT * 1000
         )
-        return await on_element("choice", choose)
+        try:
+            return await on_element("choice", choose)
+        except PlaywrightError as exc:
+            if "not a <select>" not in str(exc):
+                raise
+            raise ValueError(
+                "it is not a <select> but a list the page draws itself: click it, take a snapshot, and "
+                "click the option it shows"
+            ) from None
 
     return select
 

@@ -48,6 +48,7 @@ from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import AttemptRecord, NewRun, RunRecord
+from ._actionable import refused_value
 from ._calls import Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
     EVIDENCE,
@@ -441,6 +442,11 @@ class AgentService:
             call = Call(seq=s.next_seq(), tool=tool, args=dict(args, ref=ref, selector=selector))
             step = s.step(call, live_selector=aimed[0] if aimed else None, acted=s.acted)
             call, outcome = await s.act(call, step, aimed, secret=secret)
+            if outcome.kind == "done" and call.tool == "fill" and aimed is not None:
+                refused = await refused_value(s.page, aimed[0], call.target, call.args.get("value"))
+                if refused is not None:  # a date typed as the field does not take it: it stayed empty
+                    await s.undo(call)
+                    raise ToolCallError(f"fill failed: {refused}")
             answer = self._staged(s, call, outcome)
             if call.args.get("secret") and aimed is not None:  # masked in snapshots and screenshots from now on
                 await s.page.eval_on_selector_all(aimed[0], f"els => els.forEach({MARK_SECRET})")

@@ -433,7 +433,9 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
     again. Checkboxes and radios drawn by their labels (the input hidden, clipped under its label,
     of no size, under a box the label draws, in a card) are listed as such, named by their labels;
     ``check`` and ``click`` set them through the label, as a person does, at once, never through a
-    link in the label; so does the session's exported flow, run with no model."""
+    link in the label; so does the session's exported flow, run with no model. A date typed as a
+    date field does not take it (the browser leaves it empty) is a tool error naming the format,
+    journaled as not done; ``select`` on a list box the page draws itself says to click it."""
     exported: dict[str, str] = {}
     with ChannelTarget() as site:
 
@@ -477,6 +479,21 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
             shot = await agent.call("snapshot", run_id=run_id)
             assert '"Free $0" [checked]' in shot and '"Pro $10 a month" [ref=' in shot, shot
             assert '"Newsletter" [ref=' in shot, shot
+            when = _ref_of(shot, 'textbox "Delivery"')
+            refused = await agent.error("fill", run_id=run_id, ref=when, value="24/12/2026")
+            assert "took nothing from '24/12/2026'" in refused and "YYYY-MM-DD" in refused, refused
+            await agent.call("fill", run_id=run_id, ref=when, value="2026-12-24")
+            assert 'textbox "Delivery" [ref=' in (shot := await agent.call("snapshot", run_id=run_id)), shot
+            assert shot.split('textbox "Delivery" [ref=')[1].split("\n")[0].endswith(": 2026-12-24"), shot
+            fills = [c.args for c in journaled_calls(store.events(run_id)) if c.tool == "fill"]
+            assert [(f["value"], f["ok"]) for f in fills] == [("24/12/2026", False), ("2026-12-24", True)], fills
+            drawn = _ref_of(shot, 'combobox "Size"')
+            said = await agent.error("select", run_id=run_id, ref=drawn, values=["Large"])
+            assert "not a <select>" in said and "click it" in said, said
+            await agent.call("click", run_id=run_id, ref=drawn)
+            shot = await agent.call("snapshot", run_id=run_id)
+            await agent.call("click", run_id=run_id, ref=_ref_of(shot, 'option "Large"'))
+            assert 'combobox "Size: Large"' in await agent.call("snapshot", run_id=run_id)
             exported["source"] = export_flow(store, run_id)
 
         play(tmp_path, scenario)

@@ -141,7 +141,8 @@ _EXTRA = {
     # block of its own with no role; and checkboxes and radios drawn by their labels, as sites
     # style them: the input hidden (with a link in its label), clipped under its label
     # (Bootstrap's), of no size under a switch, under a box its label draws over it, or hidden in
-    # a card the label makes of a heading and a price
+    # a card the label makes of a heading and a price; a date field (it takes only YYYY-MM-DD); a
+    # list box the page draws itself (a div and a list, no <select>)
     "styled": "Signed in as demo<style>.c{{position:relative;padding-left:25px}}.c input{{position:absolute;left:0;top:0}}"
     ".c .box{{position:absolute;left:0;top:0;width:20px;height:20px;background:#eee}}</style>"
     "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
@@ -153,7 +154,11 @@ _EXTRA = {
     "<span style='display:inline-block;width:40px;height:20px;background:#ccc'></span> Dark mode</label>"
     "<label class=c>Gift wrap<input type=checkbox id=gift><span class=box></span></label>"
     "<label><input type=radio name=plan id=pro style='display:none'><h3>Pro</h3><p>$10 a month</p></label>"
-    "<label><input type=radio name=plan id=free style='display:none'><h3>Free</h3><p>$0</p></label>",
+    "<label><input type=radio name=plan id=free style='display:none'><h3>Free</h3><p>$0</p></label>"
+    "<label>Delivery <input type=date id=when></label>"
+    "<div id=size role=combobox tabindex=0 onclick=\"document.getElementById('sizes').hidden=false\">Size</div>"
+    "<ul id=sizes role=listbox hidden><li role=option onclick=\"document.getElementById('size').textContent="
+    "'Size: Large';document.getElementById('sizes').hidden=true\">Large</li></ul>",
     # a field whose typing the page sends over its socket a moment later (a debounced live
     # search, a draft saved as one types): the message leaves after the fill's answer
     "typed-later": "<p id=state>connecting</p><input id=q oninput=\"setTimeout(()=>{{ws.send('land:{key}');"
