@@ -135,6 +135,12 @@ _JS = r"""
   for (const r of roots) for (const a of [attr, frameAttr]) for (const el of r.querySelectorAll('[' + a + ']')) el.removeAttribute(a);
   const frames = [];  // each frame element shown: the lines of its document go after its own line
   const own = (el) => clean([...el.childNodes].filter(t => t.nodeType === 3).map(t => t.textContent).join(' '));
+  // lines of text have a budget of their own: a long article never crowds out what can be acted on
+  let said = 0, unsaid = 0;
+  const say = (depth, t) => { if (said < limit) { lines.push('  '.repeat(depth) + '- text: ' + t); said++; } else unsaid++; };
+  // a plain element the page makes clickable (a "div button": its own click handler or pointer)
+  const clickable = (el) => el.hasAttribute('onclick') || (getComputedStyle(el).cursor === 'pointer'
+    && !(el.parentElement && getComputedStyle(el.parentElement).cursor === 'pointer'));
   // ``quiet``: the text under here names an element already listed (a label's, a heading's): only
   // what can be acted on is listed under it
   const walk = (el, depth, quiet) => {
@@ -171,7 +177,15 @@ _JS = r"""
       const role = roleOf(c);
       if (!role) {  // a block of text: a line for each line the page shows of it
         const texts = quiet ? [] : holds.has(c) ? [own(c)] : (c.innerText || '').split('\n').map(clean);
-        for (const t of texts) if (t && count < limit) { lines.push('  '.repeat(depth) + '- text: ' + t); count++; }
+        if (!holds.has(c) && texts.some(t => t) && clickable(c)) {
+          const name = clean(c.innerText), ref = 'e' + (n++);
+          c.setAttribute(attr, ref);
+          lines.push('  '.repeat(depth) + '- generic "' + name.replace(/"/g, "'") + '" [cursor=pointer] [ref=' + ref + ']'); count++;
+          refs[ref] = {selector: selectorOf(c, 'generic', name), role: 'generic', name, tag: c.tagName.toLowerCase(),
+            type: '', field: '', secret: false};
+          continue;
+        }
+        for (const t of texts) if (t) say(depth, t);
         if (holds.has(c)) walk(c, depth, quiet);
         continue;
       }
@@ -215,8 +229,9 @@ _JS = r"""
       if (!['link', 'button', 'combobox', 'textbox'].includes(role)) walk(c, depth + 1, quiet || (!!name && !CONTAINERS.includes(role)));
     }
   };
-  if (!document.body.isContentEditable && own(document.body)) { lines.push('- text: ' + own(document.body)); count++; }
+  if (!document.body.isContentEditable && own(document.body)) say(0, own(document.body));
   walk(document.body.isContentEditable ? {children: [document.body]} : document.body, 0, false);  // an editor's frame
+  if (unsaid) lines.push('- (' + unsaid + ' more lines of text not shown: extract reads them)');
   return {lines, refs, frames, next: n, count, truncated: count >= limit, title: document.title};
 }
 """

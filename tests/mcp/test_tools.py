@@ -15,6 +15,7 @@ from mcp import Client
 
 from browserworker.agent import AgentPolicy, AgentService, export_flow
 from browserworker.agent._calls import journaled_calls
+from browserworker.agent._snapshot import take_snapshot
 from browserworker.flow import Action, Effect, load_flow
 from browserworker.mcp import build_server
 from browserworker.runtime import ApprovalSettings
@@ -429,8 +430,9 @@ def test_an_element_something_covers_is_told_at_once_not_waited_for(tmp_path: Pa
 
 def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_checked(tmp_path: Path) -> None:
     """What a page writes in divs and spans (a total, a stock line, an order's confirmation) is in
-    the snapshot, a line for each line shown; a label's text names its control and is not said
-    again. Checkboxes and radios drawn by their labels (the input hidden, clipped under its label,
+    the snapshot, a line for each line shown (on a budget of their own, which never crowds out what
+    can be acted on), and a div the page makes clickable has a ref; a label's text names its
+    control and is not said again. Checkboxes and radios drawn by their labels (the input hidden, clipped under its label,
     of no size, under a box the label draws, in a card) are listed as such, named by their labels;
     ``check`` and ``click`` set them through the label, as a person does, at once, never through a
     link in the label; so does the session's exported flow, run with no model. A date typed as a
@@ -453,6 +455,13 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
                 assert line in shot.splitlines(), shot
             assert 'button "More"' in shot and "text: More" not in shot and "text: Newsletter" not in shot, shot
             assert '  - link "terms"' in shot and "heading" not in shot, shot
+            await agent.call("click", run_id=run_id, ref=_ref_of(shot, 'generic "Add to cart" [cursor=pointer]'))
+            session = agent.service.live[run_id]
+            cut = await take_snapshot(session.page, 900, limit=3)  # text has a budget of its own
+            assert cut.text.count("- text: ") == 3 and 'button "More"' in cut.text, cut.text
+            assert "1 more lines of text not shown" in cut.text, cut.text
+            shot = await agent.call("snapshot", run_id=run_id)
+            assert 'generic "Added" [cursor=pointer]' in shot, shot
             refs = {
                 name: _ref_of(shot, f'{role} "{name}"')
                 for role, name in (

@@ -138,7 +138,7 @@ _EXTRA = {
     "<script>const ws=new WebSocket('ws://'+location.host+'/ws');"
     "ws.onopen=()=>document.getElementById('state').textContent='connected'</script>",
     # what real pages draw with divs and spans: a price, a stock line, a confirmation, each in a
-    # block of its own with no role; and checkboxes and radios drawn by their labels, as sites
+    # block of its own with no role, and a "button" that is a div with a click handler; and checkboxes and radios drawn by their labels, as sites
     # style them: the input hidden (with a link in its label), clipped under its label
     # (Bootstrap's), of no size under a switch, under a box its label draws over it, or hidden in
     # a card the label makes of a heading and a price; a date field (it takes only YYYY-MM-DD); a
@@ -147,6 +147,7 @@ _EXTRA = {
     ".c .box{{position:absolute;left:0;top:0;width:20px;height:20px;background:#eee}}</style>"
     "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
     "<div><div>Order #1234 placed</div><button id=more>More</button></div>"
+    "<div style='cursor:pointer' onclick=\"this.textContent='Added'\">Add to cart</div>"
     "<label><input type=checkbox id=terms style='display:none'>I accept the <a href='/done?from=terms'>terms</a></label>"
     "<input type=checkbox id=news style='position:absolute;clip:rect(0,0,0,0);pointer-events:none'>"
     "<label for=news>Newsletter</label>"
