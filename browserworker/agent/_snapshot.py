@@ -134,7 +134,9 @@ _JS = r"""
   walk0(document.body);
   for (const r of roots) for (const a of [attr, frameAttr]) for (const el of r.querySelectorAll('[' + a + ']')) el.removeAttribute(a);
   const frames = [];  // each frame element shown: the lines of its document go after its own line
-  const own = (el) => clean([...el.childNodes].filter(t => t.nodeType === 3).map(t => t.textContent).join(' '));
+  // what walk reads: the rendered tree's nodes, text nodes too (a text where it sits among elements)
+  const nodes = (el) => el.shadowRoot ? el.shadowRoot.childNodes
+    : el.tagName === 'SLOT' && el.assignedNodes().length ? el.assignedNodes({flatten: true}) : el.childNodes || el.children;
   // lines of text have a budget of their own: a long article never crowds out what can be acted on
   let said = 0, unsaid = 0;
   const say = (depth, t) => { if (said < limit) { lines.push('  '.repeat(depth) + '- text: ' + t); said++; } else unsaid++; };
@@ -144,8 +146,10 @@ _JS = r"""
   // ``quiet``: the text under here names an element already listed (a label's, a heading's): only
   // what can be acted on is listed under it
   const walk = (el, depth, quiet) => {
-    for (const c of kids(el)) {
+    for (const c of nodes(el)) {
       if (count >= limit) return;
+      if (c.nodeType === 3) { const t = quiet ? '' : clean(c.textContent); if (t) say(depth, t); continue; }
+      if (c.nodeType !== 1) continue;
       if (c.tagName === 'LABEL' && c.control && !quiet && !hidden(c)) {
         const box = c.control;
         if ((box.type === 'checkbox' || box.type === 'radio') && hidden(box)) {
@@ -176,7 +180,7 @@ _JS = r"""
       }
       const role = roleOf(c);
       if (!role) {  // a block of text: a line for each line the page shows of it
-        const texts = quiet ? [] : holds.has(c) ? [own(c)] : (c.innerText || '').split('\n').map(clean);
+        const texts = quiet || holds.has(c) ? [] : (c.innerText || '').split('\n').map(clean);
         if (!holds.has(c) && texts.some(t => t) && clickable(c)) {
           const name = clean(c.innerText), ref = 'e' + (n++);
           c.setAttribute(attr, ref);
@@ -229,7 +233,6 @@ _JS = r"""
       if (!['link', 'button', 'combobox', 'textbox'].includes(role)) walk(c, depth + 1, quiet || (!!name && !CONTAINERS.includes(role)));
     }
   };
-  if (!document.body.isContentEditable && own(document.body)) say(0, own(document.body));
   walk(document.body.isContentEditable ? {children: [document.body]} : document.body, 0, false);  // an editor's frame
   if (unsaid) lines.push('- (' + unsaid + ' more lines of text not shown: extract reads them)');
   return {lines, refs, frames, next: n, count, truncated: count >= limit, title: document.title};

@@ -147,6 +147,7 @@ _EXTRA = {
     ".c .box{{position:absolute;left:0;top:0;width:20px;height:20px;background:#eee}}</style>"
     "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
     "<div><div>Order #1234 placed</div><button id=more>More</button></div>"
+    "<p>By ordering you accept the <a href='/done?from=rules'>rules</a> of the shop.</p>"
     "<div style='cursor:pointer' onclick=\"this.textContent='Added'\">Add to cart</div>"
     "<label><input type=checkbox id=terms style='display:none'>I accept the <a href='/done?from=terms'>terms</a></label>"
     "<input type=checkbox id=news style='position:absolute;clip:rect(0,0,0,0);pointer-events:none'>"
