@@ -53,7 +53,7 @@ _ADVICE = (
 )
 
 
-def hindrance(log: str) -> str:
+def _hindrance(log: str) -> str:
     """What kept an element from taking an action, from a Playwright timeout's message: the last
     line of its call log that says something of the element, with what to do about it."""
     said = None
@@ -77,7 +77,7 @@ async def on_element(verb: str, action: Awaitable[T], seconds: float = ACTION_TI
         return await action
     except PlaywrightTimeout as exc:
         raise PlaywrightTimeout(
-            f"the element is on the page but would not take the {verb} within {seconds:g} s: {hindrance(str(exc))}; "
+            f"the element is on the page but would not take the {verb} within {seconds:g} s: {_hindrance(str(exc))}; "
             "take a snapshot to see the page as it is"
         ) from None
 

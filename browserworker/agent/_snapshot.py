@@ -182,7 +182,7 @@ _JS = r"""
       if (!role) {  // a block of text: a line for each line the page shows of it
         const texts = quiet || holds.has(c) ? [] : (c.innerText || '').split('\n').map(clean);
         if (!holds.has(c) && texts.some(t => t) && clickable(c)) {
-          const name = clean(c.innerText), ref = 'e' + (n++);
+          const name = clean(texts.join(' ')), ref = 'e' + (n++);
           c.setAttribute(attr, ref);
           lines.push('  '.repeat(depth) + '- generic "' + name.replace(/"/g, "'") + '" [cursor=pointer] [ref=' + ref + ']'); count++;
           refs[ref] = {selector: selectorOf(c, 'generic', name), role: 'generic', name, tag: c.tagName.toLowerCase(),
