@@ -1,7 +1,7 @@
 """Benchmark (b): control-plane throughput with no browser, and its peers.
 
-Ours: runs of one no-op effect through the full journal — claim (a first lease: like the
-executor, no history read), RUNNING, the step boundary, intent, the gate's dispatch commit and
+Ours: runs of one no-op effect through the full journal — claim (a first lease, started in the
+claim's write as the worker claims: like the executor, no history read), the step boundary, intent, the gate's dispatch commit and
 response, outcome, SUCCEEDED — the store calls the executor makes for such a run, reads included, in its order, through
 the same AsyncStore (group commit), at synchronous=FULL. Peers: Huey's SqliteHuey
 (fsync=True: synchronous=FULL, WAL) and DBOS Transact workflows of one step on its SQLite
@@ -65,13 +65,16 @@ async def drain_store(store: Store, concurrency: int) -> dict[str, Any]:
     async def one_run() -> bool:
         # the store calls browserworker.executor (and its gate) make for a fresh run of one
         # effect that sends one request, in order; the reads included
-        run = await astore.call(store.claim_next, owner, ["default"], 60.0)
+        run = await astore.call(store.claim_next, owner, ["default"], 60.0, start=True)  # as the worker claims
         if run is None:
             return False
         epoch = run.lease_epoch
         if not run.fresh:  # as the executor: a run leased for the first time has no history to read
             await astore.call(store.history, run.id)
-        await astore.call(store.advance_run, run.id, epoch, RunState.RUNNING, worker=owner.worker, decision="started")
+        if run.state != RunState.RUNNING:  # as the executor: a fresh run was started by its claim
+            await astore.call(
+                store.advance_run, run.id, epoch, RunState.RUNNING, worker=owner.worker, decision="started"
+            )
         await astore.call(store.effect_boundary, run.id, "effect")  # cancel requested? the step's latest attempt
         attempt = await astore.call(
             store.begin_attempt,

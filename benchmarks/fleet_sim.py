@@ -4,7 +4,7 @@ Each simulated host is a process with one store (its pool, one ``AsyncStore`` wi
 commit) and N slots. A slot claims a run (``claim_next``, timed) and makes the store calls a
 run of six actions and four effects makes (the shape of benchmark (a)'s flow), with a real :class:`~browserworker.journal.Lease`
 heartbeating it at the real cadence (TTL 30 s: every 10 s); between its steps it sleeps 0.5-2 s
-(what a page would take): RUNNING, each action's attempt begun and finished, each effect's
+(what a page would take): RUNNING (in the claim, as the worker claims), each action's attempt begun and finished, each effect's
 boundary, intent, dispatch, response and outcome, SUCCEEDED.
 
 The parent bulk-loads a backlog (COPY), then for each level of runs in flight (100 ... 10,000)
@@ -121,7 +121,7 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
     async def one_run() -> bool:
         nonlocal done_in_window
         began = time.time()
-        run = await astore.call(store.claim_next, owner, ["default"], TTL)
+        run = await astore.call(store.claim_next, owner, ["default"], TTL, start=True)  # as the worker claims
         if window_start <= began <= window_end:
             claims.append((time.time() - began) * 1000)
         if run is None:
@@ -130,9 +130,10 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
         lease = Lease(astore, run.id, epoch, settings, ext)
         lease.start()
         try:
-            await astore.call(
-                store.advance_run, run.id, epoch, RunState.RUNNING, worker=owner.worker, decision="started"
-            )
+            if run.state != RunState.RUNNING:  # as the executor: a fresh run was started by its claim
+                await astore.call(
+                    store.advance_run, run.id, epoch, RunState.RUNNING, worker=owner.worker, decision="started"
+                )
             for i, kind in enumerate(STEPS):
                 await pause()
                 if kind == "action":

@@ -242,7 +242,11 @@ class Worker:
         claimed_any = False
         while (free := s.concurrency - self._busy()) > 0 and not self._stop.is_set() and not session.gone:
             claims = await asyncio.gather(
-                *(astore.call(self.store.claim_next, self.owner, s.queues, self.engine.lease.ttl) for _ in range(free)),
+                *(
+                    # started in the claim: the executor starts a fresh run at once anyway
+                    astore.call(self.store.claim_next, self.owner, s.queues, self.engine.lease.ttl, start=True)
+                    for _ in range(free)
+                ),
                 return_exceptions=True,
             )
             runs = [run for run in claims if isinstance(run, RunRecord)]

@@ -31,6 +31,7 @@ class Claim(NamedTuple):
     owner: Owner
     queues: Sequence[str]
     ttl: float
+    start: bool = False
 
 
 def _claim_key(claim: Claim) -> object:
@@ -78,25 +79,30 @@ class FleetManager(Manager):
         return {r["name"]: r["max_depth"] for r in self.c.read("list_queues", {})}
 
     @coalesced(Claim, "claim_each", key=_claim_key)
-    def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float) -> RunRecord | None:
+    def claim_next(self, owner: Owner, queues: Sequence[str], ttl: float, *, start: bool = False) -> RunRecord | None:
         """Atomically lease the next run of ``queues``: highest priority, then oldest, of the
-        runs whose limit key's budget lets them start (:mod:`browserworker.store.limit_rules`)."""
-        return self.claim_each([Claim(owner, queues, ttl)])[0]
+        runs whose limit key's budget lets them start (:mod:`browserworker.store.limit_rules`).
+
+        With ``start``, the caller begins the run at once: a run leased for the first time
+        (:attr:`~.records.RunRecord.fresh`) is RUNNING when the claim commits, one write of its
+        row fewer, and its journal holds the claim and the start as two events, as if the caller
+        had started it. A run leased before stays LEASED (its journal is read first)."""
+        return self.claim_each([Claim(owner, queues, ttl, start)])[0]
 
     def claim_each(self, claims: list[Claim]) -> list[RunRecord | None]:
         """:meth:`claim_next` for many slots in one transaction: each the next run or None.
         Claims of one owner, queue and TTL read their runs in one statement when none of them
         has a budget; a budget is admitted one run at a time, under its key's lock."""
         out: list[RunRecord | None] = [None] * len(claims)
-        slots: dict[tuple[Owner, tuple[str, ...], float], list[int]] = {}
+        slots: dict[tuple[Owner, tuple[str, ...], float, bool], list[int]] = {}
         for at, claim in enumerate(claims):
-            slots.setdefault((claim.owner, tuple(claim.queues), claim.ttl), []).append(at)
+            slots.setdefault((claim.owner, tuple(claim.queues), claim.ttl, claim.start), []).append(at)
         with self.c.transaction() as tx:
             # the clock read inside the transaction: a claim that waited for a connection (the
             # database unreachable for a while) must not store a lease that is already over
             now = self.c.now()
-            for (owner, queues, ttl), ats in slots.items():
-                lease = lease_params(owner, now, ttl)
+            for (owner, queues, ttl, start), ats in slots.items():
+                lease = lease_params(owner, now, ttl, start=start)
                 ids = self._unlimited_next(tx, queues, now, len(ats))
                 if ids is not None:
                     runs = self._claim_ids(tx, lease, ids)
@@ -141,18 +147,30 @@ class FleetManager(Manager):
         for row in taken:
             if row is None:  # somebody took it meanwhile
                 continue
-            self._event(
-                tx,
-                row["id"],
-                "lease_claimed",
-                now=now,
-                worker=row["owner"],
-                epoch=row["lease_epoch"],
-                from_state=RunState.QUEUED,
-                to_state=RunState.LEASED,
-                decision="claimed",
-                detail={"ttl": lease["ttl"], "waited": now - row["created_at"]},
-            )
+            events: list[tuple[str, RunState, RunState, str, dict[str, Any] | None]] = [
+                (
+                    "lease_claimed",
+                    RunState.QUEUED,
+                    RunState.LEASED,
+                    "claimed",
+                    {"ttl": lease["ttl"], "waited": now - row["created_at"]},
+                )
+            ]
+            if row["state"] == RunState.RUNNING:  # started in the claim (claim_next's start)
+                events.append(("run_state", RunState.LEASED, RunState.RUNNING, "started", None))
+            for kind, from_state, to_state, decision, detail in events:
+                self._event(
+                    tx,
+                    row["id"],
+                    kind,
+                    now=now,
+                    worker=row["owner"],
+                    epoch=row["lease_epoch"],
+                    from_state=from_state,
+                    to_state=to_state,
+                    decision=decision,
+                    detail=detail,
+                )
             runs.append(RunRecord.from_row(row))
         return runs
 

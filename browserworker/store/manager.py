@@ -45,8 +45,9 @@ __all__ = ["Manager", "lease_params", "read_only"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def lease_params(owner: Owner, now: float, ttl: float) -> dict[str, Any]:
-    """The named parameters of the lease a claim writes: who holds it, from when, for how long."""
+def lease_params(owner: Owner, now: float, ttl: float, *, start: bool = False) -> dict[str, Any]:
+    """The named parameters of the lease a claim writes: who holds it, from when, for how long,
+    and whether a run leased for the first time is started in the claim (``claim_next``'s start)."""
     return {
         "owner": owner.worker,
         "host": owner.host,
@@ -54,6 +55,7 @@ def lease_params(owner: Owner, now: float, ttl: float) -> dict[str, Any]:
         "pid_start": owner.pid_start,
         "now": now,
         "ttl": ttl,
+        "start": int(start),
     }
 
 

@@ -262,7 +262,8 @@ def test_a_lost_lease_in_a_batch_of_heartbeats_and_transitions_fails_only_its_ow
 
 def test_claims_of_many_slots_take_each_run_once(store_target: str) -> None:
     """Two workers, each with 60 free slots claiming in one batch, on 100 queued runs: every run
-    is leased once, by one of them, and 20 claims find nothing."""
+    is leased once, by one of them, and 20 claims find nothing. The second claims as the worker
+    does (``start``): its runs are RUNNING, started by the claim's write, the first's LEASED."""
     first = open_store(store_target)
     for i in range(100):
         first.create_run(NewRun(id=f"q{i:03d}", flow_name="f", inputs={}))
@@ -270,7 +271,11 @@ def test_claims_of_many_slots_take_each_run_once(store_target: str) -> None:
     stores = [(first, AsyncStore(first), A), (second, AsyncStore(second), B)]
 
     async def main() -> list[Any]:
-        calls = [astore.call(s.claim_next, owner, ["default"], 30.0) for s, astore, owner in stores for _ in range(60)]
+        calls = [
+            astore.call(s.claim_next, owner, ["default"], 30.0, start=owner is B)
+            for s, astore, owner in stores
+            for _ in range(60)
+        ]
         return await asyncio.gather(*calls)
 
     claimed = asyncio.run(main())
@@ -280,9 +285,13 @@ def test_claims_of_many_slots_take_each_run_once(store_target: str) -> None:
     assert sorted(ids) == [f"q{i:03d}" for i in range(100)]
     assert claimed.count(None) == 20
     runs = first.list_runs(limit=200)
-    assert all(r.state == RunState.LEASED and r.lease_epoch == 1 for r in runs)
-    assert {r.owner for r in runs} <= {A.worker, B.worker}
-    assert all(len([e for e in first.events(r.id) if e.kind == "lease_claimed"]) == 1 for r in runs)
+    assert {r.owner for r in runs} == {A.worker, B.worker}
+    for r in runs:
+        started = r.owner == B.worker
+        assert r.lease_epoch == 1 and r.state == (RunState.RUNNING if started else RunState.LEASED)
+        assert (r.started_at is not None) is started
+        kinds = [(e.kind, e.to_state) for e in first.events(r.id)][1:]  # after run_created
+        assert kinds == [("lease_claimed", "LEASED"), *([("run_state", "RUNNING")] if started else [])]
     second.close()
     first.close()
 

@@ -94,6 +94,34 @@ def test_claim_is_exclusive_and_bumps_epoch(store: SQLStore) -> None:
     assert store.claim_run("r1", B, ttl=30) is None
 
 
+def test_a_claim_that_starts_starts_only_a_run_leased_for_the_first_time(store: SQLStore) -> None:
+    """``claim_next(start=True)`` (the worker's claim) leaves a run leased for the first time
+    RUNNING in the claim's own write, started then, its journal holding the claim and the start
+    as two events; a run handed back to the queue and claimed again stays LEASED (its journal
+    is read before it starts), as does a run claimed without ``start``."""
+    store.create_run(NewRun(id="r2", flow_name="f", inputs={}))
+    first = store.claim_next(A, ["default"], 30.0, start=True)
+    assert first is not None and first.id == "r1"
+    assert (first.state, first.lease_epoch, first.fresh) == (RunState.RUNNING, 1, True)
+    assert first.started_at is not None and first.started_at == first.updated_at
+    events = [(e.kind, e.from_state, e.to_state, e.decision, e.lease_epoch) for e in store.events("r1")]
+    assert events[-2:] == [
+        ("lease_claimed", "QUEUED", "LEASED", "claimed", 1),
+        ("run_state", "LEASED", "RUNNING", "started", 1),
+    ]
+    assert store.get_run("r1") == first
+
+    plain = store.claim_next(B, ["default"], 30.0)
+    assert plain is not None and plain.id == "r2" and plain.state == RunState.LEASED and plain.started_at is None
+
+    store.release_run("r1", 1, worker=A.worker)
+    again = store.claim_next(B, ["default"], 30.0, start=True)
+    assert again is not None and again.id == "r1"
+    assert (again.state, again.lease_epoch, again.fresh) == (RunState.LEASED, 3, False)
+    assert again.started_at == first.started_at  # its first start stands
+    assert [e.kind for e in store.events("r1")][-1] == "lease_claimed"
+
+
 def test_expired_lease_is_reclaimed_only_after_skew(store: SQLStore) -> None:
     """An expired lease is taken over once it is older than the skew tolerance."""
     store.claim_run("r1", A, ttl=30)

@@ -12,11 +12,14 @@
 
 -- name: claim_queued_by_id
 UPDATE runs
-SET state = 'LEASED', owner = t.owner, owner_host = t.host, owner_pid = t.pid, owner_pid_start = t.pid_start,
+SET state = CASE WHEN t.start = 1 AND runs.lease_epoch = 0 AND runs.needs_reconcile = 0 THEN 'RUNNING' ELSE 'LEASED' END,
+    started_at = CASE WHEN t.start = 1 AND runs.lease_epoch = 0 AND runs.needs_reconcile = 0 THEN t.now
+                      ELSE runs.started_at END,
+    owner = t.owner, owner_host = t.host, owner_pid = t.pid, owner_pid_start = t.pid_start,
     lease_epoch = runs.lease_epoch + 1, lease_expires_at = t.now + t.ttl, updated_at = t.now
 FROM json_to_recordset(CAST(:calls AS json))
      AS t(id text, owner text, host text, pid integer, pid_start text, now double precision,
-          ttl double precision)
+          ttl double precision, start integer)
 WHERE runs.id = t.id AND runs.state = 'QUEUED'
 RETURNING runs.*
 

@@ -261,8 +261,12 @@ ORDER BY priority DESC, created_at, id
 LIMIT :n {skip_locked}
 
 -- name: claim_queued_by_id
+-- With :start (1), a run leased for the first time (epoch 0, nothing to reconcile) is started
+-- in the same write: RUNNING, started_at set (claim_next's start).
 UPDATE runs
-SET state = 'LEASED', owner = :owner, owner_host = :host, owner_pid = :pid, owner_pid_start = :pid_start,
+SET state = CASE WHEN :start = 1 AND lease_epoch = 0 AND needs_reconcile = 0 THEN 'RUNNING' ELSE 'LEASED' END,
+    started_at = CASE WHEN :start = 1 AND lease_epoch = 0 AND needs_reconcile = 0 THEN :now ELSE started_at END,
+    owner = :owner, owner_host = :host, owner_pid = :pid, owner_pid_start = :pid_start,
     lease_epoch = lease_epoch + 1, lease_expires_at = :now + :ttl, updated_at = :now
 WHERE id = :id AND state = 'QUEUED'
 
