@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the names of this face; each loads on first use (browserwor
     from ._calls import MaySend
     from ._export import export_flow
     from ._service import AgentPolicy, AgentService, submit_status
-    from ._settle import click_and_settle, go_back, settled
+    from ._settle import click_and_settle, go_back, go_to, settled
     from ._uploads import choose_files
     from ._verify import VerifySpec, verifier
 
@@ -33,6 +33,7 @@ __all__ = [
     "click_and_settle",
     "export_flow",
     "go_back",
+    "go_to",
     "set_checked",
     "settled",
     "submit_status",

@@ -25,7 +25,7 @@ from .._canonical import fingerprint_of
 from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
 from ..store.records import AttemptRecord, EventRecord
 from ._actionable import ACTION_TIMEOUT, on_element, set_checked
-from ._settle import SETTLE_LONG, Downloads, click_and_settle, go_back, loaded, settled
+from ._settle import click_and_settle, go_back, go_to, settled
 from ._snapshot import MARK_SECRET, Target
 from ._uploads import changed_file, choose_files
 from ._verify import VerifySpec, verifier
@@ -234,20 +234,7 @@ def _selector(call: Call, how: _How) -> str:
 
 def _navigate(call: Call, how: _How) -> StepFn:
     async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
-        files = Downloads(ctx.page)
-        try:
-            response = await ctx.page.goto(call.args["url"], wait_until="domcontentloaded")
-        except PlaywrightError as exc:
-            if "Download is starting" not in str(exc):
-                raise
-            # the address is a file (an export): downloaded as a click's is, the page left as it was
-            if not files.heard:  # its event may come just after the navigation's end
-                await ctx.page.wait_for_event("download", timeout=SETTLE_LONG * 1000)
-            return {"url": ctx.page.url, "status": None, "downloads": await files.kept(how.saves, 30.0)}
-        finally:
-            files.stop()
-        went = {"url": ctx.page.url, "status": response.status if response is not None else None}
-        return went if await loaded(ctx.page) else went | {"loading": True}
+        return await go_to(ctx.page, call.args["url"], downloads=how.saves)
 
     return navigate
 

@@ -146,7 +146,7 @@ class _Writer:
         lines += [f'@flow.step(id="{call.step_id}"{sends})', f"{sig} -> None:"]
         args = call.args
         if call.tool == "navigate":
-            lines.append(f"    await ctx.page.goto({self._template(str(args['url']))})")
+            lines.append(f"    await go_to(ctx.page, {self._template(str(args['url']))})")
         elif call.tool == "back":
             lines.append("    await go_back(ctx.page)")
         elif call.tool == "click":
@@ -194,7 +194,7 @@ class _Writer:
             "from browserworker.agent import "
             + ("MaySend, " if self.may_send else "")
             + ("choose_files, " if self.uploads else "")
-            + "click_and_settle, go_back, set_checked, settled, verifier",
+            + "click_and_settle, go_back, go_to, set_checked, settled, verifier",
             "",
             "",
             "class Inputs(BaseModel):",

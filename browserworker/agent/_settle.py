@@ -27,6 +27,7 @@ __all__ = [
     "Downloads",
     "click_and_settle",
     "go_back",
+    "go_to",
     "loaded",
     "settled",
     "told",
@@ -267,6 +268,29 @@ async def go_back(page: Page, *, timeout: float = 30.0) -> dict[str, Any]:
     if responses == [None] and page.url == before:
         raise ValueError("there is no page before this one")
     return where
+
+
+async def go_to(page: Page, url: str, *, downloads: Path | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    """Open ``url`` in ``page`` as an agent's ``navigate`` does: returns ``url`` (where the page is
+    then), ``status`` (of the document's answer), and ``loading`` if its load event did not come
+    within :data:`SETTLE_LONG` seconds (the page is usable once its document is in).
+
+    An address that is a file (an export link, a PDF) is not an error, as it is for
+    ``page.goto``: the file is downloaded as a click's is (``downloads``: each saved in the
+    directory ``downloads``, if given) and the page left where it was."""
+    files = Downloads(page)
+    try:
+        response = await page.goto(url, wait_until="domcontentloaded", timeout=timeout * 1000)
+    except PlaywrightError as exc:
+        if "Download is starting" not in str(exc):
+            raise
+        if not files.heard:  # its event may come just after the navigation's end
+            await page.wait_for_event("download", timeout=SETTLE_LONG * 1000)
+        return {"url": page.url, "status": None, "downloads": await files.kept(downloads, timeout)}
+    finally:
+        files.stop()
+    went = {"url": page.url, "status": response.status if response is not None else None}
+    return went if await loaded(page) else went | {"loading": True}
 
 
 class _Heard(Generic[T]):

@@ -617,10 +617,12 @@ def test_a_file_a_click_downloads_is_saved_only_where_the_operator_says(tmp_path
     """A click on an export link: with no ``--downloads`` directory the answer names the file and
     says it was not kept; with one, the file is saved there under its name (a second under a
     name of its own), and the answer gives where and its size. A ``navigate`` to the file's
-    address downloads it the same way (not an error), the page left as it was."""
+    address downloads it the same way (not an error), the page left as it was; so does the
+    session's exported flow, run with no model (where ``page.goto`` would raise)."""
     key = f"export-{tmp_path.name}"[:48]
     kept = tmp_path / "downloads"
     kept.mkdir()
+    exported: dict[str, str] = {}
     with ChannelTarget() as site:
 
         async def not_kept(agent: Agent, store: Store) -> None:
@@ -641,9 +643,18 @@ def test_a_file_a_click_downloads_is_saved_only_where_the_operator_says(tmp_path
             ]
             assert first[0]["size"] == len(f"order,key\n1,{key}\n")
             assert (kept / "orders (3).csv").read_text() == f"order,key\n1,{key}\n"
+            exported["source"] = export_flow(store, run_id)
 
         play(tmp_path / "none", not_kept)
         play(tmp_path / "kept", saved, policy=AgentPolicy(downloads=str(kept)))
+        flow = tmp_path / "export_flow.py"
+        flow.write_text(exported["source"])
+        assert "await go_to(ctx.page, " in exported["source"], exported["source"]
+        runner = BW(db=tmp_path / "runs.db")
+        done = runner.run("run", str(flow), "--db", str(runner.db), "--json")
+        assert done.returncode == 0 and json.loads(done.stdout)["run"]["state"] == "SUCCEEDED", (
+            done.stdout + done.stderr
+        )
 
 
 def test_a_menu_that_opens_under_the_mouse_is_opened_by_hover(tmp_path: Path) -> None:
