@@ -509,14 +509,8 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
             exported["source"] = export_flow(store, run_id)
 
         play(tmp_path, scenario)
-        flow = tmp_path / "styled_flow.py"
-        flow.write_text(exported["source"])
         assert "await set_checked(ctx.page, '#terms', True)" in exported["source"], exported["source"]
-        runner = BW(db=tmp_path / "runs.db")
-        done = runner.run("run", str(flow), "--db", str(runner.db), "--json")
-        assert done.returncode == 0 and json.loads(done.stdout)["run"]["state"] == "SUCCEEDED", (
-            done.stdout + done.stderr
-        )
+        _runs_with_no_model(tmp_path, exported["source"])
 
 
 def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) -> None:
@@ -647,14 +641,8 @@ def test_a_file_a_click_downloads_is_saved_only_where_the_operator_says(tmp_path
 
         play(tmp_path / "none", not_kept)
         play(tmp_path / "kept", saved, policy=AgentPolicy(downloads=str(kept)))
-        flow = tmp_path / "export_flow.py"
-        flow.write_text(exported["source"])
         assert "await go_to(ctx.page, " in exported["source"], exported["source"]
-        runner = BW(db=tmp_path / "runs.db")
-        done = runner.run("run", str(flow), "--db", str(runner.db), "--json")
-        assert done.returncode == 0 and json.loads(done.stdout)["run"]["state"] == "SUCCEEDED", (
-            done.stdout + done.stderr
-        )
+        _runs_with_no_model(tmp_path, exported["source"])
 
 
 def test_a_menu_that_opens_under_the_mouse_is_opened_by_hover(tmp_path: Path) -> None:
@@ -719,6 +707,15 @@ def test_wait_for_reads_the_frames_the_page_shows(tmp_path: Path) -> None:
             assert hidden["met"] is False, hidden
 
         play(tmp_path, scenario)
+
+
+def _runs_with_no_model(tmp_path: Path, source: str) -> None:
+    """An exported flow's ``source``, run with ``browserworker run``, succeeds."""
+    flow = tmp_path / "exported_flow.py"
+    flow.write_text(source)
+    runner = BW(db=tmp_path / "runs.db")
+    done = runner.run("run", str(flow), "--db", str(runner.db), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["run"]["state"] == "SUCCEEDED", done.stdout + done.stderr
 
 
 def _ref_of(snapshot: str, element: str) -> str:
