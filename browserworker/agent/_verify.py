@@ -11,10 +11,16 @@ Two kinds::
 A page or answer that proves neither (an error status, neither text) is *unknown*: the submit
 goes to a person, never to a retry. Relative URLs are resolved against the page the submit was
 made on, when the submit is recorded.
+
+A page is read once its document is in, and read again until its proof shows, for up to
+:data:`PROOF_WAIT` seconds: a page that writes its list with a script after it loads (or says
+"No orders" while it fetches them) must not be taken for one without the proof, which would
+have the submit made again.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -22,7 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = ["VerifySpec", "parse_verify", "verifier"]
+__all__ = ["PROOF_WAIT", "VerifySpec", "parse_verify", "verifier"]
+
+PROOF_WAIT = 5.0
+"""Seconds a verifier's page has, once its document is in, to show the proof before it is read
+as what it shows then (see the module docstring)."""
+_READ_EVERY = 0.2
 
 
 class VerifySpec(BaseModel):
@@ -105,15 +116,12 @@ def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
                 return Verdict.unknown(f"GET {checked.get} did not answer JSON")
             return Verdict.done({"verified": found}) if found else Verdict.not_done(f"nothing at {checked.path!r}")
         assert checked.url is not None
-        response = await ctx.page.goto(checked.url)
+        response = await ctx.page.goto(checked.url, wait_until="domcontentloaded")
         if response is not None and not response.ok:
             return Verdict.unknown(f"{checked.url} answered {response.status}")
-        page = ctx.page
-        if checked.selector and await page.locator(checked.selector).count() > 0:
-            return Verdict.done({"verified": checked.selector})
-        body = await page.locator("body").inner_text()
-        if checked.text and checked.text in body:
-            return Verdict.done({"verified": checked.text})
+        proof, body = await _proof(ctx.page, checked)
+        if proof is not None:
+            return Verdict.done({"verified": proof})
         if checked.absent_text is not None:
             if checked.absent_text in body:
                 return Verdict.not_done(f"{checked.absent_text!r} is on {checked.url}")
@@ -121,3 +129,25 @@ def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
         return Verdict.not_done(f"no sign of the submit on {checked.url}")
 
     return verify
+
+
+async def _proof(page: Any, checked: VerifySpec) -> tuple[str | None, str]:
+    """``(the selector or text that proves the submit landed, or None; the page's text)``, read
+    until the proof shows or :data:`PROOF_WAIT` seconds have passed. A read the page's own
+    navigation interrupts (a redirect, a script replacing the document) is made again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PROOF_WAIT
+    body = ""
+    while True:
+        try:
+            if checked.selector and await page.locator(checked.selector).count() > 0:
+                return checked.selector, body
+            body = await page.locator("body").inner_text(timeout=PROOF_WAIT * 1000)
+            if checked.text and checked.text in body:
+                return checked.text, body
+        except Exception:
+            if loop.time() >= deadline:
+                raise
+        if loop.time() >= deadline:
+            return None, body
+        await asyncio.sleep(_READ_EVERY)

@@ -177,6 +177,13 @@ _EXTRA = {
     "<div id=banner style='position:fixed;inset:0;background:rgba(0,0,0,.4)'><p>We use cookies</p>"
     "<button id=accept onclick=\"document.getElementById('banner').remove()\">Accept</button></div>"
     "<script>setTimeout(()=>document.getElementById('late').disabled=false,1000)</script>",
+    # a list a page writes with its script once loaded, as a single-page app does: "Loading", then
+    # "No orders" while it fetches them, then the order (0.8 s after the document is in); and a
+    # page that only ever says "No orders"
+    "lateproof": "<p id=state>Loading orders</p><script>const s=document.getElementById('state');"
+    "setTimeout(()=>{{s.textContent='No orders';"
+    "setTimeout(()=>{{s.innerHTML='<b id=found>Order {key} placed</b>'}},600)}},200)</script>",
+    "noproof": "<p>No orders</p>",
     # a page whose load event does not come for 40 s (an image the site is slow to send), and a
     # link to it
     "stuck": "<p>Stuck page</p><img src='/hold?s=40'>",

@@ -1,0 +1,54 @@
+"""A verifier an agent declares as a page and its proof, read on a real page: a page that writes
+its list with a script after it loads is given time to show the proof, so a submit that landed
+is never taken for one that did not (which would have it made again)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from browserworker.agent import verifier
+from browserworker.agent._verify import PROOF_WAIT
+from browserworker.runtime import BrowserProcess, BrowserSettings
+from tests.support.channel_target import ChannelTarget
+
+
+def _verdicts(specs: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """Each spec's verdict (its kind) and the seconds it took, on one page of a real Chromium."""
+
+    async def main() -> list[tuple[str, float]]:
+        out = []
+        async with BrowserProcess(BrowserSettings.discover()) as browser, browser.context() as context:
+            ctx = SimpleNamespace(page=await context.new_page())
+            for spec in specs:
+                began = time.monotonic()
+                verdict = await verifier(spec)(ctx)
+                out.append((verdict.kind, time.monotonic() - began))
+        return out
+
+    return asyncio.run(main())
+
+
+def test_a_list_a_script_writes_after_the_page_loads_is_waited_for() -> None:
+    """The order shows 0.8 s after the document is in, after "Loading" and then "No orders":
+    by its text, by its selector, and with "No orders" declared as the proof it did not land,
+    the verifier says done, as soon as it shows. A page that only ever says "No orders" is not
+    done (the text declared) once the wait is over, and neither done nor not (``unknown``: a
+    person decides) when it shows neither proof."""
+    with ChannelTarget() as site:
+        late = f"{site.url}/lateproof?key=K-1"
+        none = f"{site.url}/noproof?key=K-1"
+        verdicts = _verdicts(
+            [
+                {"url": late, "text": "Order K-1 placed"},
+                {"url": late, "selector": "#found"},
+                {"url": late, "text": "Order K-1 placed", "absent_text": "No orders"},
+                {"url": none, "text": "Order K-1 placed", "absent_text": "No orders"},
+                {"url": none, "text": "Order K-1 placed", "absent_text": "Sold out"},
+            ]
+        )
+    assert [kind for kind, _ in verdicts] == ["done", "done", "done", "not_done", "unknown"], verdicts
+    assert all(seconds < PROOF_WAIT for _, seconds in verdicts[:3]), verdicts
+    assert all(seconds >= PROOF_WAIT for _, seconds in verdicts[3:]), verdicts
