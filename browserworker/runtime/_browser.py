@@ -166,7 +166,9 @@ def tethered(executable: str) -> str:
         return executable
     script = (
         f"#!/bin/sh\n# browserworker: dies with the process that started it\n"
-        f'if [ -n "${_PID_ENV}" ]; then echo $$ > "${_PID_ENV}"; unset {_PID_ENV}; fi\n'
+        # written whole or not at all (a rename): a reader never sees the file empty
+        f'if [ -n "${_PID_ENV}" ]; then echo $$ > "${_PID_ENV}.new" && mv -f "${_PID_ENV}.new" "${_PID_ENV}"; '
+        f"unset {_PID_ENV}; fi\n"
         f'exec {shlex.quote(setpriv)} --pdeathsig KILL -- {shlex.quote(executable)} "$@"\n'
     )
     try:
