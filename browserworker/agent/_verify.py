@@ -13,9 +13,9 @@ goes to a person, never to a retry. Relative URLs are resolved against the page 
 made on, when the submit is recorded.
 
 A page is read once its document is in, and read again until its proof shows, for up to
-:data:`PROOF_WAIT` seconds: a page that writes its list with a script after it loads (or says
-"No orders" while it fetches them) must not be taken for one without the proof, which would
-have the submit made again.
+``wait`` seconds (:data:`PROOF_WAIT` unless the spec says): a page that writes its list with a
+script after it loads (or says "No orders" while it fetches them) must not be taken for one
+without the proof, which would have the submit made again.
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ class VerifySpec(BaseModel):
         default=None, description="a dotted path in that JSON; landed if the value there is non-empty / true"
     )
     settle: float = Field(default=3.0, ge=0, le=600, description="seconds after a crash before the check may run")
+    wait: float = Field(
+        default=PROOF_WAIT,
+        ge=0,
+        le=120,
+        description="seconds the page has to show its proof once its document is in (a list a script writes)",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> VerifySpec:
@@ -133,16 +139,16 @@ def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
 
 async def _proof(page: Any, checked: VerifySpec) -> tuple[str | None, str]:
     """``(the selector or text that proves the submit landed, or None; the page's text)``, read
-    until the proof shows or :data:`PROOF_WAIT` seconds have passed. A read the page's own
-    navigation interrupts (a redirect, a script replacing the document) is made again."""
+    until the proof shows or the spec's ``wait`` has passed. A read the page's own navigation
+    interrupts (a redirect, a script replacing the document) is made again."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + PROOF_WAIT
+    deadline = loop.time() + checked.wait
     body = ""
     while True:
         try:
             if checked.selector and await page.locator(checked.selector).count() > 0:
                 return checked.selector, body
-            body = await page.locator("body").inner_text(timeout=PROOF_WAIT * 1000)
+            body = await page.locator("body").inner_text(timeout=max(checked.wait, 1.0) * 1000)
             if checked.text and checked.text in body:
                 return checked.text, body
         except Exception:

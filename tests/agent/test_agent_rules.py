@@ -24,6 +24,8 @@ def test_a_verify_is_a_page_with_its_proof_or_a_get_with_a_path() -> None:
     get (with path); anything else is refused with what is wrong."""
     assert parse_verify({"url": "/orders", "text": "R-1"}).text == "R-1"
     assert parse_verify({"get": "/api/orders?reference=R-1", "path": "orders"}).path == "orders"
+    assert parse_verify({"url": "/orders", "text": "R-1"}).wait == 5.0
+    assert parse_verify({"url": "/orders", "text": "R-1", "wait": 20}).to_dict()["wait"] == 20
     for bad, said in (
         ({"url": "/orders"}, "text or selector"),
         ({"get": "/x", "text": "y"}, "get takes path"),
@@ -31,6 +33,7 @@ def test_a_verify_is_a_page_with_its_proof_or_a_get_with_a_path() -> None:
         ({}, "either url"),
         ({"url": "/a", "text": "t", "colour": "red"}, "colour"),
         ({"url": "/a", "text": "t", "settle": -1}, "settle"),
+        ({"url": "/a", "text": "t", "wait": 600}, "wait"),
         ("/orders", "must be an object"),
     ):
         with pytest.raises(ValueError, match="verify") as raised:
