@@ -22,17 +22,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from ._actionable import click
 
-__all__ = [
-    "SETTLE_LONG",
-    "Downloads",
-    "click_and_settle",
-    "go_back",
-    "go_to",
-    "loaded",
-    "settled",
-    "told",
-    "wait_for_text",
-]
+__all__ = ["click_and_settle", "go_back", "go_to", "settled", "told", "wait_for_text"]
 
 T = TypeVar("T")
 
@@ -98,13 +88,13 @@ async def settled(
 ) -> dict[str, Any]:
     """``await do()`` (a click, a key press), then wait as :func:`click_and_settle` does
     (its dialogs answered, the tabs it opened told, its downloads saved, as it says)."""
-    dialogs, tabs, requests, files = _Dialogs(page, confirm), _Tabs(page), _InFlight(page), Downloads(page)
+    dialogs, tabs, requests, files = _Dialogs(page, confirm), _Tabs(page), _InFlight(page), _Downloads(page)
     try:
         await do()
         if acted is not None:
             acted()
         await requests.settled(timeout)
-        came = await loaded(page)
+        came = await _loaded(page)
     finally:
         requests.close()
         files.stop()
@@ -126,7 +116,7 @@ async def settled(
     return where
 
 
-async def loaded(page: Page) -> bool:
+async def _loaded(page: Page) -> bool:
     """Whether the page's load event came within :data:`SETTLE_LONG` seconds; it may never (an
     image, a script or a frame the site does not finish sending), and the page is there without."""
     try:
@@ -278,7 +268,7 @@ async def go_to(page: Page, url: str, *, downloads: Path | None = None, timeout:
     An address that is a file (an export link, a PDF) is not an error, as it is for
     ``page.goto``: the file is downloaded as a click's is (``downloads``: each saved in the
     directory ``downloads``, if given) and the page left where it was."""
-    files = Downloads(page)
+    files = _Downloads(page)
     try:
         response = await page.goto(url, wait_until="domcontentloaded", timeout=timeout * 1000)
     except PlaywrightError as exc:
@@ -290,7 +280,7 @@ async def go_to(page: Page, url: str, *, downloads: Path | None = None, timeout:
     finally:
         files.stop()
     went = {"url": page.url, "status": response.status if response is not None else None}
-    return went if await loaded(page) else went | {"loading": True}
+    return went if await _loaded(page) else went | {"loading": True}
 
 
 class _Heard(Generic[T]):
@@ -308,7 +298,7 @@ class _Heard(Generic[T]):
         self.page.remove_listener(self.event, self._hear)
 
 
-class Downloads(_Heard[Download]):
+class _Downloads(_Heard[Download]):
     """The files a page downloads while :func:`settled` waits."""
 
     def __init__(self, page: Page) -> None:

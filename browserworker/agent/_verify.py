@@ -24,6 +24,7 @@ import asyncio
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from playwright.async_api import Page
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..flow import StepContext, Verdict
@@ -137,7 +138,7 @@ def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
     return verify
 
 
-async def _proof(page: Any, checked: VerifySpec) -> tuple[str | None, str]:
+async def _proof(page: Page, checked: VerifySpec) -> tuple[str | None, str]:
     """``(the selector or text that proves the submit landed, or None; the page's text)``, read
     until the proof shows or the spec's ``wait`` has passed. A read the page's own navigation
     interrupts (a redirect, a script replacing the document) is made again."""
