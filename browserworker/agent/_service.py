@@ -47,8 +47,9 @@ from ..runtime import (
 from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
-from ..store.records import AttemptRecord, NewRun, RunRecord
+from ..store.records import NewRun, RunRecord
 from ._actionable import refused_value
+from ._answers import LOADS, MESSAGES, held, shown_messages, submit_status, unsent, untrusted, what_was_sent
 from ._calls import Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
     EVIDENCE,
@@ -64,7 +65,7 @@ from ._snapshot import MARK_SECRET
 from ._uploads import chosen_files
 from ._verify import parse_verify
 
-__all__ = ["AgentPolicy", "AgentService", "submit_status"]
+__all__ = ["AgentPolicy", "AgentService"]
 
 
 class _RunLeft(ToolCallError):
@@ -73,8 +74,6 @@ class _RunLeft(ToolCallError):
 
 WAIT_MAX = 30.0
 """The longest a ``wait_for`` waits, in seconds (an MCP client gives up on a call after a minute or so)."""
-ALERTS = "[role=alert], [role=status], .error, .errors, .alert, .flash"
-"""What counts as a message the page shows after a submit."""
 
 
 @dataclass(frozen=True)
@@ -199,8 +198,8 @@ class AgentService:
             await session.live.end(RunState.FAILED, outcome.reason, "failed")
             self.live.pop(run.id, None)
             if outcome.kind == "refused":
-                raise ToolCallError(f"could not open {site}: {_held(outcome)}, as the page loads; {_LOADS}")
-            raise ToolCallError(f"could not open {site}: {outcome.reason}{_untrusted(outcome.reason)}")
+                raise ToolCallError(f"could not open {site}: {held(outcome)}, as the page loads; {LOADS}")
+            raise ToolCallError(f"could not open {site}: {outcome.reason}{untrusted(outcome.reason)}")
         await session.record(call)
         answer = {
             "run_id": run.id,
@@ -463,15 +462,15 @@ class AgentService:
     def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
         """The answer to a page-changing call, journaled already as it ended."""
         if outcome.kind == "refused" and call.tool == "navigate":
-            raise ToolCallError(f"navigate was stopped: {_held(outcome)}, as the page loads; {_LOADS}")
+            raise ToolCallError(f"navigate was stopped: {held(outcome)}, as the page loads; {LOADS}")
         if outcome.kind == "refused":
             raise ToolCallError(
-                f"{call.tool} was stopped: {_held(outcome)}; use submit for the element that sends it. If "
+                f"{call.tool} was stopped: {held(outcome)}; use submit for the element that sends it. If "
                 "the page posts it by itself (analytics, an autosave), not because of this call, call again; "
                 "the server's operator can let such posts go (browserworker mcp --may-send)"
             )
         if outcome.kind == "failed":
-            raise ToolCallError(f"{call.tool} failed: {outcome.reason}{_untrusted(outcome.reason)}")
+            raise ToolCallError(f"{call.tool} failed: {outcome.reason}{untrusted(outcome.reason)}")
         answer: dict[str, Any] = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
         settled = outcome.value if isinstance(outcome.value, dict) else {}  # a click's, a key press's
         answer.update(told(settled, keeps_downloads=self.policy.downloads is not None))
@@ -563,7 +562,7 @@ class AgentService:
             and not (latest.decided_by or "").startswith("approval_")
         ):
             failed = {"run_id": s.run_id, "status": "failed", "effect_key": call.key, "seq": call.seq}
-            return failed | {"reason": latest.error} | _unsent(latest.state)
+            return failed | {"reason": latest.error} | unsent(latest.state)
         history = await s.history(upto=call.seq)
         outcome = await s.live.effect(s.step(call), lambda: history)  # type: ignore[arg-type]
         return await self._answer(s, call, outcome)
@@ -585,23 +584,17 @@ class AgentService:
             return base | {"status": outcome.kind, "reason": outcome.reason}
         if outcome.kind == "failed":
             latest = latest_by_step(await s.live.journal.attempts()).get(call.step_id)
-            return base | {"status": "failed", "reason": outcome.reason} | _unsent(latest.state if latest else None)
+            return base | {"status": "failed", "reason": outcome.reason} | unsent(latest.state if latest else None)
         attempts = [a for a in await s.live.journal.attempts() if a.step_id == call.step_id]
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
-        sent = (attempts[-1].evidence or {}).get("responses") or []
-        if sent:
-            answer["responses"] = [{k: r.get(k) for k in ("method", "url", "status")} for r in sent]
-        notes = [] if attempts[-1].dispatched_at is not None else [_NOTHING_SENT]
+        notes = what_was_sent(attempts[-1], answer)
         if s.live.is_open:
             answer["url"] = s.page.url
-            alerts = await _alerts(s.page)
+            alerts = await shown_messages(s.page)
             if alerts:  # a form re-rendered with its errors: the site took nothing, though the key is done
                 answer["alerts"] = alerts
-                notes.append(
-                    "the page shows these messages; if the site refused what was sent, fix the form "
-                    "and submit with a new effect_key (this one is done)"
-                )
+                notes.append(MESSAGES)
             shot = await s.live.scope.screenshot(s.page, f"{call.step_id}-after")
             if shot is not None:
                 await s.live.journal.record(EVIDENCE, step_id=call.step_id, detail={"screenshot": shot})
@@ -691,51 +684,9 @@ class AgentService:
         }
 
 
-async def _alerts(page: Any) -> list[str]:
-    """The messages a page shows after a submit (alerts, status lines, error texts), best effort."""
-    try:
-        texts = await page.locator(ALERTS).all_inner_texts()
-    except Exception:  # the page is gone or navigating: nothing to report
-        return []
-    return [t.strip()[:300] for t in texts if t.strip()][:10]
-
-
 def _is_last(session: AgentSession, step: Step) -> bool:
     """Whether ``step`` replays the session's last journaled call."""
     return bool(session.calls) and session.calls[-1].step_id == step.id and not session.calls[-1].is_effect
-
-
-def _unsent(state: AttemptState | None) -> dict[str, str]:
-    """The note of a failed submit that provably sent nothing (its click never landed, say)."""
-    if state != AttemptState.FAILED_BEFORE_SEND:
-        return {}
-    return {"note": "nothing was sent; this effect_key is spent: once the page is ready, submit with a new effect_key"}
-
-
-_NOTHING_SENT = (
-    "the click sent nothing this submit counts as sent (a required field or the form's own checks "
-    "stopped it, a dialog was dismissed, or the page only changed itself); this effect_key is done: "
-    "make the page ready and submit with a new effect_key"
-)
-_LOADS = (
-    "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
-)
-
-
-def _held(outcome: StepOutcome) -> str:
-    """What a refused staging call would have sent (held, not sent, unless it says so)."""
-    leaked = f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
-    return f"this would send {'; '.join(outcome.refused)}, which only submit may send{leaked}"
-
-
-def _untrusted(reason: str | None) -> str:
-    """What to say of a failure whose cause is a certificate the browser does not trust."""
-    if reason is None or "net::ERR_CERT_" not in reason:
-        return ""
-    return (
-        " (the site's certificate is not one the browser trusts; if it is your own application's "
-        "self-signed one, the server's operator can accept it: browserworker mcp --ignore-https-errors)"
-    )
 
 
 def _absolute(base: str, url: str) -> str:
@@ -773,22 +724,3 @@ def _same(prior: Call, asked: Call) -> bool:
         return asked.verify.resolved(prior.page_url or "") == prior.verify
     except ValueError:
         return False
-
-
-def submit_status(attempts: list[AttemptRecord], call_epoch: int | None) -> str:
-    """What a done submit's answer says, read from its attempts (oldest first) alone, so that
-    every retry is answered alike: ``verified`` (a verifier found it landed), ``committed`` (done
-    by the attempt the call began, or proven by its recorded answer), ``not_applied`` (the call's
-    first attempt provably never landed, and it was done once since, under a fresh lease)."""
-    latest = attempts[-1]
-    if latest.decided_by == "verifier":
-        return "verified"
-    if latest.decided_by == "outbox":
-        return "committed"
-    earlier = attempts[:-1]
-    if any((a.decided_by or "").startswith("approval_") for a in earlier):
-        return "committed"
-    redone = any(a.decided_by == "recovery:no_dispatch" or a.state == AttemptState.NOT_DONE for a in earlier)
-    if redone or (call_epoch is not None and latest.lease_epoch != call_epoch):
-        return "not_applied"
-    return "committed"

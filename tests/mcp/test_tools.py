@@ -537,6 +537,29 @@ def test_dialogs_are_answered_as_the_person_who_clicked_meant(tmp_path: Path) ->
         assert site.landings(key) == 1 and site.landings(f"del-{key}") == 0
 
 
+def test_a_submit_that_only_loads_a_page_and_the_messages_a_framework_shows_are_told(tmp_path: Path) -> None:
+    """A submit of a search form (a GET: nothing the gate holds) leaves its page, which the journal
+    counts as possibly sent: the answer says so in words, with no made-up response; the messages
+    the page shows in a framework's markup (a message list, an error list in its form row) are
+    each told once, and a hidden field error not at all."""
+    key = f"messages-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/messages?key={key}"))["run_id"]
+            await agent.call("fill", run_id=run_id, selector="[name=q]", value="tea")
+            searched = await agent.call("submit", run_id=run_id, selector="#search", effect_key="search")
+            assert searched["status"] == "committed" and "responses" not in searched, searched
+            assert searched["url"].startswith(f"{site.url}/messages?key=") and searched["url"].endswith("q=tea")
+            note = searched["note"]
+            assert f"the page {site.url}/messages?key={key} was left" in note and "possibly sent" in note, note
+            assert "no request the gate holds" in note
+            assert searched["alerts"] == [f"Saved {key}", "Reference taken\nReference"], searched
+
+        play(tmp_path, scenario)
+        assert site.landings(key) == 0
+
+
 def test_a_new_tab_a_click_opens_is_closed_and_its_address_told(tmp_path: Path) -> None:
     """A link opening its page in a new tab, and a script opening another window: each click is
     answered with the address the tab opened and a note, the tab is closed (the session's page

@@ -65,6 +65,13 @@ CHANNEL_PAGES: dict[str, str] = {
 _EXTRA = {
     "closer": "<script>fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});window.close()</script>",
     "done": "<p>done</p>",
+    # a framework's page (Django admin's markup): a message list, a form row with its error list,
+    # a Bootstrap field error not shown, and a search form (a GET: the button only loads a page)
+    "messages": "<ul class=messagelist><li class=success>Saved {key}</li></ul>"
+    "<div class=errors><ul class=errorlist><li>Reference taken</li></ul><label>Reference</label></div>"
+    "<div class=invalid-feedback style=display:none>Hidden</div>"
+    "<form action=/messages><input type=hidden name=key value='{key}'><input name=q>"
+    "<button id=search>Search</button></form>",
     # a real site's page: it posts analytics (POST /collect, counted as collect:KEY) as it loads,
     # as its field is typed into and as its tab is clicked (a synchronous XHR: made before the
     # page goes on, so within the call that set it off); its button posts the effect (a fetch),

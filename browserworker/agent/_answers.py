@@ -1,0 +1,139 @@
+"""What an agent's tool call is answered, in words: a submit's status read from its attempts, what
+it sent (the site's answers, and what the gate counts as possibly sent), the messages its page
+shows, and why a call was stopped or failed (docs/agents.md's "What a submit answers")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.async_api import Page
+
+from ..runtime import StepOutcome
+from ..states import AttemptState
+from ..store.records import AttemptRecord
+
+__all__ = [
+    "LOADS",
+    "MESSAGES",
+    "held",
+    "shown_messages",
+    "submit_status",
+    "unsent",
+    "untrusted",
+    "what_was_sent",
+]
+
+
+def submit_status(attempts: list[AttemptRecord], call_epoch: int | None) -> str:
+    """What a done submit's answer says, read from its attempts (oldest first) alone, so that
+    every retry is answered alike: ``verified`` (a verifier found it landed), ``committed`` (done
+    by the attempt the call began, or proven by its recorded answer), ``not_applied`` (the call's
+    first attempt provably never landed, and it was done once since, under a fresh lease)."""
+    latest = attempts[-1]
+    if latest.decided_by == "verifier":
+        return "verified"
+    if latest.decided_by == "outbox":
+        return "committed"
+    earlier = attempts[:-1]
+    if any((a.decided_by or "").startswith("approval_") for a in earlier):
+        return "committed"
+    redone = any(a.decided_by == "recovery:no_dispatch" or a.state == AttemptState.NOT_DONE for a in earlier)
+    if redone or (call_epoch is not None and latest.lease_epoch != call_epoch):
+        return "not_applied"
+    return "committed"
+
+
+def what_was_sent(latest: AttemptRecord, answer: dict[str, Any]) -> list[str]:
+    """Put a done submit's ``responses`` (each request it sent, with the site's status) in its
+    ``answer``; return the notes on what it sent: nothing, or only what the gate counts as
+    possibly sent (:data:`SIGNS`)."""
+    sent = (latest.evidence or {}).get("responses") or []
+    signs = [r for r in sent if r.get("channel") == "detected" and r.get("method") in SIGNS]
+    requests = [r for r in sent if r not in signs]
+    if requests:
+        answer["responses"] = [{k: r.get(k) for k in ("method", "url", "status")} for r in requests]
+    notes = [] if latest.dispatched_at is not None else [NOTHING_SENT]
+    if signs:
+        notes.append(possibly_sent(signs, requests))
+    return notes
+
+
+NOTHING_SENT = (
+    "the click sent nothing this submit counts as sent (a required field or the form's own checks "
+    "stopped it, a dialog was dismissed, or the page only changed itself); this effect_key is done: "
+    "make the page ready and submit with a new effect_key"
+)
+SIGNS = {
+    "PAGEHIDE": "the page {url} was left",
+    "POPUP": "a window opened ({url})",
+    "DETECTED": "a request may have left unseen",
+}
+"""What the gate journals as possibly sent that is no request of the page's (docs/channels.md's
+*detected*): a document left or a window opened while the submit ran (either may send past any
+gate), a send journaled late."""
+
+
+def possibly_sent(signs: list[dict[str, Any]], requests: list[dict[str, Any]]) -> str:
+    """The note of a submit the gate journaled as possibly sent for ``signs`` (see :data:`SIGNS`)."""
+    seen = "; ".join(dict.fromkeys(SIGNS[r["method"]].format(url=r.get("url") or "") for r in signs))
+    own = "" if requests else "; it sent no request the gate holds (a POST, say)"
+    return (
+        f"{seen} as the submit ran: what a page sends then passes no gate, so the journal counts this "
+        f"submit as possibly sent{own}; this effect_key is done"
+    )
+
+
+ALERTS = (
+    "[role=alert], [role=status], .error, .errors, .alert, .flash, .errorlist, .errornote, .messagelist, "
+    ".invalid-feedback, #error_explanation, .validation-summary-errors, .field-validation-error"
+)
+"""What counts as a message the page shows after a submit: ARIA's alerts and status lines, and the
+classes common frameworks give their messages and form errors (Django's, Rails', Bootstrap's,
+ASP.NET's)."""
+SHOWN = (
+    "els => { const shown = els.filter(e => e.checkVisibility());"
+    " return shown.filter(e => !shown.some(o => o !== e && o.contains(e))).map(e => e.innerText) }"
+)
+"""The text of each element shown and not inside another one shown (a message list and its items
+once; an error element the page keeps hidden, whose ``innerText`` is its whole text, not at all)."""
+
+
+async def shown_messages(page: Page) -> list[str]:
+    """The messages a page shows after a submit (alerts, status lines, error texts), best effort."""
+    try:
+        texts = await page.locator(ALERTS).evaluate_all(SHOWN)
+    except Exception:  # the page is gone or navigating: nothing to report
+        return []
+    return [t.strip()[:300] for t in texts if t.strip()][:10]
+
+
+MESSAGES = (
+    "the page shows these messages; if the site refused what was sent, fix the form "
+    "and submit with a new effect_key (this one is done)"
+)
+
+
+def unsent(state: AttemptState | None) -> dict[str, str]:
+    """The note of a failed submit that provably sent nothing (its click never landed, say)."""
+    if state != AttemptState.FAILED_BEFORE_SEND:
+        return {}
+    return {"note": "nothing was sent; this effect_key is spent: once the page is ready, submit with a new effect_key"}
+
+
+LOADS = "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
+
+
+def held(outcome: StepOutcome) -> str:
+    """What a refused staging call would have sent (held, not sent, unless it says so)."""
+    leaked = f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
+    return f"this would send {'; '.join(outcome.refused)}, which only submit may send{leaked}"
+
+
+def untrusted(reason: str | None) -> str:
+    """What to say of a failure whose cause is a certificate the browser does not trust."""
+    if reason is None or "net::ERR_CERT_" not in reason:
+        return ""
+    return (
+        " (the site's certificate is not one the browser trusts; if it is your own application's "
+        "self-signed one, the server's operator can accept it: browserworker mcp --ignore-https-errors)"
+    )
