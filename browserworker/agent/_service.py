@@ -647,7 +647,7 @@ class AgentService:
             call = Call(seq=s.next_seq(), tool="save_login", args={"ok": True})
             value = await s.live.save_login(call.step_id)
             await s.record(call)
-            return {"run_id": run_id, "saved": value}
+            return {"run_id": run_id, "saved_login": value["session"]}
 
         return await self.call(run_id, work)
 

@@ -305,7 +305,9 @@ class LiveRun:
 
     async def save_login(self, step_id: str) -> Any:
         """Save the open pass's signed-in state under the run's session key (sealed), for later runs
-        and sessions to start from. The value says whether it was saved or reused."""
+        and sessions to start from, over what is saved there (the pass may have signed in again
+        after starting from a login the site had ended): ``{"session": "saved"}``, or
+        ``"not_saved"`` if another run saved one meanwhile."""
         if self.session is None:
             raise RuntimeError("the run has no session key")
         p = self._need_pass()
@@ -313,7 +315,7 @@ class LiveRun:
         async def nothing(ctx: Any) -> dict[str, Any]:
             return {}
 
-        return await self.session.run(Login(id=step_id, fn=nothing, sends=True), p)
+        return await self.session.run(Login(id=step_id, fn=nothing, sends=True), p, save_now=True)
 
     async def _replayed(self, step: Step) -> StepOutcome:
         assert isinstance(step, Action)

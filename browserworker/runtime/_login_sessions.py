@@ -237,12 +237,16 @@ class SessionRun:
             await asyncio.sleep(_POLL)
         return row
 
-    async def run(self, step: Login, p: Pass) -> Any:
-        """The login step: reuse the pass's state if the check agrees, else log in (once per key) and save."""
+    async def run(self, step: Login, p: Pass, *, save_now: bool = False) -> Any:
+        """The login step: reuse the pass's state if the check agrees, else log in (once per key) and save.
+
+        ``save_now``: the pass has signed in already (an agent's ``save_login``): its state is
+        saved, over whatever is saved under the key (the state this pass started from may be a
+        login the site has since ended); answers ``{"session": "saved"}`` or ``"not_saved"``."""
         self.waited = False
 
         async def body(ctx: StepContext[Any]) -> Any:
-            return await self._body(step, p, ctx)
+            return await self._body(step, p, ctx, save_now)
 
         value = await run_action(self.scope, Action(id=step.id, fn=body, retries=step.retries, sends=step.sends), p)
         if self.waited:
@@ -256,9 +260,9 @@ class SessionRun:
         await self.scope.journal.decide_step(ctx.step_id, ctx.attempt_no, decision, info)
         ctx.log.info("login session", decision=decision, **info)
 
-    async def _body(self, step: Login, p: Pass, ctx: StepContext[Any]) -> Any:
+    async def _body(self, step: Login, p: Pass, ctx: StepContext[Any], save_now: bool) -> Any:
         loaded = self.loaded
-        if loaded is not None:
+        if loaded is not None and not save_now:
             signed_in = True if step.checker is None else bool(await step.checker(ctx))
             if signed_in:
                 await self.call(self.store.login_sessions.used, self.key)
@@ -266,12 +270,15 @@ class SessionRun:
                 return {"session": "reused"}
             await self._decide(ctx, "session_check_failed", loaded)
         seen = self.seen
+        if save_now:  # what this pass holds replaces what is saved now, whoever saved it
+            row = await self.call(self.store.login_sessions.get, self.key)
+            seen = row.version if row is not None else 0
         while not await self.call(
             self.store.login_sessions.claim, self.key, self.flow.name, self.owner, LOGIN_CLAIM_TTL, seen
         ):
             row = await self.call(self.store.login_sessions.get, self.key)
             if row is not None and row.version > seen:
-                if self._open(row) is not None:  # another run's login: a new pass starts from it
+                if self._open(row) is not None and not save_now:  # another run's login: a new pass starts from it
                     self.waited = True
                     await self._decide(ctx, "session_waited", row)
                     return {"session": "waited"}
@@ -301,6 +308,8 @@ class SessionRun:
             None,
             **({"version": version} if version is not None else {"reason": "a newer login was saved meanwhile"}),
         )
+        if save_now:
+            return {"session": "saved" if version is not None else "not_saved"}
         return value
 
 

@@ -70,7 +70,7 @@ def test_a_saved_login_is_reused_by_the_next_session_of_its_key(tmp_path: Path, 
             await agent.call("fill", run_id=run_id, selector="#password", value="demo")
             await agent.call("submit", run_id=run_id, selector="#login", idempotent=True)
             saved = await agent.call("save_login", run_id=run_id)
-            assert saved["saved"] is not None
+            assert saved["saved_login"] == "saved"
             await agent.call("close_session", run_id=run_id)
             again = await agent.call("open_session", site=f"{shop.url}/orders/new", session_key="shop")
             assert again["saved_login"] == "reused" and again["url"].endswith("/orders/new"), again
@@ -81,6 +81,39 @@ def test_a_saved_login_is_reused_by_the_next_session_of_its_key(tmp_path: Path, 
 
     asyncio.run(scenario())
     assert shop.logins("demo") == logins + 1
+
+
+def test_a_login_saved_again_replaces_one_the_site_has_ended(tmp_path: Path, shop: Any) -> None:
+    """A session starts from its key's saved login; the site ends that login (as an expiry
+    would), so the agent signs in again and saves: the new login replaces the dead one (the
+    session started from it, but what it holds now is saved), and the next session of the key
+    starts signed in."""
+    store = open_store(tmp_path / "browserworker.db")
+    logins = shop.logins("demo")
+
+    async def sign_in(agent: Agent, run_id: str) -> None:
+        await agent.call("fill", run_id=run_id, selector="#username", value="demo")
+        await agent.call("fill", run_id=run_id, selector="#password", value="demo")
+        await agent.call("submit", run_id=run_id, selector="#login", idempotent=True)
+
+    async def scenario() -> None:
+        async with server(store) as agent:
+            first = await agent.call("open_session", site=f"{shop.url}/login?next=/orders/new", session_key="shop")
+            await sign_in(agent, first["run_id"])
+            assert (await agent.call("save_login", run_id=first["run_id"]))["saved_login"] == "saved"
+            await agent.call("close_session", run_id=first["run_id"])
+            shop.revoke_sessions("demo")
+            again = await agent.call("open_session", site=f"{shop.url}/orders/new", session_key="shop")
+            assert again["saved_login"] == "reused" and "/login" in again["url"], "the saved login is dead"
+            await sign_in(agent, again["run_id"])
+            assert (await agent.call("save_login", run_id=again["run_id"]))["saved_login"] == "saved"
+            await agent.call("close_session", run_id=again["run_id"])
+            third = await agent.call("open_session", site=f"{shop.url}/orders/new", session_key="shop")
+            assert third["url"].endswith("/orders/new"), third
+            await agent.call("close_session", run_id=third["run_id"])
+
+    asyncio.run(scenario())
+    assert shop.logins("demo") == logins + 2
 
 
 def test_resume_reopens_the_page_where_it_was_and_redoes_no_submit(tmp_path: Path, shop: Any) -> None:
