@@ -209,7 +209,14 @@ class AgentService:
         }
         if session_key:
             answer["saved_login"] = loaded or "none"
-        return answer | told(outcome.value if isinstance(outcome.value, dict) else {}, keeps_downloads=True)
+        answer |= told(outcome.value if isinstance(outcome.value, dict) else {}, keeps_downloads=True)
+        if loaded and urlsplit(session.page.url).path != parts.path:
+            answer["notes"] = [
+                *answer.get("notes", ()),
+                f"the saved login was reused and the site answered with another page ({session.page.url}): if it "
+                "is the sign-in page, the site has ended that login; sign in, then save_login",
+            ]
+        return answer
 
     async def _lease(self, run: RunRecord, flow: Flow[Any], calls: list[Call]) -> AgentSession:
         may_send = MaySend(*AgentInputs.model_validate(run.inputs).may_send)

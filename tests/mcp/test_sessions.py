@@ -105,11 +105,12 @@ def test_a_login_saved_again_replaces_one_the_site_has_ended(tmp_path: Path, sho
             shop.revoke_sessions("demo")
             again = await agent.call("open_session", site=f"{shop.url}/orders/new", session_key="shop")
             assert again["saved_login"] == "reused" and "/login" in again["url"], "the saved login is dead"
+            assert "site has ended that login" in again["notes"][0], again
             await sign_in(agent, again["run_id"])
             assert (await agent.call("save_login", run_id=again["run_id"]))["saved_login"] == "saved"
             await agent.call("close_session", run_id=again["run_id"])
             third = await agent.call("open_session", site=f"{shop.url}/orders/new", session_key="shop")
-            assert third["url"].endswith("/orders/new"), third
+            assert third["url"].endswith("/orders/new") and "notes" not in third, third
             await agent.call("close_session", run_id=third["run_id"])
 
     asyncio.run(scenario())
