@@ -217,6 +217,7 @@ class _Observer:
 
     async def before_step(self, ctx: StepContext[Any], step: Step, context: BrowserContext) -> None:
         self._check()
+        self.router.step = step.id
         if self.self_test and isinstance(step, Effect) and step.verifier is not None:
             await self._ask(ctx, step, context, "before", "not_done")
 

@@ -4,7 +4,11 @@ Matching (not Playwright's first-match ``route_from_har``):
 
 - a request's key is its method, its URL (secret query parameters redacted, query sorted,
   no fragment) and its body (redacted like the recording; forms and JSON normalized);
-- entries with the same key are served in recorded order, each once;
+- a request a step makes (not an effect's dispatch) is answered from what the same step got
+  for that key in the recording, in order, counted afresh in each pass (each browser context):
+  a pass resumed after a crash starts as a fresh session did, so a page the flow opened before
+  signing in is the sign-in page again, not the page the recording got there after signing in;
+- other entries with the same key are served in recorded order, each once;
 - once a key's entries are used up, its last answer is served again, unless that entry
   was a *dispatch* of a non-idempotent effect: a further dispatch is refused, never
   answered twice, since an answer would hide a duplicate;
@@ -207,7 +211,9 @@ class ReplayRouter:
         self.refusals: list[str] = []
         self.blocked: list[str] = []  # the browser's own traffic to hosts the recording never saw
         self.duplicate: str | None = None  # set when a dispatch beyond the recorded ones was refused
+        self.step: str | None = None  # the step the replayed flow runs now (the replayer sets it)
         self._verifying: str | None = None
+        self._this_pass: dict[tuple[str, tuple[str, str, str]], int] = {}  # (step, key) -> served in this pass
 
     # -- state ------------------------------------------------------------------------
 
@@ -248,6 +254,12 @@ class ReplayRouter:
                 return self._refuse(shown, key, f"not among the pages {self._verifying}'s verifier saw while recording")
             return self._serve(shown, entry, repeat=True)
         main = [e for e in pool if not e.snapshot]
+        here = [e for e in main if e.segment.step == self.step and not e.dispatch] if self.step else []
+        if here:
+            n = self._this_pass.get((self.step or "", key), 0)
+            self._this_pass[(self.step or "", key)] = n + 1
+            entry = here[min(n, len(here) - 1)]
+            return self._serve(shown, entry, repeat=self.ledger.count(entry.id) > 0)
         fresh = [e for e in main if self.ledger.count(e.id) == 0]
         if fresh:
             return self._serve(shown, fresh[0])
@@ -339,8 +351,14 @@ class ReplayRouter:
     # -- Playwright routing -------------------------------------------------------------------
 
     async def install(self, context: BrowserContext) -> None:
-        """Answer every request of ``context`` (registered first, so the dispatch gate falls back to it)."""
+        """Answer every request of ``context`` (registered first, so the dispatch gate falls back to it);
+        a new context is a new pass (:meth:`new_pass`)."""
+        self.new_pass()
         await context.route("**/*", self._route)
+
+    def new_pass(self) -> None:
+        """A new pass begins: its steps' requests are answered from the recording's afresh."""
+        self._this_pass.clear()
 
     async def _route(self, route: Route, request: Request) -> None:
         answer = self.answer(request.method, request.url, await request.all_headers(), request.post_data_buffer)

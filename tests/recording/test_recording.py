@@ -107,6 +107,35 @@ def test_a_recording_keeps_no_secret_and_replays_with_the_sandbox_stopped(tmp_pa
     assert result.result_of("submit") == rec.journal["attempts"][2]["result"]
 
 
+def test_a_pass_resumed_after_a_crash_opens_its_pages_as_a_fresh_session_did(tmp_path: Path) -> None:
+    """A flow opens the order form before signing in: recorded, that address was answered with
+    the sign-in form, then (after signing in) with the order form. Replayed with a crash as the
+    order's reply is lost, the resumed pass (a new context, signed out) is answered as the
+    recording's was at each step: the sign-in form first, so it signs in, and its verifier finds
+    the order; it is not handed the signed-in page, whose missing sign-in form it would wait for."""
+    shop = start_sandbox(tmp_path / "shop.db")
+    store = SQLiteStore(tmp_path / "bw.db")
+    try:
+        loaded = load_flow(TEST_FLOWS / "signin_first.py")
+        run, _ = prepare_run(
+            store, RunRequest(loaded=loaded, run_id="rec-signin", inputs={"base_url": shop.url, "item": "tea"})
+        )
+        engine = Engine(store, browser=BrowserSettings.discover())
+        final = asyncio.run(record(engine, loaded, run, name=tmp_path / "rec")).run
+    finally:
+        shop.stop()
+        store.close()
+    assert final.state == "SUCCEEDED"
+    forms = [e for e in entries(Recording.load(tmp_path / "rec")) if e["request"]["url"].endswith("/orders/new")]
+    statuses = [e["response"]["status"] for e in forms]
+    assert statuses[0] == 303 and 200 in statuses, f"answered differently before and after signing in: {statuses}"
+
+    result = replay(tmp_path / "rec", crash_at="submit:reply_lost")
+    assert result.state == "SUCCEEDED", result.report()
+    assert [a.state for a in result.attempts_of("sign_in")] == ["SUCCEEDED", "SUCCEEDED"], "signed in again"
+    assert result.attempts_of("submit")[-1].decided_by == "verifier", result.report()
+
+
 def test_recording_reports_a_broken_verifier_and_keeps_both_verifier_pages(
     bw: BW, shop: Any, run_id: str, tmp_path: Path
 ) -> None:

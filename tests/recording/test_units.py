@@ -103,6 +103,22 @@ def test_same_key_is_served_in_recorded_order_then_the_last_again(tmp_path: Path
     assert ids == sorted(ids)
 
 
+def test_a_steps_request_is_answered_as_that_step_was_afresh_in_each_pass(tmp_path: Path) -> None:
+    """GET /orders/new was recorded in login (its redirect) and in open_form: asked by a step, it
+    is answered with what that step got, whatever another step used; a new pass (a new context)
+    is answered so again, though the ledger has served both."""
+    router = router_for("place-order", tmp_path)
+    url = origin("place-order") + "/orders/new"
+
+    def asked_by(step: str) -> str:
+        router.step = step
+        return router.answer("GET", url, {}, None).entry.segment.step  # type: ignore[union-attr, return-value]
+
+    assert [asked_by("open_form"), asked_by("login")] == ["open_form", "login"]
+    router.new_pass()
+    assert [asked_by("login"), asked_by("open_form"), asked_by("open_form")] == ["login", "open_form", "open_form"]
+
+
 def test_a_dispatch_is_never_answered_twice(tmp_path: Path) -> None:
     """The recorded order POST is answered once; a second identical POST is refused as a duplicate."""
     router = router_for("place-order", tmp_path)
