@@ -85,30 +85,41 @@ def possibly_sent(signs: list[dict[str, Any]], requests: list[dict[str, Any]]) -
 
 ALERTS = (
     "[role=alert], [role=status], .error, .errors, .alert, .flash, .errorlist, .errornote, .messagelist, "
-    ".invalid-feedback, #error_explanation, .validation-summary-errors, .field-validation-error"
+    "#notice, p.notice, .invalid-feedback, #error_explanation, .validation-summary-errors, .field-validation-error"
 )
 """What counts as a message the page shows after a submit: ARIA's alerts and status lines, and the
 classes common frameworks give their messages and form errors (Django's, Rails', Bootstrap's,
 ASP.NET's)."""
-SHOWN = (
-    "els => { const shown = els.filter(e => e.checkVisibility());"
-    " return shown.filter(e => !shown.some(o => o !== e && o.contains(e))).map(e => e.innerText) }"
+ERRORS = (
+    "[role=alert], .error, .errors, .errorlist, .errornote, .invalid-feedback, #error_explanation, "
+    ".validation-summary-errors, .field-validation-error, .alert-danger, .alert-warning, .alert-error, "
+    ".flash-error, .flash-alert, p.alert, div.alert:not([class*=alert-])"
 )
-"""The text of each element shown and not inside another one shown (a message list and its items
-once; an error element the page keeps hidden, whose ``innerText`` is its whole text, not at all)."""
+"""Which of those messages say something went wrong (ARIA's alerts, the frameworks' error
+classes, a Rails ``alert`` flash): only then is the agent told the site may have refused it."""
+SHOWN = (
+    "(els, errors) => { const shown = els.filter(e => e.checkVisibility());"
+    " return shown.filter(e => !shown.some(o => o !== e && o.contains(e)))"
+    ".map(e => [e.innerText, e.matches(errors) || [...e.querySelectorAll(errors)].some(c => c.checkVisibility())]) }"
+)
+"""Each element shown and not inside another one shown (a message list and its items once; an
+error element the page keeps hidden, whose ``innerText`` is its whole text, not at all): its
+text, and whether it or an element shown in it is one of :data:`ERRORS`."""
 
 
-async def shown_messages(page: Page) -> list[str]:
-    """The messages a page shows after a submit (alerts, status lines, error texts), best effort."""
+async def shown_messages(page: Page) -> tuple[list[str], bool]:
+    """The messages a page shows after a submit (alerts, status lines, error texts), best effort,
+    and whether one of them is an error."""
     try:
-        texts = await page.locator(ALERTS).evaluate_all(SHOWN)
+        shown = await page.locator(ALERTS).evaluate_all(SHOWN, ERRORS)
     except Exception:  # the page is gone or navigating: nothing to report
-        return []
-    return [t.strip()[:300] for t in texts if t.strip()][:10]
+        return [], False
+    kept = [(text.strip()[:300], error) for text, error in shown if text.strip()][:10]
+    return [text for text, _ in kept], any(error for _, error in kept)
 
 
 MESSAGES = (
-    "the page shows these messages; if the site refused what was sent, fix the form "
+    "the page shows errors; if the site refused what was sent, fix the form "
     "and submit with a new effect_key (this one is done)"
 )
 

@@ -598,9 +598,10 @@ class AgentService:
         notes = what_was_sent(attempts[-1], answer)
         if s.live.is_open:
             answer["url"] = s.page.url
-            alerts = await shown_messages(s.page)
-            if alerts:  # a form re-rendered with its errors: the site took nothing, though the key is done
+            alerts, errors = await shown_messages(s.page)
+            if alerts:
                 answer["alerts"] = alerts
+            if errors:  # a form re-rendered with its errors: the site took nothing, though the key is done
                 notes.append(MESSAGES)
             shot = await s.live.scope.screenshot(s.page, f"{call.step_id}-after")
             if shot is not None:

@@ -100,15 +100,18 @@ def open_store_waiting(
     on_wait: Callable[[StoreUnavailable, float], None] | None = None,
 ) -> Store:
     """:func:`open_store`, tried again while its server is unavailable (down, restarting, out of
-    connections), for up to ``wait`` seconds, with a backoff from 0.5 s to 5 s between tries.
+    connections), for up to ``wait`` seconds from the first failed try (however long that try
+    took: a slow first try still waits), with a backoff from 0.5 s to 5 s between tries.
     ``on_wait(error, seconds_left)`` hears each failed try. Any other failure is raised at
     once; the last :class:`~browserworker.errors.StoreUnavailable` when ``wait`` runs out."""
-    deadline = time.monotonic() + wait
+    deadline: float | None = None
     pause = 0.5
     while True:
         try:
             return open_store(target, create=create, schema=schema)
         except StoreUnavailable as exc:
+            if deadline is None:
+                deadline = time.monotonic() + wait
             left = deadline - time.monotonic()
             if left <= 0:
                 raise

@@ -110,6 +110,28 @@ def test_a_worker_waits_for_a_store_that_is_down_and_then_drains(
     assert json.loads(shown.stdout)["run"]["state"] == "SUCCEEDED", shown.stderr
 
 
+def test_the_wait_counts_from_the_first_failed_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first try slower than the whole wait (a loaded machine, a server slow to refuse) still
+    says it waits and tries again, for the wait, before the last failure is raised."""
+    from browserworker.store import url
+
+    clock = [0.0]
+    tries: list[float] = []
+
+    def slow_failure(*args: object, **kwargs: object) -> None:
+        tries.append(clock[0])
+        clock[0] += 3.0  # each try takes 3 s: longer than the wait
+        raise StoreUnavailable("cannot connect")
+
+    monkeypatch.setattr(url, "open_store", slow_failure)
+    monkeypatch.setattr(url.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(url.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    heard: list[float] = []
+    with pytest.raises(StoreUnavailable):
+        url.open_store_waiting("postgresql://nowhere/x", wait=1.0, on_wait=lambda exc, left: heard.append(left))
+    assert heard == [1.0] and tries == [0.0, 3.5], "told it waits, then tried once more after 0.5 s"
+
+
 def test_a_worker_that_waited_long_enough_exits_5(pg_url: str, relay: TcpRelay, bw: BW) -> None:
     """When ``--wait-for-store`` runs out the worker ends with exit 5 and "store unavailable"
     (the docs' code for a stop without an outcome), not with exit 2 (bad usage)."""
