@@ -124,14 +124,16 @@ async def stand_in(element: Locator, seconds: float = ACTION_TIMEOUT) -> Element
 
 async def click(page: Page, selector: str, seconds: float = ACTION_TIMEOUT) -> None:
     """Click ``selector`` as a person does: a checkbox or radio drawn by its label through the
-    label (:func:`stand_in`); waiting at most ``seconds`` for it to take the click."""
+    label (:func:`stand_in`); waiting at most ``seconds`` for it to take the click. Not for what
+    the click sets off: a slow site's answer to the form it posts is no element refusing a click
+    (the caller waits for that, :func:`~browserworker.agent._settle.settled`)."""
     element = page.locator(selector)
     label = await stand_in(element, seconds)
     if label is None:
-        await on_element("click", element.click(timeout=seconds * 1000), seconds)
+        await on_element("click", element.click(timeout=seconds * 1000, no_wait_after=True), seconds)
         return
     try:
-        await on_element("click", label.click(timeout=seconds * 1000), seconds)
+        await on_element("click", label.click(timeout=seconds * 1000, no_wait_after=True), seconds)
     finally:
         await label.dispose()
 

@@ -324,7 +324,7 @@ def _press(call: Call, how: _How) -> StepFn:
             element = ctx.page.locator(_selector(call, how))
             return await settled(
                 ctx.page,
-                lambda: on_element("key press", element.press(key, timeout=ACTION_TIMEOUT * 1000)),
+                lambda: on_element("key press", element.press(key, timeout=ACTION_TIMEOUT * 1000, no_wait_after=True)),
                 acted=how.acted,
                 close_opened=True,
                 downloads=how.saves,

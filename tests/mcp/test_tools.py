@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -115,6 +116,27 @@ def test_a_session_is_a_run_and_a_submit_lands_once(tmp_path: Path, shop: Any) -
     assert 'button "Place order"' in submit["snapshot"], "the snapshot the agent acted on is kept"
     effect = [a for a in store.attempts(run.id) if a.step_id == "t0008.submit"]
     assert len(effect) == 1 and effect[0].state.name == "SUCCEEDED" and effect[0].dispatched_at is not None
+
+
+def test_a_site_slow_to_answer_a_submit_is_waited_for_not_taken_for_a_refused_click(tmp_path: Path, shop: Any) -> None:
+    """The shop takes 7 s to answer the order's POST (longer than an element has to take a
+    click): the submit waits for the answer and is committed with it, one order; the click is not
+    taken for one the button refused (which sent the submit to recovery and its verifier)."""
+    reference = f"slow-{tmp_path.name}"
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = await agent.sign_in(shop.url)
+        await agent.fill_order(run_id, reference)
+        shop.set_faults(delay_before_commit=7, times=1)
+        began = time.monotonic()
+        placed = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+        assert placed["status"] == "committed" and placed["responses"][0]["status"] == 303, placed
+        assert time.monotonic() - began >= 7
+        [attempt] = [a for a in store.attempts(run_id) if a.kind == "effect"]
+        assert attempt.decided_by != "verifier" and attempt.attempt_no == 1
+
+    play(tmp_path, scenario)
+    assert len(shop.orders(reference)) == 1
 
 
 def test_a_form_re_rendered_with_errors_is_told_and_a_new_key_sends_the_fix(tmp_path: Path, shop: Any) -> None:
