@@ -6,7 +6,8 @@ gate, a retry answered from the journal and the target, never by clicking again)
 into the steps they replay as (``_actionable``: an element that will not take one, told at once;
 ``_settle``: what a call waits for once it has acted); ``_snapshot`` is the page as an agent reads
 it (refs); ``_verify`` the verifiers an agent declares as data; ``_answers`` what a call is
-answered, in words; ``_export`` writes a session as a flow file that runs with no model. ``browserworker.mcp`` serves it over MCP.
+answered, in words; ``_export`` writes a session as a flow file that runs with no model.
+``browserworker.mcp`` serves it over MCP.
 """
 
 from typing import TYPE_CHECKING

@@ -8,6 +8,7 @@ from typing import Any
 
 from playwright.async_api import Page
 
+from ..gate import DETECTED, LATE, PAGE_LEFT, POPUP
 from ..runtime import StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
@@ -48,7 +49,7 @@ def what_was_sent(latest: AttemptRecord, answer: dict[str, Any]) -> list[str]:
     ``answer``; return the notes on what it sent: nothing, or only what the gate counts as
     possibly sent (:data:`SIGNS`)."""
     sent = (latest.evidence or {}).get("responses") or []
-    signs = [r for r in sent if r.get("channel") == "detected" and r.get("method") in SIGNS]
+    signs = [r for r in sent if r.get("channel") == DETECTED and r.get("method") in SIGNS]
     requests = [r for r in sent if r not in signs]
     if requests:
         answer["responses"] = [{k: r.get(k) for k in ("method", "url", "status")} for r in requests]
@@ -64,9 +65,9 @@ NOTHING_SENT = (
     "make the page ready and submit with a new effect_key"
 )
 SIGNS = {
-    "PAGEHIDE": "the page {url} was left",
-    "POPUP": "a window opened ({url})",
-    "DETECTED": "a request may have left unseen",
+    PAGE_LEFT: "the page {url} was left",
+    POPUP: "a window opened ({url})",
+    LATE: "a request may have left unseen",
 }
 """What the gate journals as possibly sent that is no request of the page's (docs/channels.md's
 *detected*): a document left or a window opened while the submit ran (either may send past any

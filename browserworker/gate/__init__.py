@@ -18,13 +18,17 @@ if TYPE_CHECKING:  # the names of this face; each loads on first use (browserwor
     from ._gate import DispatchGate
     from ._guard import ActionGuard, StepGap
     from ._observed import Observed
-    from ._outbox import watch_navigations
+    from ._outbox import DETECTED, LATE, PAGE_LEFT, POPUP, watch_navigations
     from ._routes import ApiCall, ContextRoute, observe_api, safe_url
     from ._unload import disarm_unload
 
 __getattr__, __dir__ = face(__name__)
 
 __all__ = [
+    "DETECTED",
+    "LATE",
+    "PAGE_LEFT",
+    "POPUP",
     "ActionGuard",
     "ApiCall",
     "ApprovalCheck",

@@ -35,7 +35,7 @@ from ..flow import ChannelRequest, Effect, Extensions
 from ..journal import RunJournal
 from ..logs import get_logger
 from ..store.records import AttemptRecord
-from ._outbox import DETECTED, GateOutbox
+from ._outbox import DETECTED, LATE, PAGE_LEFT, POPUP, GateOutbox
 from ._routes import SOCKET, ApiSend, ContextRoute, safe_url
 
 if TYPE_CHECKING:
@@ -508,7 +508,7 @@ class Detector:
             try:
                 outbox_id = await gate.journal.dispatch(
                     a,
-                    "DETECTED",
+                    LATE,
                     f"{len(self.unjournaled)} possible dispatch(es) journaled late",
                     channel=DETECTED,
                     margin=0.0,
@@ -519,14 +519,14 @@ class Detector:
                 continue
             except LeaseLost:
                 return
-            gate.outbox.keep(a, outbox_id, "DETECTED", "", DETECTED)
+            gate.outbox.keep(a, outbox_id, LATE, "", DETECTED)
             self.unjournaled = [f"{item} (journaled late)" for item in self.unjournaled]
             return
 
     async def journal_now(self, request: Request, why: str) -> bool:
         """Journal a possible dispatch before letting ``request`` go; False if that failed."""
         self.detected.append(f"{request.method} {request.url}: {why}")
-        outbox_id = await self.gate.commit("PAGEHIDE", departing_url(request), DETECTED)
+        outbox_id = await self.gate.commit(PAGE_LEFT, departing_url(request), DETECTED)
         return outbox_id is not None
 
     async def unrouted(self, request: Request, failure: str | None) -> None:
@@ -571,7 +571,7 @@ class Detector:
         before Playwright routes it, or as it closes, passes no gate). One row is enough: every
         later popup awaits the same write. Returns it (None when not armed)."""
         if self.popup_write is None and self.gate.armed:
-            self.popup_write = self.detect("POPUP", url, _POPUP)
+            self.popup_write = self.detect(POPUP, url, _POPUP)
         return self.popup_write
 
     def on_page_close(self, page: Page) -> None:
@@ -579,7 +579,7 @@ class Detector:
         if not gate.armed:
             return
         self.detect(
-            "PAGEHIDE",
+            PAGE_LEFT,
             safe_url(page) or "",
             "a page closed while the effect ran (what it sends as it closes passes no gate)",
         )

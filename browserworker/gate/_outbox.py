@@ -22,11 +22,30 @@ from ..store.records import AttemptRecord, OutboxRecord
 if TYPE_CHECKING:  # pragma: no cover
     from ._routes import ContextRoute
 
-__all__ = ["DETECTED", "GateOutbox", "key_headers", "pause_on_throttle", "pause_quietly", "watch_navigations"]
+__all__ = [
+    "DETECTED",
+    "LATE",
+    "PAGE_LEFT",
+    "POPUP",
+    "GateOutbox",
+    "key_headers",
+    "pause_on_throttle",
+    "pause_quietly",
+    "watch_navigations",
+]
 
 log = get_logger("browserworker.gate")
 
 DETECTED = "detected"
+"""The channel of an outbox row the gate journals as possibly sent (docs/channels.md's *detected*)."""
+
+# The methods of detected rows that are no request of a page's, but the gate's signs of one:
+PAGE_LEFT = "PAGEHIDE"
+"""A page left or closed while an effect ran (what its document sends as it goes passes no gate)."""
+POPUP = "POPUP"
+"""A window opened while an effect ran (what it sends before it is routed passes no gate)."""
+LATE = "DETECTED"
+"""Possible dispatches whose own rows could not be written when they were seen (journaled late)."""
 
 _KEY_HEADERS = (
     "location",

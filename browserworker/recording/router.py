@@ -6,9 +6,9 @@ Matching (not Playwright's first-match ``route_from_har``):
   no fragment) and its body (redacted like the recording; forms and JSON normalized);
 - a request a step makes (not an effect's dispatch, nor a page a verifier saw) is answered from
   what the same step got for that key in the recording, in order, counted afresh in each pass
-  (each browser context):
-  a pass resumed after a crash starts as a fresh session did, so a page the flow opened before
-  signing in is the sign-in page again, not the page the recording got there after signing in;
+  (each browser context): a pass resumed after a crash starts as a fresh session did, so a page
+  the flow opened before signing in is the sign-in page again, not the page the recording got
+  there after signing in;
 - other entries with the same key are served in recorded order, each once;
 - once a key's entries are used up, its last answer is served again, unless that entry
   was a *dispatch* of a non-idempotent effect: a further dispatch is refused, never
@@ -255,10 +255,11 @@ class ReplayRouter:
                 return self._refuse(shown, key, f"not among the pages {self._verifying}'s verifier saw while recording")
             return self._serve(shown, entry, repeat=True)
         main = [e for e in pool if not e.snapshot]
-        here = [e for e in main if e.segment.step == self.step and not e.dispatch] if self.step else []
-        if here and len(main) == len(pool):  # a page a verifier saw is answered by state (below)
-            n = self._this_pass.get((self.step or "", key), 0)
-            self._this_pass[(self.step or "", key)] = n + 1
+        step = self.step
+        here = [e for e in main if e.segment.step == step and not e.dispatch]
+        if step is not None and here and len(main) == len(pool):  # a page a verifier saw: by state (below)
+            n = self._this_pass.get((step, key), 0)
+            self._this_pass[(step, key)] = n + 1
             entry = here[min(n, len(here) - 1)]
             return self._serve(shown, entry, repeat=self.ledger.count(entry.id) > 0)
         fresh = [e for e in main if self.ledger.count(e.id) == 0]
