@@ -17,6 +17,8 @@ Matching (not Playwright's first-match ``route_from_har``):
   effect) are served by the state of the replayed "server": the "after" page once the
   effect's dispatch was answered in this replay (or the crashed run it resumes), else
   the "before" page;
+- the browser's own request for a site's ``/favicon.ico`` (Chromium sends it when it gets round
+  to it, so a recording may lack it) is answered ``404`` when the recording has none;
 - anything else is aborted, with an error naming the request and the closest recorded one.
 
 What the replayed server has answered is kept in a :class:`~.files.Ledger`, written before
@@ -60,6 +62,9 @@ __all__ = ["Answer", "Entry", "ReplayProxy", "ReplayRouter", "request_key", "tls
 log = get_logger("browserworker.replay")
 
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+# Chromium asks a site for its icon by itself, when it gets round to it after a load; a recording
+# may or may not hold that request, so a replay's unrecorded one is not the page's doing.
+_FAVICON = "/favicon.ico"
 _DROP_RESPONSE_HEADERS = frozenset(
     {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"}
 )
@@ -282,6 +287,10 @@ class ReplayRouter:
                 "answered",
                 closest=False,
             )
+        if method.upper() == "GET" and urlsplit(url).path.endswith(_FAVICON):
+            self.blocked.append(f"{shown} (the browser's own icon request, not in the recording: answered 404)")
+            self.served.append((shown, "404"))
+            return Answer(status=404)
         return self._refuse(shown, key, "not in the recording")
 
     def _serve(self, shown: str, entry: Entry, repeat: bool = False) -> Answer:

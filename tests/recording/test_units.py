@@ -167,6 +167,18 @@ def test_unmatched_request_names_the_closest_recorded_one(tmp_path: Path) -> Non
     assert router.refusals == [answer.refusal]
 
 
+def test_the_browsers_own_icon_request_is_answered_404_when_the_recording_lacks_it(tmp_path: Path) -> None:
+    """Chromium asks for /favicon.ico when it gets round to it: a replay whose recording has no
+    such request answers it 404 (listed as the browser's own), not as a difference; any other
+    unrecorded GET of the same site is still refused."""
+    router = router_for("place-order", tmp_path)
+    answer = router.answer("GET", origin("place-order") + "/favicon.ico", {}, None)
+    assert (answer.refusal, answer.status, answer.failed) == (None, 404, False)
+    assert router.refusals == [] and "/favicon.ico" in router.blocked[0]
+    other = router.answer("GET", origin("place-order") + "/favicon.png", {}, None)
+    assert other.refusal is not None and "not in the recording" in other.refusal
+
+
 def test_crash_point_parsing_names_the_problem() -> None:
     """Crash points are STEP:POINT on an effect; anything else is a usage error saying why."""
     steps = list(load_flow(ROOT / "flows" / "place_order.py").flow.steps)
