@@ -4,19 +4,21 @@ shows, and why a call was stopped or failed (docs/agents.md's "What a submit ans
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from playwright.async_api import Page
 
 from ..gate import DETECTED, LATE, PAGE_LEFT, POPUP
-from ..runtime import StepOutcome
+from ..runtime import SentBetween, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
 
 __all__ = [
-    "LOADS",
     "MESSAGES",
     "held",
+    "loads",
+    "sent_between",
     "shown_messages",
     "submit_status",
     "unsent",
@@ -132,7 +134,33 @@ def unsent(state: AttemptState | None) -> dict[str, str]:
     return {"note": "nothing was sent; this effect_key is spent: once the page is ready, submit with a new effect_key"}
 
 
-LOADS = "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
+def loads(outcome: StepOutcome) -> str:
+    """What the operator can do about what a page sent as it loaded (``outcome`` was refused):
+    let its socket go, for a page that talks over one, else name what it posts by itself."""
+    sockets = [sent.split(" ", 1)[1] for sent in outcome.refused if sent.startswith("WEBSOCKET ")]
+    if sockets:
+        return (
+            f"if the page talks to its site over that socket, the server's operator can let it: browserworker "
+            f"mcp --may-send 'WEBSOCKET {sockets[0]}' (a submit's message over it is still held as the submit's)"
+        )
+    return (
+        "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
+    )
+
+
+def sent_between(sent: Sequence[SentBetween]) -> list[str]:
+    """The notes on what the page sent between calls; a socket whose messages were refused is
+    named with the rule that would let the page use it (a page built on a socket shows nothing,
+    or does not react, until they go)."""
+    notes = [f"the page sent between calls: {s}" for s in sent]
+    for url in dict.fromkeys(s.url for s in sent if s.refused and s.method == "WEBSOCKET"):
+        notes.append(
+            f"this page talks to its site over the socket {url}; a page built on one (Streamlit, Phoenix "
+            "LiveView, Blazor) shows nothing or does not react until its messages go. The server's operator "
+            f"can let them go: browserworker mcp --may-send 'WEBSOCKET {url}' (then a click or a key press "
+            "sends over it too; what a submit's click sends is still held as the submit's until it is journaled)"
+        )
+    return notes
 
 
 def held(outcome: StepOutcome) -> str:

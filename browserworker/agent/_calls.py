@@ -22,7 +22,7 @@ from typing import Any
 from playwright.async_api import Error as PlaywrightError
 
 from .._canonical import fingerprint_of
-from ..flow import Action, Effect, Step, StepContext, is_dispatch, rule_problem
+from ..flow import Action, ChannelRequest, Effect, Step, StepContext, is_dispatch, rule_problem
 from ..store.records import AttemptRecord, EventRecord
 from ._actionable import ACTION_TIMEOUT, on_element, set_checked
 from ._settle import click_and_settle, go_back, go_to, settled
@@ -125,8 +125,8 @@ class MaySend:
     Each rule is a URL glob (any method) or ``"METHOD glob"``, either with a glob of the body
     after it (``'WEBSOCKET */live* *"validate"*'``: only those messages of the socket), as a
     flow's ``sends=``. A staging call lets what they match go (``sends=self``), a submit's gate
-    does not count it as the submit's dispatch (``dispatch=self.dispatch``), and the gap between
-    calls lets it go.
+    does not count it as the submit's dispatch (``dispatch=self.dispatch``; a socket's message
+    only if its rule names its body), and the gap between calls lets it go.
     """
 
     rules: tuple[str, ...]
@@ -144,8 +144,19 @@ class MaySend:
         return any(is_dispatch(rule, request.method, request.url, request) for rule in self.rules)
 
     def dispatch(self, request: Any) -> bool:
-        """Whether ``request`` counts as a submit's dispatch: what counts by default, but for these."""
-        return is_dispatch(None, request.method, request.url, request) and not self(request)
+        """Whether ``request`` counts as a submit's dispatch: what counts by default, but for what
+        these rules match. A socket's message is let off only by a rule that names its body: a
+        rule naming the socket alone lets its pages use it with no submit, and what a submit's
+        click sends over it is the submit's, held until it is journaled."""
+        method, url = str(request.method).upper(), request.url
+        if not is_dispatch(None, method, url, request):
+            return False
+        if method != "WEBSOCKET":
+            return not self(request)
+        bare = ChannelRequest(method, url)  # a rule that matches a message without its body names the socket alone
+        return not any(
+            is_dispatch(r, method, url, request) and not is_dispatch(r, method, url, bare) for r in self.rules
+        )
 
     def __bool__(self) -> bool:
         return bool(self.rules)

@@ -49,7 +49,17 @@ from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import NewRun, RunRecord
 from ._actionable import refused_value
-from ._answers import LOADS, MESSAGES, held, shown_messages, submit_status, unsent, untrusted, what_was_sent
+from ._answers import (
+    MESSAGES,
+    held,
+    loads,
+    sent_between,
+    shown_messages,
+    submit_status,
+    unsent,
+    untrusted,
+    what_was_sent,
+)
 from ._calls import Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
     EVIDENCE,
@@ -198,7 +208,7 @@ class AgentService:
             await session.live.end(RunState.FAILED, outcome.reason, "failed")
             self.live.pop(run.id, None)
             if outcome.kind == "refused":
-                raise ToolCallError(f"could not open {site}: {held(outcome)}, as the page loads; {LOADS}")
+                raise ToolCallError(f"could not open {site}: {held(outcome)}, as the page loads; {loads(outcome)}")
             raise ToolCallError(f"could not open {site}: {outcome.reason}{untrusted(outcome.reason)}")
         await session.record(call)
         answer = {
@@ -341,7 +351,7 @@ class AgentService:
                 self.live.pop(run_id, None)
                 raise ToolCallError(f"session {run_id} was taken over by another owner: {exc}") from None
         if session.live.between:
-            notes = [*notes, *(f"the page sent between calls: {sent}" for sent in session.live.between)]
+            notes = [*notes, *sent_between(session.live.between)]
             session.live.between.clear()
         if notes:
             answer["notes"] = [*answer.get("notes", ()), *notes]
@@ -469,7 +479,7 @@ class AgentService:
     def _staged(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
         """The answer to a page-changing call, journaled already as it ended."""
         if outcome.kind == "refused" and call.tool == "navigate":
-            raise ToolCallError(f"navigate was stopped: {held(outcome)}, as the page loads; {LOADS}")
+            raise ToolCallError(f"navigate was stopped: {held(outcome)}, as the page loads; {loads(outcome)}")
         if outcome.kind == "refused":
             raise ToolCallError(
                 f"{call.tool} was stopped: {held(outcome)}; use submit for the element that sends it. If "

@@ -367,11 +367,14 @@ async def api_call(gate: DispatchGate, method: str, url: str, send: ApiSend) -> 
         gate.refused(method, url, why)
         raise why
     faults.hit("dispatch_held", gate.effect.id)
+    faults.hit("lease_expired_while_alive", gate.effect.id)
     if not await approved(gate, method, url, None, {}):
         why = gate.refusal or RuntimeError(str(NOT_APPROVED))  # raised into the effect: its own instance
         gate.refused(method, url, why)
         raise why
     outbox_id = await gate.commit(method, url, API)
+    if outbox_id is not None:
+        faults.hit("after_dispatch_commit", gate.effect.id)
     if outbox_id is None or not gate.holds():
         why = gate.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
         gate.refusal = why
@@ -401,10 +404,13 @@ async def socket_message(gate: DispatchGate, url: str, message: str | bytes, for
         gate.refused(SOCKET, url, gate.refusal or LeaseLost("the run's lease is lost"))
         return
     faults.hit("dispatch_held", gate.effect.id)
+    faults.hit("lease_expired_while_alive", gate.effect.id)
     if not await approved(gate, SOCKET, url, message if isinstance(message, str) else None, {}):
         gate.refused(SOCKET, url, gate.refusal or NOT_APPROVED)  # dropped: the page's socket stays open
         return
     outbox_id = await gate.commit(SOCKET, url, WEBSOCKET)
+    if outbox_id is not None:
+        faults.hit("after_dispatch_commit", gate.effect.id)
     if outbox_id is None or not gate.holds():
         gate.refusal = gate.refusal or LeaseLost("the lease ran out between the dispatch commit and the send")
         gate.refused(SOCKET, url, gate.refusal)
@@ -413,6 +419,7 @@ async def socket_message(gate: DispatchGate, url: str, message: str | bytes, for
     assert gate.attempt is not None
     gate.extensions.later.dispatched(gate.attempt, SOCKET, url)
     forward()
+    faults.hit("after_dispatch", gate.effect.id)  # handed to the socket: it may or may not reach the site
 
 
 async def approved(gate: DispatchGate, method: str, url: str, body: str | None, headers: dict[str, str]) -> bool:

@@ -17,7 +17,7 @@ from .._lazy import face
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
     from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
     from ._engine import Engine
-    from ._live import LiveRun, StepOutcome
+    from ._live import LiveRun, SentBetween, StepOutcome
     from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed, sealer_for
     from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
     from ._settings import ApprovalSettings, SessionSettings
@@ -34,6 +34,7 @@ __all__ = [
     "Engine",
     "LiveRun",
     "RunRequest",
+    "SentBetween",
     "SessionInfo",
     "SessionSettings",
     "StepOutcome",

@@ -38,7 +38,7 @@ from ._login_sessions import SessionRun
 from ._passes import Again, Pass, RunScope, Stop, in_own_task
 from ._settings import ApprovalSettings, SessionSettings
 
-__all__ = ["LiveRun", "StepOutcome"]
+__all__ = ["LiveRun", "SentBetween", "StepOutcome"]
 
 log = get_logger("browserworker")
 
@@ -61,6 +61,19 @@ class StepOutcome:
     refused: tuple[str, ...] = ()
     possibly_sent: tuple[str, ...] = ()
     approval: int | None = None
+
+
+@dataclass(frozen=True)
+class SentBetween:
+    """What a page sent between two steps (refused, or let through by the run's rules)."""
+
+    after: str
+    method: str
+    url: str
+    refused: bool
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.url} ({'refused' if self.refused else 'let through'}, after {self.after})"
 
 
 class LiveRun:
@@ -97,7 +110,7 @@ class LiveRun:
             log=log,
         )
         self.session = SessionRun(self.scope) if flow.session_key(self.scope.inputs) is not None else None
-        self.between: list[str] = []  # what pages sent between steps (refused), since last read
+        self.between: list[SentBetween] = []  # what pages sent between steps, since last read
         self._pass: Pass | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = False
@@ -210,8 +223,7 @@ class LiveRun:
             await stack.aclose()
 
     def _between_steps(self, after: str, method: str, url: str, refused: bool) -> None:
-        what = "refused" if refused else "let through"
-        self.between.append(f"{method} {url} ({what}, after {after})")
+        self.between.append(SentBetween(after, method, url, refused))
         self.scope.log.warning("a page sent between steps", after_step=after, method=method, url=url, refused=refused)
 
     # -- steps ---------------------------------------------------------------------------

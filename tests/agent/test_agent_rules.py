@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from browserworker.agent import AgentPolicy, MaySend, VerifySpec, submit_status
+from browserworker.agent._answers import loads, sent_between
 from browserworker.agent._calls import Call, step_of
 from browserworker.agent._service import _retried, _same
 from browserworker.agent._snapshot import Target
 from browserworker.agent._verify import parse_verify
 from browserworker.flow import Action, ChannelRequest, Effect
+from browserworker.runtime import SentBetween, StepOutcome
 from browserworker.states import AttemptState
 from browserworker.store.records import AttemptRecord
 
@@ -183,6 +185,39 @@ def test_what_pages_may_send_is_sent_by_staging_steps_and_not_a_submits_dispatch
     bare_submit = step_of(Call(seq=4, tool="submit", args={"selector": "#go"}))
     assert isinstance(bare_fill, Action) and not bare_fill.declares("POST", "https://a.test/collect")
     assert isinstance(bare_submit, Effect) and bare_submit.is_dispatch("POST", "https://a.test/collect")
+
+
+def test_a_sockets_message_is_a_submits_dispatch_unless_its_rule_names_its_body() -> None:
+    """A rule naming a socket alone lets its messages go with no submit, yet what a submit sends
+    over that socket counts as the submit's dispatch (a page built on one socket sends its
+    button's message there too); a rule naming the messages' body lets those off in a submit
+    too, and only those."""
+    ws = "ws://a.test/_stcore/stream"
+    socket_only = step_of(Call(seq=4, tool="submit", args={"selector": "#go"}), may_send=MaySend(f"WEBSOCKET {ws}"))
+    by_body = step_of(Call(seq=4, tool="submit", args={"selector": "#go"}), may_send=MaySend("WEBSOCKET */ws* *ping*"))
+    fill = step_of(Call(seq=3, tool="fill", args={"value": "x", "selector": "#a"}), may_send=MaySend(f"WEBSOCKET {ws}"))
+    assert isinstance(socket_only, Effect) and isinstance(by_body, Effect) and isinstance(fill, Action)
+    assert fill.declares("WEBSOCKET", ws, ChannelRequest("WEBSOCKET", ws, "anything"))
+    assert socket_only.is_dispatch("WEBSOCKET", ws, ChannelRequest("WEBSOCKET", ws, b"\x08place"))
+    other = "ws://a.test/ws"
+    assert not by_body.is_dispatch("WEBSOCKET", other, ChannelRequest("WEBSOCKET", other, '{"ping":1}'))
+    assert by_body.is_dispatch("WEBSOCKET", other, ChannelRequest("WEBSOCKET", other, '{"place":1}'))
+
+
+def test_a_refused_socket_is_named_with_the_rule_that_lets_the_page_use_it() -> None:
+    """What a page sent between calls is told as it was; a socket whose message was refused is
+    named once with the ``--may-send`` rule for it, and so is a socket a page's load was stopped
+    for; a refused post gets the general hint."""
+    ws = "ws://a.test/_stcore/stream"
+    notes = sent_between(
+        [SentBetween("t0001.navigate", "WEBSOCKET", ws, True), SentBetween("t0002.fill", "WEBSOCKET", ws, True)]
+    )
+    assert notes[0] == f"the page sent between calls: WEBSOCKET {ws} (refused, after t0001.navigate)"
+    assert [n for n in notes if "--may-send" in n] == [notes[2]] and f"--may-send 'WEBSOCKET {ws}'" in notes[2]
+    let = sent_between([SentBetween("t0002.fill", "POST", "https://a.test/collect", False)])
+    assert let == ["the page sent between calls: POST https://a.test/collect (let through, after t0002.fill)"]
+    assert f"--may-send 'WEBSOCKET {ws}'" in loads(StepOutcome("refused", refused=(f"WEBSOCKET {ws}",)))
+    assert "analytics" in loads(StepOutcome("refused", refused=("POST https://a.test/collect",)))
 
 
 _CLICK_LOG = """Locator.click: Timeout 5000ms exceeded.

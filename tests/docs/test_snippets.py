@@ -125,7 +125,7 @@ def test_every_python_snippet_of_the_docs_runs(tmp_path: Path, shop: Any) -> Non
         "approvals.md": 1,
         "budgets.md": 1,
         "fleet.md": 1,
-        "flows.md": 5,
+        "flows.md": 6,
         "proving.md": 2,
         "sessions.md": 1,
     }

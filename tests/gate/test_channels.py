@@ -10,6 +10,7 @@ still one landing) without one.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -91,6 +92,58 @@ def test_without_a_verifier_the_kill_goes_to_review_with_one_landing(
     assert resumed.returncode == 3, resumed.stderr[-2000:]
     assert bw.show(run_id)["run"]["state"] == "NEEDS_REVIEW"
     assert target.landings(f"{run_id}/fire") == 1
+
+
+@pytest.mark.parametrize(
+    ("channel", "point"),
+    [("websocket", "after_dispatch_commit"), ("api", "after_dispatch_commit"), ("websocket", "after_dispatch")],
+)
+def test_a_socket_message_or_an_api_call_is_crashed_at_the_points_after_its_commit(
+    bw: BW, target: ChannelTarget, run_id: str, channel: str, point: str
+) -> None:
+    """A socket message and a ``page.request`` call pass the fault points after their dispatch
+    commit as a held request does: killed just after the commit, nothing reached the target and
+    the resumed run's verifier says not done, so it is sent once more; killed once the message
+    was handed to the socket, the verifier decides. Either way it lands exactly once."""
+    crash = {"BROWSERWORKER_FAULTS": f"{point}:fire=kill"}
+    first = _run(bw, "channels", run_id, *_inputs(target, channel), env=crash)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    if point == "after_dispatch_commit":
+        assert target.landings(f"{run_id}/fire") == 0, "journaled as sent, not yet sent"
+    resumed = _run(bw, "channels", run_id)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    crashed = _fire(bw.show(run_id))[0]
+    assert crashed["dispatched_at"] is not None and crashed["decided_by"] == "verifier"
+    if point == "after_dispatch_commit":
+        assert crashed["state"] == "NOT_DONE"
+    assert target.landings(f"{run_id}/fire") == 1
+
+
+@pytest.mark.parametrize("channel", ["websocket", "api"])
+def test_a_socket_message_or_an_api_call_held_past_its_lease_is_sent_once_by_the_new_owner(
+    bw: BW, target: ChannelTarget, channel: str
+) -> None:
+    """Paused while the gate holds a socket message or a ``page.request`` call, past its lease
+    (chaos's ``lease_expired_while_alive``): the new owner finds nothing sent and sends it once;
+    the stale owner, woken, cannot commit it, so it never leaves."""
+    done = bw.run(
+        "chaos",
+        FLOW,
+        "--flow",
+        "channels",
+        *_inputs(target, channel),
+        "--points",
+        "lease_expired_while_alive",
+        "--json",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    [result] = json.loads(done.stdout)["results"]
+    assert (result["fired"], result["classification"], result["landings"], result["verdict"]) == (
+        True,
+        "FAILED_BEFORE_SEND (recovery:no_dispatch)",
+        1,
+        "ok",
+    ), result
 
 
 def _stopped(proc: subprocess.Popen[str], timeout: float = 60) -> None:

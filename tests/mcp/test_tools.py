@@ -331,6 +331,46 @@ def test_a_may_send_rule_can_name_the_messages_of_a_socket_and_the_bodies_of_a_u
         assert all(b'"calls":[]' in body for body in site.bodies(f"upd-{key}")), "the publish was never sent"
 
 
+def test_a_page_built_on_its_socket_is_named_and_a_submit_holds_its_message_under_the_sockets_rule(
+    tmp_path: Path,
+) -> None:
+    """An app that asks for its content over its socket (as Streamlit does) shows nothing with no
+    rule, and the answer names the socket and the rule that lets the page use it. With that rule
+    (the socket's URL alone) it shows its form and typing goes; a submit's click, whose message
+    goes over the same socket, is still the submit's: held until journaled as sent, listed in
+    the answer, landed once."""
+    key = f"app-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+        page, socket = f"{site.url}/socket-app?key={key}", site.url.replace("http://", "ws://", 1) + "/ws"
+
+        async def rule_less(agent: Agent, store: Store) -> None:
+            opened = await agent.client.call_tool("open_session", {"site": page})
+            said = json.dumps(opened.structured_content) if not opened.is_error else str(opened.content)
+            if not opened.is_error:  # the page asked after the load: refused between calls, told next
+                waited = await agent.call(
+                    "wait_for", run_id=opened.structured_content["run_id"], text="ready", timeout=2
+                )
+                assert waited["met"] is False
+                said = json.dumps(waited)
+            assert f"--may-send 'WEBSOCKET {socket}'" in said, said
+
+        play(tmp_path / "no-rule", rule_less)
+
+        async def with_rule(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=page))["run_id"]
+            assert (await agent.call("wait_for", run_id=run_id, text="ready"))["met"] is True
+            await agent.call("fill", run_id=run_id, selector="#ref", value="R-1")
+            verify = {"get": f"/count?key={key}", "path": "count"}
+            done = await agent.call("submit", run_id=run_id, selector="#place", verify=verify)
+            assert done["status"] == "committed" and "note" not in done, done
+            assert done["responses"] == [{"method": "WEBSOCKET", "url": socket, "status": None}], done
+            submits = [a for a in store.attempts(run_id) if a.step_id.endswith(".submit")]
+            assert [a.dispatched_at is not None for a in submits] == [True], "journaled as sent"
+
+        play(tmp_path / "rule", with_rule, policy=AgentPolicy(may_send=(f"WEBSOCKET {socket}",)))
+        assert site.landings(key) == 1
+
+
 def test_a_message_a_fill_sets_off_after_its_answer_is_refused_and_told(tmp_path: Path) -> None:
     """A field whose typing the page sends over its socket a moment after the fill has been
     answered: the message is refused all the same (a staging tool never sends), and the next
@@ -345,8 +385,9 @@ def test_a_message_a_fill_sets_off_after_its_answer_is_refused_and_told(tmp_path
             assert "notes" not in filled, filled
             told = (await agent.call("wait_for", run_id=run_id, text="sent")).get("notes", [])
             told += [line for line in (await agent.call("snapshot", run_id=run_id)).splitlines() if "note:" in line]
-            said = [n for n in told if "WEBSOCKET" in n]
+            said = [n for n in told if n.startswith("the page sent between calls: WEBSOCKET")]
             assert len(said) == 1 and "refused" in said[0] and f"after t{filled['seq']:04d}.fill" in said[0], told
+            assert len([n for n in told if "--may-send 'WEBSOCKET" in n]) == 1, "the socket named with its rule"
 
         play(tmp_path, scenario)
         assert site.landings(key) == 0

@@ -168,6 +168,15 @@ _EXTRA = {
     "<div id=size role=combobox tabindex=0 onclick=\"document.getElementById('sizes').hidden=false\">Size</div>"
     "<ul id=sizes role=listbox hidden><li role=option onclick=\"document.getElementById('size').textContent="
     "'Size: Large';document.getElementById('sizes').hidden=true\">Large</li></ul>",
+    # an app built on its socket, as Streamlit's: it asks the server for its content over the
+    # socket once it is open and shows nothing until the answer comes; what is typed
+    # (``state:...``) and what its button does (``land:KEY``) go over the same socket
+    "socket-app": "<p id=state>connecting</p><div id=app></div>"
+    "<script>const ws=new WebSocket('ws://'+location.host+'/ws');ws.onopen=()=>ws.send('render');"
+    "ws.onmessage=()=>{{document.getElementById('state').textContent='ready';"
+    "document.getElementById('app').innerHTML='<input id=ref aria-label=Reference><button id=place>Place order</button>';"
+    "document.getElementById('ref').oninput=e=>ws.send('state:'+e.target.value);"
+    "document.getElementById('place').onclick=()=>ws.send('land:{key}')}}</script>",
     # a field whose typing the page sends over its socket a moment later (a debounced live
     # search, a draft saved as one types): the message leaves after the fill's answer
     "typed-later": "<p id=state>connecting</p><input id=q oninput=\"setTimeout(()=>{{ws.send('land:{key}');"
@@ -381,3 +390,6 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if opcode == 1 and payload.startswith(b"land:"):
                 self.owner.land(payload[5:].decode())
+            elif opcode == 1 and payload == b"render":  # the socket app's content (an unmasked text frame)
+                self.wfile.write(b"\x81\x05ready")
+                self.wfile.flush()
