@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "FORMAT",
+    "NO_SOCKETS",
     "Ledger",
     "Recording",
     "RecordingWriter",
@@ -54,6 +55,11 @@ __all__ = [
 FORMAT = "browserworker-recording/1"
 DEFAULT_DIR = "recordings"
 VERIFY_PHASES = ("verify_before", "verify_after")
+NO_SOCKETS = (
+    "a recording holds none of a socket's messages, so a replay cannot answer it (prove a flow whose "
+    "pages use a socket against the site, with chaos)"
+)
+"""Why a replay refuses a WebSocket (and a recording says so as it records one)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _EXT = {
     "text/html": "html",

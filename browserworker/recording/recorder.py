@@ -37,7 +37,7 @@ from ..logs import get_logger
 from ..states import RunState
 from ..store.base import Store
 from ..store.records import AttemptRecord, RunRecord
-from .files import FORMAT, RecordingWriter, Segment, api_har_entry, recording_path, write_json
+from .files import FORMAT, NO_SOCKETS, RecordingWriter, Segment, api_har_entry, recording_path, write_json
 from .selftest import SelfTest, expected_after, run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -329,6 +329,10 @@ class Recorder(Extension):
                 raw.unlink(missing_ok=True)
         if api:  # the API calls (Playwright's HAR has none of them), after the browser's requests
             har.setdefault("log", {}).setdefault("entries", []).extend(api)
+        for entry in har.get("log", {}).get("entries", []):
+            url = str(entry.get("request", {}).get("url", ""))
+            if url.lower().startswith(("ws:", "wss:")):
+                self._cannot_replay(f"{self.redactor.url(url)}: a WebSocket; {NO_SOCKETS}; replays refuse it")
         self.writer.write_segment(seg, har, dispatched)
 
     async def _api_call(self, call: ApiCall, response: APIResponse | None, error: str | None) -> None:
@@ -338,11 +342,15 @@ class Recorder(Extension):
                 f"{call.method} {self.redactor.url(call.url)}: a page.request call with multipart= cannot be "
                 "replayed (its body's boundary differs on every call); replays refuse it"
             )
-            if why not in self.unreplayable:
-                self.unreplayable.append(why)
-                self.notify.later.notice(self.run, None, f"recording: {why}")
+            self._cannot_replay(why)
             return
         self._api_entries.append(await api_har_entry(call, response, error))
+
+    def _cannot_replay(self, why: str) -> None:
+        """Say once, as it is recorded, what a replay will refuse."""
+        if why not in self.unreplayable:
+            self.unreplayable.append(why)
+            self.notify.later.notice(self.run, None, f"recording: {why}")
 
     def _flush_closed(self) -> None:
         """A segment still open when its context closed: Playwright exported it at the close."""

@@ -17,6 +17,8 @@ Matching (not Playwright's first-match ``route_from_har``):
   effect) are served by the state of the replayed "server": the "after" page once the
   effect's dispatch was answered in this replay (or the crashed run it resumes), else
   the "before" page;
+- a WebSocket is refused: a recording holds none of a socket's messages (the recorder says so
+  as it records one);
 - the browser's own request for a site's ``/favicon.ico`` (Chromium sends it when it gets round
   to it, so a recording may lack it) is answered ``404`` when the recording has none;
 - anything else is aborted, with an error naming the request and the closest recorded one.
@@ -55,7 +57,7 @@ from playwright.async_api import BrowserContext, Request, Route
 
 from .._redact import Redactor
 from ..logs import get_logger
-from .files import VERIFY_PHASES, Ledger, Recording, Segment
+from .files import NO_SOCKETS, VERIFY_PHASES, Ledger, Recording, Segment
 
 __all__ = ["Answer", "Entry", "ReplayProxy", "ReplayRouter", "request_key", "tls_context"]
 
@@ -287,6 +289,8 @@ class ReplayRouter:
                 "answered",
                 closest=False,
             )
+        if any(k.lower() == "upgrade" and v.lower() == "websocket" for k, v in headers.items()):
+            return self._refuse(shown, key, f"opens a WebSocket: {NO_SOCKETS}", closest=False)
         if method.upper() == "GET" and urlsplit(url).path.endswith(_FAVICON):
             self.blocked.append(f"{shown} (the browser's own icon request, not in the recording: answered 404)")
             self.served.append((shown, "404"))

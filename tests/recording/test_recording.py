@@ -21,6 +21,7 @@ from browserworker.sandbox.db import SandboxDB
 from browserworker.sandbox.testing import start_sandbox
 from browserworker.store.sqlite import SQLiteStore
 from tests.support.bw import BW
+from tests.support.channel_target import ChannelTarget
 from tests.support.paths import TEST_FLOWS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -134,6 +135,28 @@ def test_a_pass_resumed_after_a_crash_opens_its_pages_as_a_fresh_session_did(tmp
     assert result.state == "SUCCEEDED", result.report()
     assert [a.state for a in result.attempts_of("sign_in")] == ["SUCCEEDED", "SUCCEEDED"], "signed in again"
     assert result.attempts_of("submit")[-1].decided_by == "verifier", result.report()
+
+
+def test_a_recorded_socket_is_said_unreplayable_and_its_replay_sends_nothing(
+    bw: BW, run_id: str, tmp_path: Path
+) -> None:
+    """A run whose page opens a WebSocket is recorded with a notice that a replay cannot answer
+    the socket (``unreplayable`` in meta.json); its replay refuses the socket's handshake,
+    saying why, so the page's socket never opens, and differs from the recording."""
+    with ChannelTarget() as target:
+        flow = str(TEST_FLOWS / "socket_page.py")
+        done = bw.run(
+            "run", flow, "--run-id", run_id, "--input", f"base_url={target.url}", "--record", str(tmp_path / "ws")
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "a WebSocket" in done.stderr and "replays refuse it" in done.stderr, done.stderr[-2000:]
+        meta = json.loads((tmp_path / "ws" / "meta.json").read_text())
+        socket = target.url.replace("http://", "ws://", 1) + "/ws"
+        assert [u for u in meta["unreplayable"] if u.startswith(socket)], meta
+        assert Recording.load(tmp_path / "ws").journal["attempts"][0]["result"] == {"title": "open"}
+    result = replay(tmp_path / "ws")
+    assert any("opens a WebSocket" in r for r in result.refusals), result.report()
+    assert not result.ok and result.result_of("open_page") == {"title": ""}, "the socket never opened"
 
 
 def test_recording_reports_a_broken_verifier_and_keeps_both_verifier_pages(

@@ -179,6 +179,15 @@ def test_the_browsers_own_icon_request_is_answered_404_when_the_recording_lacks_
     assert other.refusal is not None and "not in the recording" in other.refusal
 
 
+def test_a_websocket_is_refused_with_why(tmp_path: Path) -> None:
+    """A page's WebSocket handshake is refused, saying that a recording holds none of a socket's
+    messages (not pointing at the closest recorded request)."""
+    router = router_for("place-order", tmp_path)
+    answer = router.answer("GET", origin("place-order") + "/ws", {"Upgrade": "websocket"}, None)
+    assert answer.refusal is not None and "opens a WebSocket" in answer.refusal
+    assert "holds none of a socket's messages" in answer.refusal and "closest" not in answer.refusal
+
+
 def test_crash_point_parsing_names_the_problem() -> None:
     """Crash points are STEP:POINT on an effect; anything else is a usage error saying why."""
     steps = list(load_flow(ROOT / "flows" / "place_order.py").flow.steps)
