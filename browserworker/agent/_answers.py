@@ -149,10 +149,18 @@ def loads(outcome: StepOutcome) -> str:
 
 
 def sent_between(sent: Sequence[SentBetween]) -> list[str]:
-    """The notes on what the page sent between calls; a socket whose messages were refused is
-    named with the rule that would let the page use it (a page built on a socket shows nothing,
-    or does not react, until they go)."""
+    """The notes on what the page sent between calls; a refused post, and a socket whose messages
+    were refused, are named with the rule that would let the page send them (a page built on a
+    socket shows nothing, or does not react, until they go)."""
     notes = [f"the page sent between calls: {s}" for s in sent]
+    posts = [s for s in sent if s.refused and s.method != "WEBSOCKET"]
+    if posts:
+        notes.append(
+            f"the page sends {posts[0].method} {posts[0].url} by itself (a live preview as a field is typed "
+            "into, an autosave); refused, it may leave the page broken. If it changes nothing you answer for, "
+            f"the server's operator can let it go: browserworker mcp --may-send '{posts[0].method} {posts[0].url} "
+            "*PART*', with a part of its body that tells it from what a submit sends to the same address"
+        )
     for url in dict.fromkeys(s.url for s in sent if s.refused and s.method == "WEBSOCKET"):
         notes.append(
             f"this page talks to its site over the socket {url}; a page built on one (Streamlit, Phoenix "

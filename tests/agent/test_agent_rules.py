@@ -207,7 +207,8 @@ def test_a_sockets_message_is_a_submits_dispatch_unless_its_rule_names_its_body(
 def test_a_refused_socket_is_named_with_the_rule_that_lets_the_page_use_it() -> None:
     """What a page sent between calls is told as it was; a socket whose message was refused is
     named once with the ``--may-send`` rule for it, and so is a socket a page's load was stopped
-    for; a refused post gets the general hint."""
+    for; a post refused between calls is named with a rule by its body, one let through with
+    nothing more; a post a load was stopped for gets the general hint."""
     ws = "ws://a.test/_stcore/stream"
     notes = sent_between(
         [SentBetween("t0001.navigate", "WEBSOCKET", ws, True), SentBetween("t0002.fill", "WEBSOCKET", ws, True)]
@@ -216,6 +217,8 @@ def test_a_refused_socket_is_named_with_the_rule_that_lets_the_page_use_it() -> 
     assert [n for n in notes if "--may-send" in n] == [notes[2]] and f"--may-send 'WEBSOCKET {ws}'" in notes[2]
     let = sent_between([SentBetween("t0002.fill", "POST", "https://a.test/collect", False)])
     assert let == ["the page sent between calls: POST https://a.test/collect (let through, after t0002.fill)"]
+    refused = sent_between([SentBetween("t0002.fill", "POST", "https://a.test/queue/join", True)])
+    assert len(refused) == 2 and "--may-send 'POST https://a.test/queue/join *PART*'" in refused[1], refused
     assert f"--may-send 'WEBSOCKET {ws}'" in loads(StepOutcome("refused", refused=(f"WEBSOCKET {ws}",)))
     assert "analytics" in loads(StepOutcome("refused", refused=("POST https://a.test/collect",)))
 
