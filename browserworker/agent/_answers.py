@@ -134,15 +134,21 @@ def unsent(state: AttemptState | None) -> dict[str, str]:
     return {"note": "nothing was sent; this effect_key is spent: once the page is ready, submit with a new effect_key"}
 
 
+def _lets_socket(url: str) -> str:
+    """The rule that lets a page use its socket ``url``, and what it then lets go."""
+    return (
+        f"the server's operator can let the page use it: browserworker mcp --may-send 'WEBSOCKET {url}' "
+        "(then a click or a key press sends over it too; what a submit's click sends over it is still held "
+        "as the submit's until it is journaled)"
+    )
+
+
 def loads(outcome: StepOutcome) -> str:
     """What the operator can do about what a page sent as it loaded (``outcome`` was refused):
     let its socket go, for a page that talks over one, else name what it posts by itself."""
     sockets = [sent.split(" ", 1)[1] for sent in outcome.refused if sent.startswith("WEBSOCKET ")]
     if sockets:
-        return (
-            f"if the page talks to its site over that socket, the server's operator can let it: browserworker "
-            f"mcp --may-send 'WEBSOCKET {sockets[0]}' (a submit's message over it is still held as the submit's)"
-        )
+        return f"if the page talks to its site over that socket, {_lets_socket(sockets[0])}"
     return (
         "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
     )
@@ -164,9 +170,7 @@ def sent_between(sent: Sequence[SentBetween]) -> list[str]:
     for url in dict.fromkeys(s.url for s in sent if s.refused and s.method == "WEBSOCKET"):
         notes.append(
             f"this page talks to its site over the socket {url}; a page built on one (Streamlit, Phoenix "
-            "LiveView, Blazor) shows nothing or does not react until its messages go. The server's operator "
-            f"can let them go: browserworker mcp --may-send 'WEBSOCKET {url}' (then a click or a key press "
-            "sends over it too; what a submit's click sends is still held as the submit's until it is journaled)"
+            f"LiveView, Blazor) shows nothing or does not react until its messages go: {_lets_socket(url)}"
         )
     return notes
 

@@ -217,7 +217,7 @@ class ReplayRouter:
         }
         self.served: list[tuple[str, str]] = []  # (request, entry id or refusal)
         self.refusals: list[str] = []
-        self.blocked: list[str] = []  # the browser's own traffic to hosts the recording never saw
+        self.blocked: list[str] = []  # the browser's own traffic: to hosts the recording never saw, its icon
         self.duplicate: str | None = None  # set when a dispatch beyond the recorded ones was refused
         self.step: str | None = None  # the step the replayed flow runs now (the replayer sets it)
         self._verifying: str | None = None
