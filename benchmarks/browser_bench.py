@@ -154,12 +154,12 @@ def _ours_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple
 
 
 def _plain_concurrency(
-    base_url: str, n: int, runs: int, *, meter: bool, playwright_defaults: bool = False
+    base_url: str, n: int, runs: int, *, meter: bool, playwright_defaults: bool = False, hooks: bool = False
 ) -> tuple[float, int | None]:
     """Drain ``runs`` runs with benchmarks/plain_concurrent.py: (seconds from the first start
     to the last finish, peak PSS if ``meter``); Chromium with the kit's browser flags, or with
-    Playwright's own if ``playwright_defaults``."""
-    extra = ["--playwright-defaults"] if playwright_defaults else []
+    Playwright's own if ``playwright_defaults``; with the kit's hooks in each context if ``hooks``."""
+    extra = ["--playwright-defaults"] if playwright_defaults else ["--hooks"] if hooks else []
     proc = subprocess.Popen(
         [PY, str(HERE / "plain_concurrent.py"), base_url, str(n), str(runs), *extra],
         stdout=subprocess.PIPE,
@@ -180,6 +180,10 @@ def _plain_defaults_concurrency(base_url: str, n: int, runs: int, *, meter: bool
     return _plain_concurrency(base_url, n, runs, meter=meter, playwright_defaults=True)
 
 
+def _hooks_concurrency(base_url: str, n: int, runs: int, *, meter: bool) -> tuple[float, int | None]:
+    return _plain_concurrency(base_url, n, runs, meter=meter, hooks=True)
+
+
 def concurrency(
     base_url: str, levels: tuple[int, ...] = (1, 4, 8), reps: int = 6, memory_reps: int = 4, defaults_reps: int = 2
 ) -> list[dict[str, Any]]:
@@ -193,7 +197,11 @@ def concurrency(
     does not dominate.
 
     Both sides launch Chromium with the kit's browser flags (browserworker.runtime.launch_options),
-    so the ratio is what the kit adds around the same browser work. A third side, plain
+    so the ratio is what the kit adds around the same browser work. Plain Playwright with the
+    kit's hooks in each context (``plain_concurrent.py --hooks``: the route, the socket route, the
+    request events, the renderers stopped before the close; no journal) is timed in every
+    repetition too, splitting that ratio in two: the hooks' share (Chromium's and Playwright's
+    work for them) and the kit's own (the journal, the executor, the worker). A fourth side, plain
     Playwright with only Playwright's own flags, is timed alongside (throughput only, in the
     first ``defaults_reps`` repetitions: its drains are the slowest, and on a slow machine six
     of them pushed `make bench` past 15 minutes) to show what those flags are worth to a
@@ -220,8 +228,14 @@ def concurrency(
         plain_cpu: list[float] = []
         defaults_t: list[float] = []
         defaults_cpu: list[float] = []
+        hooks_t: list[float] = []
+        hooks_cpu: list[float] = []
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
-            sides = [(_plain_concurrency, plain_t, plain_cpu), (_ours_concurrency, ours_t, ours_cpu)]
+            sides = [
+                (_plain_concurrency, plain_t, plain_cpu),
+                (_hooks_concurrency, hooks_t, hooks_cpu),
+                (_ours_concurrency, ours_t, ours_cpu),
+            ]
             if i < defaults_reps:  # for information, not compared: its slow drains only twice
                 sides.append((_plain_defaults_concurrency, defaults_t, defaults_cpu))
             for drain, times, cpu in _abba(sides, i):
@@ -260,6 +274,10 @@ def concurrency(
                 "plain_playwright_flags_seconds": defaults_t,
                 "plain_playwright_flags_reps": len(defaults_t),
                 "plain_playwright_flags_cpu_s_per_run": statistics.median(defaults_cpu),
+                "hooks_runs_per_min": runs / statistics.median(hooks_t) * 60,
+                "hooks_seconds": hooks_t,
+                "hooks_cpu_s_per_run": statistics.median(hooks_cpu),
+                "hooks_cpu_s_per_run_each": hooks_cpu,
                 "memory_runs": 2 * n,
                 "memory_reps": memory_reps,
                 "metered_seconds": metered,

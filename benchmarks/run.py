@@ -94,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Run only (g), the agent tools' round trip; writes benchmarks/results/agent.{json,md}.",
     )
     parser.add_argument(
+        "--concurrency-only",
+        action="store_true",
+        help="Run only (e), concurrent flows on one Chromium; writes benchmarks/results/concurrency.{json,md}.",
+    )
+    parser.add_argument(
         "--postgres-only",
         action="store_true",
         help="Run only the PostgreSQL section; writes benchmarks/results/postgres.{json,md}.",
@@ -108,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return sessions_only(out)
     if args.agent_only:
         return agent_only(out)
+    if args.concurrency_only:
+        return concurrency_only(out)
     say("raw SQLite commit rate (WAL, synchronous=FULL)")
     out["raw_commits_per_s"] = control_plane.raw_commit_rate(Path(tempfile.mkdtemp()) / "raw.db")
     say("(b) control plane: ours x1, x2 processes; Huey; DBOS (alternating)")
@@ -146,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2, default=str))
     table = render(out)
     (RESULTS / "latest.md").write_text(table)
-    # (f) and (g) have files of their own too (a one-line run rewrites them): the latest of each
+    # (e), (f) and (g) have files of their own too (a one-line run rewrites them): the latest of each
+    _write_line(out, "concurrency", render_concurrency, "concurrency")
     _write_line(out, "sessions", session_reuse.render, "sessions")
     _write_line(out, "agent", agent_tools.render, "agent")
     chart(out, RESULTS / "latest.png")
@@ -209,6 +217,14 @@ def agent_only(out: dict[str, Any]) -> int:
     """``--agent-only``: (g) alone, in results/agent.{json,md}."""
     title = "(g) agent tools through MCP vs the same Playwright calls"
     return _one_line(out, "agent", title, lambda shop: agent_tools.agent_tools(shop.url), agent_tools.render, "agent")
+
+
+def concurrency_only(out: dict[str, Any]) -> int:
+    """``--concurrency-only``: (e) alone, in results/concurrency.{json,md}."""
+    title = "(e) concurrency 1/4/8 on one Chromium vs plain Playwright"
+    return _one_line(
+        out, "concurrency", title, lambda shop: browser_bench.concurrency(shop.url), render_concurrency, "concurrency"
+    )
 
 
 def postgres_only(out: dict[str, Any]) -> int:
@@ -495,23 +511,7 @@ def render(o: dict[str, Any]) -> str:
             f"lease TTL {r['ttl_s']:.0f} s | - | <= TTL + 2 s | "
             f"{verdict(r['all_s'], lambda v, t=r['target_s']: v <= t, what='repetitions')} |"
         )
-    for r in o["concurrency"]:
-        # runs/min over runs/min in each pair: plain's seconds over ours
-        pairs = pair_ratios(r["plain_seconds"], r["ours_seconds"])
-        memory = pair_ratios(r.get("ours_peak_pss_mb_each", []), r.get("plain_peak_pss_mb_each", []))
-        lines.append(
-            f"| e | {r['concurrency']} concurrent flows on one Chromium ({r['runs']} runs, first start to "
-            f"last finish, median of {r['reps']}; PSS from {r['memory_reps']} separate "
-            f"drains of {r['memory_runs']}; {load_range(r)}) | {r['ours_runs_per_min']:.0f} runs/min, "
-            f"{r['ours_peak_pss_mb']:.0f} MB PSS | plain {r['plain_runs_per_min']:.0f} runs/min, "
-            f"{r['plain_peak_pss_mb']:.0f} MB (with Playwright's own flags only: "
-            f"{r['plain_playwright_flags_runs_per_min']:.0f} runs/min, "
-            f"{r.get('plain_playwright_flags_reps', r['reps'])} drains) | {r['throughput_ratio']:.2f}x runs "
-            f"({spread(pairs)}), {r['memory_ratio']:.2f}x memory ({spread(memory)}) (CPU "
-            f"{r['ours_cpu_s_per_run']:.2f} vs {r['plain_cpu_s_per_run']:.2f} s/run, {r['cpu_ratio']:.2f}x) | "
-            f">= {E_RUNS:.2f}x, memory <= {E_MEMORY:.2f}x | runs: {verdict(pairs, lambda v: v >= E_RUNS)}; "
-            f"memory: {verdict(memory, lambda v: v <= E_MEMORY)} |"
-        )
+    lines.append(render_concurrency(o["concurrency"]))
     if "sessions" in o:
         lines.append(session_reuse.render(o["sessions"]))
     if "agent" in o:
@@ -522,6 +522,44 @@ def render(o: dict[str, Any]) -> str:
         "(the ceiling without group commit).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def render_concurrency(rows: list[dict[str, Any]]) -> str:
+    """The table rows of (e), one per concurrency level."""
+    lines = []
+    for r in rows:
+        # runs/min over runs/min in each pair: plain's seconds over ours
+        pairs = pair_ratios(r["plain_seconds"], r["ours_seconds"])
+        memory = pair_ratios(r.get("ours_peak_pss_mb_each", []), r.get("plain_peak_pss_mb_each", []))
+        lines.append(
+            f"| e | {r['concurrency']} concurrent flows on one Chromium ({r['runs']} runs, first start to "
+            f"last finish, median of {r['reps']}; PSS from {r['memory_reps']} separate "
+            f"drains of {r['memory_runs']}; {load_range(r)}) | {r['ours_runs_per_min']:.0f} runs/min, "
+            f"{r['ours_peak_pss_mb']:.0f} MB PSS | plain {r['plain_runs_per_min']:.0f} runs/min, "
+            f"{r['plain_peak_pss_mb']:.0f} MB (with Playwright's own flags only: "
+            f"{r['plain_playwright_flags_runs_per_min']:.0f} runs/min, "
+            f"{r.get('plain_playwright_flags_reps', r['reps'])} drains){_hooks_part(r)} | {r['throughput_ratio']:.2f}x runs "
+            f"({spread(pairs)}), {r['memory_ratio']:.2f}x memory ({spread(memory)}) (CPU "
+            f"{r['ours_cpu_s_per_run']:.2f} vs {r['plain_cpu_s_per_run']:.2f} s/run, {r['cpu_ratio']:.2f}x) | "
+            f">= {E_RUNS:.2f}x, memory <= {E_MEMORY:.2f}x | runs: {verdict(pairs, lambda v: v >= E_RUNS)}; "
+            f"memory: {verdict(memory, lambda v: v <= E_MEMORY)} |"
+        )
+    return "\n".join(lines)
+
+
+def _hooks_part(r: dict[str, Any]) -> str:
+    """(e)'s third side, plain Playwright with the kit's hooks: its runs/min, ours over it (the
+    kit's own share) and it over plain (the hooks' share), each with its pairs."""
+    if "hooks_seconds" not in r:
+        return ""
+    own = pair_ratios(r["hooks_seconds"], r["ours_seconds"])
+    hooks = pair_ratios(r["plain_seconds"], r["hooks_seconds"])
+    hooks_rpm = r["hooks_runs_per_min"]
+    return (
+        f"; plain with the kit's hooks (route, socket route, request events, renderers stopped; no journal) "
+        f"{hooks_rpm:.0f} runs/min, {hooks_rpm / r['plain_runs_per_min']:.2f}x plain ({spread(hooks)}): "
+        f"ours {r['ours_runs_per_min'] / hooks_rpm:.2f}x of it ({spread(own)})"
+    )
 
 
 def chart(o: dict[str, Any], path: Path) -> None:
