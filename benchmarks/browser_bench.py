@@ -57,12 +57,16 @@ def _timed(cmd: list[str]) -> float:
 
 
 def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
-    """(a) `browserworker run` of a 6-action/4-effect flow vs the same steps as a plain script."""
+    """(a) `browserworker run` of a 6-action/4-effect flow vs the same steps as a plain script,
+    and as that script with the kit's hooks in its context (``plain_ten_steps.py --hooks``: the
+    hooks' share of the gap, and the kit's own)."""
     ours: list[float] = []
     plain: list[float] = []
+    hooks: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         sides = [
             ([PY, str(HERE / "plain_ten_steps.py"), base_url], plain),
+            ([PY, str(HERE / "plain_ten_steps.py"), base_url, "--hooks"], hooks),
             (
                 [
                     PY,
@@ -82,7 +86,16 @@ def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
             for cmd, times in _abba(sides, i):
                 times.append(_timed(cmd))
     o, p = statistics.median(ours), statistics.median(plain)
-    return {"ours_s": o, "plain_s": p, "ratio": o / p, "reps": reps, "ours_each": ours, "plain_each": plain}
+    return {
+        "ours_s": o,
+        "plain_s": p,
+        "ratio": o / p,
+        "reps": reps,
+        "ours_each": ours,
+        "plain_each": plain,
+        "hooks_s": statistics.median(hooks),
+        "hooks_each": hooks,
+    }
 
 
 class _PeakPss:

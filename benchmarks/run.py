@@ -474,7 +474,7 @@ def render(o: dict[str, Any]) -> str:
         _HEADER,
         _RULE,
         f"| a | 10-step flow (6 actions, 4 effects), `browserworker run`, median of {t['reps']}, {load_range(t)} "
-        f"| {t['ours_s']:.2f} s | plain Playwright {t['plain_s']:.2f} s | {t['ratio']:.2f}x ({spread(a_pairs)}) "
+        f"| {t['ours_s']:.2f} s | plain Playwright {t['plain_s']:.2f} s{_ten_hooks_part(t)} | {t['ratio']:.2f}x ({spread(a_pairs)}) "
         f"| <= {A_TARGET:.2f}x | {verdict(a_pairs, lambda v: v <= A_TARGET)} |",
     ]
     detail = o["control_plane_detail"]
@@ -545,6 +545,20 @@ def render_concurrency(rows: list[dict[str, Any]]) -> str:
             f"memory: {verdict(memory, lambda v: v <= E_MEMORY)} |"
         )
     return "\n".join(lines)
+
+
+def _ten_hooks_part(t: dict[str, Any]) -> str:
+    """(a)'s third side, the plain script with the kit's hooks: its time, it over plain (the
+    hooks' share) and ours over it (the kit's own), each with its pairs."""
+    if "hooks_each" not in t:
+        return ""
+    hooks = pair_ratios(t["hooks_each"], t["plain_each"])
+    own = pair_ratios(t["ours_each"], t["hooks_each"])
+    return (
+        f"; with the kit's hooks (route, socket route, request events, renderer stopped; no journal) "
+        f"{t['hooks_s']:.2f} s, {t['hooks_s'] / t['plain_s']:.2f}x plain ({spread(hooks)}): ours "
+        f"{t['ours_s'] / t['hooks_s']:.2f}x of it ({spread(own)})"
+    )
 
 
 def _hooks_part(r: dict[str, Any]) -> str:
