@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 
+from kit_hooks import hooked_page
 from playwright.async_api import Browser, BrowserContext, async_playwright
 
 from browserworker.gate import ContextRoute
@@ -36,26 +37,11 @@ POST = """async ([item, quantity, reference]) => {
 }"""
 
 
-NETWORK_EVENTS = ("request", "requestfinished", "requestfailed", "response")
-"""The context's request events an effect's gate hears (a pass hears ``response`` from its start)."""
-
-
-def _heard(*_: object) -> None:
-    pass
-
-
 async def one(browser: Browser, base: str, i: int, closing: set[asyncio.Future[None]] | None = None) -> None:
     """One run; with ``closing`` (the kit's hooks), its context is closed in the background and
     its close is added there."""
     context = await browser.new_context(service_workers="block")
-    route = ContextRoute(context) if closing is not None else None
-    if route is not None:
-        sockets = route.route_sockets()
-        for event in NETWORK_EVENTS:
-            route.listen(event, _heard)
-    page = await context.new_page()
-    if route is not None:
-        await sockets
+    route, page = await hooked_page(context) if closing is not None else (None, await context.new_page())
     form = await page.request.get(f"{base}/login")
     token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text())
     assert token

@@ -5,7 +5,7 @@ in a pass to keep the channels of docs/channels.md, where and when `browserworke
 and nothing else (no journal): its :class:`~browserworker.gate.ContextRoute` (the API request
 context hooked), WebSockets routed before the page opens, the request events listened to, the
 route put in before the first effect's step, the page's renderer stopped before the context
-closes (see benchmarks/plain_concurrent.py)."""
+closes (benchmarks/kit_hooks.py)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,13 @@ import re
 import sys
 import uuid
 
+from kit_hooks import hooked_page
 from playwright.async_api import async_playwright
 
-from browserworker.gate import ContextRoute
 from browserworker.runtime import BrowserSettings
 from browserworker.runtime._browser import launch_options
 
 ORDER_PAGE = re.compile(r"/orders/\d+$")
-
-
-NETWORK_EVENTS = ("request", "requestfinished", "requestfailed", "response")
-
-
-def _heard(*_: object) -> None:
-    pass
 
 
 async def main(base: str, hooks: bool) -> None:
@@ -35,14 +28,7 @@ async def main(base: str, hooks: bool) -> None:
     async with async_playwright() as p:
         browser = await p.chromium.launch(**await launch_options(p, settings))  # the kit's browser flags
         context = await browser.new_context(service_workers="block")
-        route = ContextRoute(context) if hooks else None
-        if route is not None:
-            sockets = route.route_sockets()
-            for event in NETWORK_EVENTS:
-                route.listen(event, _heard)
-        page = await context.new_page()
-        if route is not None:
-            await sockets
+        route, page = await hooked_page(context) if hooks else (None, await context.new_page())
         run = uuid.uuid4().hex
         await page.goto(f"{base}/login?next=/orders/new")
         await page.fill("#username", "demo")
