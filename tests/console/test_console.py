@@ -87,7 +87,7 @@ def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Serv
     overview refreshes itself when a run arrives), sees it with its screenshot and outbox,
     presses Done with a result; the decision is journaled with her name, a worker finishes
     the run, and the shop holds exactly one order. No page logs a script or CSP error."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     bw = BW(db=server.db)
     inputs = ("--input", f"base_url={shop.url}", "--input", "item=tea", "--run-id", run_id)
@@ -113,8 +113,9 @@ def test_an_operator_decides_a_crashed_run_and_a_worker_finishes_it(server: Serv
         page.wait_for_selector("a:text-is('arrived-later')", timeout=15_000)  # the page refreshed itself
         page.click("nav >> text=Review")
         item = page.locator("article.review", has=page.locator(f"a:text-is('{run_id}')"))
-        assert item.locator("text=submit (attempt 1)").is_visible()
-        assert item.locator(f"code:text-is('{run_id}/submit')").is_visible()
+        # expect waits: the click may return before the review page is parsed
+        expect(item.locator("text=submit (attempt 1)")).to_be_visible()
+        expect(item.locator(f"code:text-is('{run_id}/submit')")).to_be_visible()
         shot = item.locator("figure.shot img")
         page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=shot.element_handle())
         page.screenshot(path=str(ARTIFACTS / "console-review.png"), full_page=True)
