@@ -126,6 +126,12 @@ async def _shut_twenty_while_sending(base: str, tag: str, send: Callable[[Page],
     return let_go
 
 
+async def _post_busily(page: Page) -> None:
+    """Make ``page`` POST every 2 ms; returns once it has had answers to a few."""
+    await page.evaluate(BUSY)
+    await page.wait_for_function("() => performance.getEntriesByType('resource').length >= 4")
+
+
 def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str, set[str]]) -> None:
     """A page POSTing every 2 ms while its context is shut and closed, 20 times over: the
     server receives only POSTs the route let go on, none that closing let out by itself.
@@ -134,12 +140,7 @@ def test_a_shut_context_lets_out_only_what_its_route_let_go(post_log: tuple[str,
     to ``about:blank`` instead of their renderers stopped, about one in two hundred: a request
     paused without a network id while the page navigates.)"""
     base, received = post_log
-
-    async def send(page: Page) -> None:
-        await page.evaluate(BUSY)
-        await page.wait_for_function("() => performance.getEntriesByType('resource').length >= 4")
-
-    let_go = asyncio.run(_shut_twenty_while_sending(base, "c", send))
+    let_go = asyncio.run(_shut_twenty_while_sending(base, "c", _post_busily))
     assert "last" in received
     assert len(let_go) >= 4 * 20  # the route let POSTs go on in every context
     assert received - {"last"} <= let_go
@@ -182,8 +183,7 @@ def test_a_shut_context_lets_out_nothing_more_from_a_page_with_unload_handlers(p
 
     async def send(page: Page) -> None:
         await page.evaluate(ON_PAGEHIDE)
-        await page.evaluate(BUSY)
-        await page.wait_for_function("() => performance.getEntriesByType('resource').length >= 4")
+        await _post_busily(page)
 
     let_go = asyncio.run(_shut_twenty_while_sending(base, "u", send))
     assert "last" in received
