@@ -7,6 +7,7 @@ into the steps they replay as (``_actionable``: an element that will not take on
 ``_settle``: what a call waits for once it has acted); ``_snapshot`` is the page as an agent reads
 it (refs); ``_verify`` the verifiers an agent declares as data; ``_answers`` what a call is
 answered, in words; ``_export`` writes a session as a flow file that runs with no model.
+``_approvals`` asks a person about a submit held for approval beside the console.
 ``browserworker.mcp`` serves it over MCP.
 """
 
@@ -17,6 +18,7 @@ from .._lazy import face
 if TYPE_CHECKING:  # the names of this face; each loads on first use (browserworker._lazy)
     from ._actionable import set_checked
     from ._answers import submit_status
+    from ._approvals import AskPerson, PersonDecision
     from ._calls import MaySend
     from ._export import export_flow
     from ._service import AgentPolicy, AgentService
@@ -29,7 +31,9 @@ __getattr__, __dir__ = face(__name__)
 __all__ = [
     "AgentPolicy",
     "AgentService",
+    "AskPerson",
     "MaySend",
+    "PersonDecision",
     "VerifySpec",
     "choose_files",
     "click_and_settle",

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,7 +48,7 @@ from ..runtime import (
 from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.base import Store
-from ..store.records import NewRun, RunRecord
+from ..store.records import ApprovalRecord, NewRun, RunRecord
 from ._actionable import refused_value
 from ._answers import (
     MESSAGES,
@@ -60,6 +61,7 @@ from ._answers import (
     untrusted,
     what_was_sent,
 )
+from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval
 from ._calls import Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
     EVIDENCE,
@@ -508,8 +510,51 @@ class AgentService:
         effect_key: str | None = None,
         verify: dict[str, Any] | None = None,
         idempotent: bool = False,
+        *,
+        ask: AskPerson | None = None,
     ) -> dict[str, Any]:
-        """The one tool that may change the world (see the module docstring)."""
+        """The one tool that may change the world (see the module docstring).
+
+        With ``ask``, a request the policy holds for a person is also put to ``ask`` as soon as
+        it is held (the console can still decide meanwhile), and its answer journaled as the
+        console's would be: approved while the submit still holds the request, it is sent in
+        this call; decided after the session was parked, this call takes the session up again
+        and answers as a retry would (``committed``; ``failed`` if rejected). No answer within
+        :data:`~browserworker.agent._approvals.ASK_FOR`, or none at all: ``awaiting_approval``,
+        as without ``ask``."""
+        submitting = partial(self._submit, run_id, ref, selector, effect_key, verify, idempotent)
+        if ask is None or not (self.policy.approve_all or self.policy.approve_hosts):
+            return await submitting()
+        asking = asyncio.ensure_future(asked(self.astore, self.store, run_id, ask, self.policy.link(run_id)))
+        try:
+            answer = await submitting()
+            if answer.get("status") == "awaiting_approval" and await asking:
+                return await submitting()
+            return answer
+        finally:
+            if not asking.done():
+                asking.cancel()
+                await asyncio.gather(asking, return_exceptions=True)
+
+    async def held_approval(self, run_id: str) -> ApprovalRecord | None:
+        """The newest request of ``run_id`` that waits for a person (not expired), if any."""
+        return await held_approval(self.astore, self.store, run_id)
+
+    async def decide_approval(self, run_id: str, decision: PersonDecision) -> bool:
+        """Journal ``decision`` as the decision of the request ``run_id`` holds for a person, as
+        the console would; True if there was one to decide (decided meanwhile by someone else
+        counts: the submit's next call answers by that decision)."""
+        return await decide_approval(self.astore, self.store, run_id, decision)
+
+    async def _submit(
+        self,
+        run_id: str,
+        ref: str | None,
+        selector: str | None,
+        effect_key: str | None,
+        verify: dict[str, Any] | None,
+        idempotent: bool,
+    ) -> dict[str, Any]:
         try:
             spec = parse_verify(verify) if verify is not None else None
         except ValueError as exc:

@@ -35,6 +35,13 @@ if TYPE_CHECKING:
     help="A person approves every submit on this host (host or host:port; repeatable).",
 )
 @click.option(
+    "--approve-in-client",
+    is_flag=True,
+    help="Also ask the person in the agent's MCP client (where it can ask: elicitation) to approve a "
+    "submit held for approval; the console can still decide. Only for clients that show such "
+    "questions to a person: an agent answering its own would approve its own submits.",
+)
+@click.option(
     "--may-send",
     "may_send",
     multiple=True,
@@ -71,6 +78,7 @@ def mcp_command(
     port: int,
     approve_submits: bool,
     approve_sites: tuple[str, ...],
+    approve_in_client: bool,
     may_send: tuple[str, ...],
     files: tuple[str, ...],
     downloads: str | None,
@@ -91,9 +99,23 @@ def mcp_command(
         raise click.ClickException(
             f"the MCP server needs the extra: pip install 'browserworker[mcp]' ({exc})"
         ) from None
+    if approve_in_client and not (approve_submits or approve_sites):
+        raise click.UsageError(
+            "--approve-in-client asks about submits held for approval: give --approve-submits or --approve-site too"
+        )
     policy = _policy(approve_submits, approve_sites, may_send, files, downloads, ignore_https_errors, console_url)
     s = invocation()
-    start(s.store, db=s.db, evidence_dir=s.evidence_dir, policy=policy, http=http, host=host, port=port, say=_say)
+    start(
+        s.store,
+        db=s.db,
+        evidence_dir=s.evidence_dir,
+        policy=policy,
+        http=http,
+        host=host,
+        port=port,
+        ask_in_client=approve_in_client,
+        say=_say,
+    )
 
 
 def _policy(

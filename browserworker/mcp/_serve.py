@@ -43,11 +43,17 @@ class _TokenGate:
 
 
 def serve(
-    service: AgentService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765, keys: Keys | None = None
+    service: AgentService,
+    *,
+    http: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    keys: Keys | None = None,
+    ask_in_client: bool = False,
 ) -> None:
     """Serve ``service`` until the client goes away (stdio) or the process is stopped (HTTP); then
-    hand every live session back and close the browser."""
-    server = build_server(service)
+    hand every live session back and close the browser. ``ask_in_client``: as :func:`build_server`."""
+    server = build_server(service, ask_in_client=ask_in_client)
 
     async def stdio() -> None:
         try:
@@ -81,6 +87,7 @@ def start(
     http: bool = False,
     host: str = "127.0.0.1",
     port: int = 8765,
+    ask_in_client: bool = False,
     say: Callable[[str], None] = lambda line: None,
 ) -> None:
     """What ``browserworker mcp`` does: refuse an HTTP start beyond loopback without both console
@@ -93,4 +100,4 @@ def start(
     keys = load_keys(keys_file(db, "://" in db))[0] if beyond else None
     service = AgentService(store, evidence_dir=evidence_dir, policy=policy)
     say(f"browserworker mcp on {f'http://{host}:{port}/mcp' if http else 'stdio'} ({store.location})")
-    serve(service, http=http, host=host, port=port, keys=keys)
+    serve(service, http=http, host=host, port=port, keys=keys, ask_in_client=ask_in_client)

@@ -10,17 +10,20 @@ journal). A failed call answers a tool error that says why, with nothing half-do
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.elicitation import render_elicitation_schema
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
-from mcp.types import ToolAnnotations
-from pydantic import Field
+from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
 
-from ..agent import AgentService
+from ..agent import AgentService, AskPerson, PersonDecision
 from ..errors import BrowserworkerError
+from ..store.records import ApprovalRecord
 
 __all__ = ["INSTRUCTIONS", "build_server"]
 
@@ -53,15 +56,116 @@ async def _answer(work: Awaitable[T]) -> T:
         raise ToolError(str(exc)) from None
 
 
-def build_server(service: AgentService, *, name: str = "browserworker") -> MCPServer[Any]:
-    """An MCP server whose tools drive ``service``'s sessions (the caller closes the service)."""
+def build_server(service: AgentService, *, name: str = "browserworker", ask_in_client: bool = False) -> MCPServer[Any]:
+    """An MCP server whose tools drive ``service``'s sessions (the caller closes the service).
+    With ``ask_in_client``, a submit held for a person's approval is also put to the person in
+    the agent's client, where it can ask (form elicitation): :class:`_Client`."""
 
     server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS)
     _session_tools(server, service)
     _read_tools(server, service)
     _staging_tools(server, service)
-    _effect_tools(server, service)
+    _effect_tools(server, service, ask_in_client)
     return server
+
+
+class _Approval(BaseModel):
+    """What the person asked answers (a form of primitive fields, as elicitation takes)."""
+
+    approve: bool = Field(description="send this request")
+    reason: str = Field(default="", description="why not, if not")
+
+
+_SHOWN_MAX = 1500  # characters of the request a question shows (the console shows it all)
+_ASKED = "approve_submit"  # the key of the question in a round's input requests (2026-07-28)
+
+
+class _Client:
+    """The person at one call's MCP client, asked to approve a held submit by form elicitation,
+    if the client takes it: during the call where the protocol lets the server ask mid-call
+    (:meth:`mid_call`, up to 2025-11-25), else by ending the call with the question for the
+    client to ask and call again with the answer (:meth:`question`, :meth:`answered`;
+    2026-07-28). ``decline`` is a no; a dismissed question (``cancel``), a client error or an
+    answer outside the form leaves the decision to the console."""
+
+    def __init__(self, ctx: Context[Any, Any]) -> None:
+        self.ctx = ctx
+        params = ctx.session.client_params
+        client = params.client_info.name[:80] if params is not None else "an MCP client"  # the client's own word
+        self.who = f"{client} (asked in the MCP client)"
+
+    @classmethod
+    def of(cls, ctx: Context[Any, Any]) -> _Client | None:
+        """The call's client, if it takes form elicitation (a capability naming no mode is form's)."""
+        capabilities = ctx.client_capabilities
+        elicitation = capabilities.elicitation if capabilities is not None else None
+        if elicitation is None or (elicitation.form is None and elicitation.url is not None):
+            return None
+        return cls(ctx)
+
+    @property
+    def mid_call(self) -> AskPerson | None:
+        """How to ask during this call, if the protocol lets the server send the client a request."""
+        if not self.ctx.session.can_send_request:
+            return None
+
+        async def ask(approval: ApprovalRecord, link: str) -> PersonDecision | None:
+            try:
+                answer = await self.ctx.elicit(_question(approval, link), _Approval)
+            except Exception:  # the client could not ask, or answered outside the form
+                return None
+            if answer.action == "accept":
+                return PersonDecision(answer.data.approve, self.who, answer.data.reason or None)
+            return self._decision(answer.action, None)
+
+        return ask
+
+    @property
+    def replied(self) -> bool:
+        """Whether this call brings back an answer to an earlier round's question (a dismissal
+        too: the person is not asked again in this call)."""
+        responses = self.ctx.input_responses
+        return responses is not None and _ASKED in responses
+
+    def answered(self) -> PersonDecision | None:
+        """The person's decision this call brings back to an earlier round's question, if any."""
+        responses = self.ctx.input_responses
+        answer = responses.get(_ASKED) if responses else None
+        return self._decision(answer.action, answer.content) if isinstance(answer, ElicitResult) else None
+
+    def question(self, approval: ApprovalRecord, link: str) -> InputRequiredResult:
+        """The call's end that has the client ask its person, then call again with the answer."""
+        params = ElicitRequestFormParams(
+            message=_question(approval, link), requested_schema=render_elicitation_schema(_Approval)
+        )
+        return InputRequiredResult(input_requests={_ASKED: ElicitRequest(params=params)})
+
+    def _decision(self, action: str, content: Any) -> PersonDecision | None:
+        if action == "decline":
+            return PersonDecision(False, self.who, "declined in the MCP client")
+        if action != "accept":
+            return None
+        try:
+            data = _Approval.model_validate(content or {})
+        except ValidationError:
+            return None
+        return PersonDecision(data.approve, self.who, data.reason or None)
+
+
+def _question(approval: ApprovalRecord, link: str) -> str:
+    """The request held, as a person is asked about it: method and URL, then what it sends."""
+    summary = approval.summary
+    lines = [f"Approve this submit? It sends {summary.get('method', '?')} {summary.get('url', '?')}"]
+    if "fields" in summary:
+        lines += [f"  {k}: {v}" for k, v in summary["fields"]]
+    elif "json" in summary:
+        lines.append(f"  {json.dumps(summary['json'], ensure_ascii=False)}")
+    elif "body" in summary:
+        lines.append(f"  {summary['body']}")
+    shown = "\n".join(lines)
+    if len(shown) > _SHOWN_MAX:
+        shown = shown[:_SHOWN_MAX] + "…"
+    return f"{shown}\nThe page as it was about to send it, and the whole request: {link}"
 
 
 def _session_tools(server: MCPServer[Any], service: AgentService) -> None:
@@ -219,9 +323,10 @@ def _staging_tools(server: MCPServer[Any], service: AgentService) -> None:
         return await _answer(service.upload(run_id, paths, ref, selector))
 
 
-def _effect_tools(server: MCPServer[Any], service: AgentService) -> None:
+def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: bool) -> None:
     @server.tool(annotations=EFFECT)
     async def submit(
+        ctx: Context[Any, Any],
         run_id: RunId,
         ref: Ref = None,
         selector: Selector = None,
@@ -239,9 +344,19 @@ def _effect_tools(server: MCPServer[Any], service: AgentService) -> None:
         idempotent: Annotated[
             bool, Field(description="safe to repeat (a login, a search): re-run on replay, no effect key")
         ] = False,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | InputRequiredResult:
         """Click the element that changes the world (places the order, sends the form), exactly once.
         A confirm dialog it opens ("Place this order?") is accepted: the submit is the decision.
         The answer's status: committed, verified, not_applied (it had not gone out; done now, once),
         needs_review, awaiting_approval, conflict (the key was used with other arguments), failed."""
-        return await _answer(service.submit(run_id, ref, selector, effect_key, verify, idempotent))
+        person = _Client.of(ctx) if ask_in_client else None
+        answered = person.answered() if person is not None else None
+        if answered is not None:  # the answer to the question this call's last round ended with
+            await _answer(service.decide_approval(run_id, answered))
+        ask = person.mid_call if person is not None else None
+        answer = await _answer(service.submit(run_id, ref, selector, effect_key, verify, idempotent, ask=ask))
+        if person is not None and ask is None and not person.replied and answer.get("status") == "awaiting_approval":
+            held_request = await _answer(service.held_approval(run_id))
+            if held_request is not None:
+                return person.question(held_request, service.policy.link(run_id))
+        return answer

@@ -65,13 +65,16 @@ def order_verify(reference: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def stdio_agent(db: Path | str, *args: str, env: dict[str, str] | None = None) -> AsyncIterator[Agent]:
-    """``browserworker mcp --db DB ARGS`` launched as a desktop client would (stdio)."""
+async def stdio_agent(
+    db: Path | str, *args: str, env: dict[str, str] | None = None, elicitation_callback: Any = None
+) -> AsyncIterator[Agent]:
+    """``browserworker mcp --db DB ARGS`` launched as a desktop client would (stdio); given
+    ``elicitation_callback``, a client that asks its person what the server asks."""
     merged = {k: v for k, v in os.environ.items() if k.startswith(("BROWSERWORKER_", "PATH", "HOME", "PYTHON"))}
     merged.pop("BROWSERWORKER_FAULTS", None)
     merged.update(env or {})
     params = StdioServerParameters(command=BW, args=["mcp", "--db", str(db), *args], env=merged)
-    async with Client(params) as client:
+    async with Client(params, elicitation_callback=elicitation_callback) as client:
         yield Agent(client)
 
 
