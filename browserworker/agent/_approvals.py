@@ -4,25 +4,27 @@
 :func:`asked` waits for the request a run holds for a person, puts it to an :data:`AskPerson`
 (``browserworker mcp --approve-in-client`` asks the person in the agent's MCP client) and
 journals the answer; :func:`held_approval` and :func:`decide_approval` are its two halves, for a
-client that answers in a later call.
+client that answers in a later call; :func:`holding` sets how long one submit holds its request
+for a person before its session parks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ..control import approve, reject
 from ..errors import UsageError
 from ..logs import get_logger
+from ..runtime import LiveRun
 from ..store.aio import AsyncStore
 from ..store.base import Store
 from ..store.records import ApprovalRecord
 
-__all__ = ["ASK_FOR", "AskPerson", "PersonDecision", "asked", "decide_approval", "held_approval"]
+__all__ = ["ASK_FOR", "AskPerson", "PersonDecision", "asked", "decide_approval", "held_approval", "holding"]
 
 log = get_logger("browserworker.agent")
 
@@ -83,3 +85,16 @@ async def asked(astore: AsyncStore, store: Store, run_id: str, ask: AskPerson, l
         log.info("a person was not asked, or did not answer", run_id=run_id, error=str(exc) or type(exc).__name__)
         return False
     return decision is not None and await decide_approval(astore, store, run_id, decision)
+
+
+@contextlib.contextmanager
+def holding(live: LiveRun, hold: float | None) -> Iterator[None]:
+    """``live``'s approval hold set to ``hold`` seconds while one submit runs (None: as it is)."""
+    scope = live.scope
+    kept = scope.approvals
+    if hold is not None:
+        scope.approvals = replace(kept, hold=hold)
+    try:
+        yield
+    finally:
+        scope.approvals = kept

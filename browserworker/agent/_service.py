@@ -61,7 +61,7 @@ from ._answers import (
     untrusted,
     what_was_sent,
 )
-from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval
+from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval, holding
 from ._calls import Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
     EVIDENCE,
@@ -512,8 +512,13 @@ class AgentService:
         idempotent: bool = False,
         *,
         ask: AskPerson | None = None,
+        hold: float | None = None,
     ) -> dict[str, Any]:
         """The one tool that may change the world (see the module docstring).
+
+        ``hold``: seconds a request the policy holds for a person is held, the page kept, before
+        the session parks, for this call (None: the service's ``approvals.hold``; 0: parks at
+        once, as for a person who is asked only once the call has ended).
 
         With ``ask``, a request the policy holds for a person is also put to ``ask`` as soon as
         it is held (the console can still decide meanwhile), and its answer journaled as the
@@ -522,7 +527,7 @@ class AgentService:
         and answers as a retry would (``committed``; ``failed`` if rejected). No answer within
         :data:`~browserworker.agent._approvals.ASK_FOR`, or none at all: ``awaiting_approval``,
         as without ``ask``."""
-        submitting = partial(self._submit, run_id, ref, selector, effect_key, verify, idempotent)
+        submitting = partial(self._submit, run_id, ref, selector, effect_key, verify, idempotent, hold)
         if ask is None or not (self.policy.approve_all or self.policy.approve_hosts):
             return await submitting()
         asking = asyncio.ensure_future(asked(self.astore, self.store, run_id, ask, self.policy.link(run_id)))
@@ -554,6 +559,7 @@ class AgentService:
         effect_key: str | None,
         verify: dict[str, Any] | None,
         idempotent: bool,
+        hold: float | None,
     ) -> dict[str, Any]:
         try:
             spec = parse_verify(verify) if verify is not None else None
@@ -577,9 +583,10 @@ class AgentService:
                     "effect_key": effect_key,
                     "reason": f"effect key {effect_key!r} was used by call {prior.seq} with other arguments; nothing was done",
                 }
-            if prior is not None:
-                return await self._retry(s, prior)
-            return await self._first(s, asked, effect_key)
+            with holding(s.live, hold):
+                if prior is not None:
+                    return await self._retry(s, prior)
+                return await self._first(s, asked, effect_key)
 
         try:
             return await self.call(run_id, work)

@@ -354,7 +354,11 @@ def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: 
         if answered is not None:  # the answer to the question this call's last round ended with
             await _answer(service.decide_approval(run_id, answered))
         ask = person.mid_call if person is not None else None
-        answer = await _answer(service.submit(run_id, ref, selector, effect_key, verify, idempotent, ask=ask))
+        # a person asked only once the call has ended is asked at once: the session parks at once
+        hold = 0.0 if person is not None and ask is None else None
+        answer = await _answer(
+            service.submit(run_id, ref, selector, effect_key, verify, idempotent, ask=ask, hold=hold)
+        )
         if person is not None and ask is None and not person.replied and answer.get("status") == "awaiting_approval":
             held_request = await _answer(service.held_approval(run_id))
             if held_request is not None:

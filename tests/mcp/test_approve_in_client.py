@@ -9,6 +9,7 @@ the answer; the session is parked meanwhile)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,23 +31,25 @@ pytestmark = pytest.mark.browser
 
 MODES = ["legacy", "2026-07-28"]
 
+HOLD = 120.0
+"""Seconds the server holds a submit's request for a person before it parks the session."""
 
-def _hold(mode: str) -> float:
-    """Seconds a submit holds its request for a person: with the server asking mid-call, long
-    enough for the answer; else none (the question goes with the call's end, after the hold)."""
-    return 10.0 if mode == "legacy" else 0.0
+ASKED_WITHIN = 15.0
+"""Seconds a submit call takes at most here when its person is asked at once (mid-call, while it
+holds; or, by the call's end, with the session parked at once for that call): a few. Asked only
+once the hold ends, it would take the hold, or the ~30 s a held click waits, whichever ends first."""
 
 
 @asynccontextmanager
 async def asked_agent(
-    store: Store, tmp: Path, answer: ElicitResult, *, mode: str, ask_in_client: bool = True, hold: float | None = None
+    store: Store, tmp: Path, answer: ElicitResult, *, mode: str, ask_in_client: bool = True, hold: float = HOLD
 ) -> AsyncIterator[tuple[Agent, list[str]]]:
     """An agent whose client answers every question ``answer``; the questions it was asked."""
     service = AgentService(
         store,
         evidence_dir=tmp / "evidence",
         policy=AgentPolicy(approve_all=True),
-        approvals=ApprovalSettings(hold=_hold(mode) if hold is None else hold),
+        approvals=ApprovalSettings(hold=hold),
     )
     questions: list[str] = []
 
@@ -63,7 +66,8 @@ async def asked_agent(
 
 
 def _order(shop: Any, tmp_path: Path, answer: ElicitResult, **kw: Any) -> tuple[Store, str, str, Any, list[str]]:
-    """Sign in, fill an order and submit it once: the store, run id, reference, answer and questions."""
+    """Sign in, fill an order and submit it once: the store, run id, reference, answer and
+    questions. The submit is answered within :data:`ASKED_WITHIN` (the person was asked at once)."""
     store = open_store(tmp_path / "browserworker.db")
     reference = f"ask-{tmp_path.name}"[:60]
 
@@ -71,7 +75,9 @@ def _order(shop: Any, tmp_path: Path, answer: ElicitResult, **kw: Any) -> tuple[
         async with asked_agent(store, tmp_path, answer, **kw) as (agent, questions):
             run_id = await agent.sign_in(shop.url)
             await agent.fill_order(run_id, reference)
+            began = time.monotonic()
             said = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+            assert time.monotonic() - began < ASKED_WITHIN, "the person was asked only once the hold had passed"
             return run_id, said, questions
 
     run_id, said, questions = asyncio.run(go())
@@ -120,7 +126,7 @@ def test_a_dismissed_question_leaves_the_decision_to_the_console(tmp_path: Path,
     told awaiting_approval, the approval still waits; once the console approves, the agent's
     retry sends it once."""
     # mid-call, the dismissed question leaves the request held until the hold ends: a short one
-    hold = 2.0 if mode == "legacy" else 0.0
+    hold = 2.0 if mode == "legacy" else HOLD
     store, run_id, reference, said, questions = _order(
         shop, tmp_path, ElicitResult(action="cancel"), mode=mode, hold=hold
     )
@@ -177,13 +183,16 @@ def test_a_server_launched_with_the_option_asks_a_stdio_client(tmp_path: Path, s
         return ElicitResult(action="accept", content={"approve": True})
 
     async def go() -> Any:
-        hold = {"BROWSERWORKER_APPROVAL_HOLD": "0"}
+        hold = {"BROWSERWORKER_APPROVAL_HOLD": str(HOLD)}
         async with stdio_agent(
             db, "--approve-submits", "--approve-in-client", env=hold, elicitation_callback=person
         ) as agent:
             run_id = await agent.sign_in(shop.url)
             await agent.fill_order(run_id, reference)
-            return await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+            began = time.monotonic()
+            said = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+            assert time.monotonic() - began < ASKED_WITHIN, "the person was asked only once the hold had passed"
+            return said
 
     said = asyncio.run(go())
     assert said["status"] == "committed", said
