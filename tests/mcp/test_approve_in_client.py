@@ -9,6 +9,7 @@ the answer; the session is parked meanwhile)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from browserworker.mcp import build_server
 from browserworker.runtime import ApprovalSettings
 from browserworker.states import RunState
 from browserworker.store import Store, open_store
-from tests.support.agent import Agent, order_verify, stdio_agent
+from tests.support.agent import Agent, http_server, order_verify, stdio_agent, stop_server
 from tests.support.bw import BW
 
 pytestmark = pytest.mark.browser
@@ -195,6 +196,41 @@ def test_a_server_launched_with_the_option_asks_a_stdio_client(tmp_path: Path, s
             return said
 
     said = asyncio.run(go())
+    assert said["status"] == "committed", said
+    assert len(questions) == 1 and reference in questions[0]
+    assert len(shop.orders(reference)) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_server_over_http_asks_its_client(tmp_path: Path, shop: Any, mode: str) -> None:
+    """Over streamable HTTP as well (a web client's transport): a legacy client is asked during
+    the call, over the call's event stream; a current one by the call's end. Its yes places the
+    order once."""
+    db = tmp_path / "browserworker.db"
+    reference = f"http-ask-{mode}-{tmp_path.name}"[:60]
+    questions: list[str] = []
+
+    async def person(context: Any, params: Any) -> ElicitResult:
+        questions.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    env = {**os.environ, "BROWSERWORKER_APPROVAL_HOLD": str(HOLD)}
+    proc, port = http_server(db, "--approve-submits", "--approve-in-client", env=env)
+    try:
+
+        async def go() -> Any:
+            async with Client(f"http://127.0.0.1:{port}/mcp", elicitation_callback=person, mode=mode) as client:
+                agent = Agent(client)
+                run_id = await agent.sign_in(shop.url)
+                await agent.fill_order(run_id, reference)
+                began = time.monotonic()
+                said = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+                assert time.monotonic() - began < ASKED_WITHIN, "the person was asked only once the hold had passed"
+                return said
+
+        said = asyncio.run(go())
+    finally:
+        stop_server(proc)
     assert said["status"] == "committed", said
     assert len(questions) == 1 and reference in questions[0]
     assert len(shop.orders(reference)) == 1

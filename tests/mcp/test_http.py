@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -16,47 +14,16 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.agent import BW
+from tests.support.agent import BW, http_server, stop_server
 from tests.support.pg_cluster import free_port
 
 OPERATOR = "operator-token-0123456789abcdef"
 VIEWER = "viewer-token-0123456789abcdef00"
 
 
-def _listening(port: int, proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
-    """Until the server accepts connections on ``port`` (or has exited)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[1]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)  # no event to await: the port opens when uvicorn has bound it
-    raise AssertionError(f"nothing listens on {port}")
-
-
-def _serve(db: Path, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [BW, "mcp", "--db", str(db), "--http", "--port", str(port), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    _listening(port, proc)
-    return proc, port
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
 def test_http_on_loopback_serves_the_tools(tmp_path: Path) -> None:
     """A client connects by URL, lists the tools and calls one."""
-    proc, port = _serve(tmp_path / "browserworker.db")
+    proc, port = http_server(tmp_path / "browserworker.db")
     try:
 
         async def talk() -> tuple[set[str], bool]:
@@ -67,7 +34,7 @@ def test_http_on_loopback_serves_the_tools(tmp_path: Path) -> None:
 
         names, refused = asyncio.run(talk())
     finally:
-        _stop(proc)
+        stop_server(proc)
     assert {"open_session", "submit", "snapshot"} <= names and refused
 
 
@@ -87,7 +54,7 @@ def test_beyond_loopback_it_needs_both_tokens_and_then_the_operators_on_every_re
     assert refused.returncode == 2 and "not a loopback address" in refused.stderr, refused.stderr
     assert not db.exists()
     env.update({"BROWSERWORKER_CONSOLE_TOKEN": OPERATOR, "BROWSERWORKER_CONSOLE_READONLY_TOKEN": VIEWER})
-    proc, port = _serve(db, "--host", "0.0.0.0", env=env)
+    proc, port = http_server(db, "--host", "0.0.0.0", env=env)
     try:
         url = f"http://127.0.0.1:{port}/mcp"
         hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
@@ -103,7 +70,7 @@ def test_beyond_loopback_it_needs_both_tokens_and_then_the_operators_on_every_re
 
         names = asyncio.run(talk())
     finally:
-        _stop(proc)
+        stop_server(proc)
     assert "submit" in names
 
 

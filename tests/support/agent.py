@@ -7,7 +7,10 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -117,3 +120,31 @@ async def gone(db: Path | str, timeout: float = 30.0) -> bool:
             loop.remove_reader(fd)
             os.close(fd)
     return True
+
+
+def http_server(db: Path | str, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+    """``browserworker mcp --db DB --http --port PORT ARGS`` on a free port, once it listens."""
+    from tests.support.pg_cluster import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [BW, "mcp", "--db", str(db), "--http", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 30.0
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            time.sleep(0.05)  # no event to await: the port opens when uvicorn has bound it
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    proc.wait(timeout=30)
