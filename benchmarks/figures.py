@@ -35,16 +35,20 @@ def pair_ratios(ours: list[float], theirs: list[float]) -> list[float]:
     return [a / b for a, b in zip(ours, theirs, strict=False) if b]
 
 
-def verdict(values: list[float], met: Callable[[float], bool], *, what: str = "pairs") -> str:
-    """Whether a target was met in every pair (or repetition), only by the median, or not."""
+def verdict(values: list[float], met: Callable[[float], bool], *, what: str = "pairs", fmt: str | None = None) -> str:
+    """Whether a target was met in every pair (or repetition), only by the median, or not. With
+    ``fmt``, the pairs' median is said too: where the line's ratio is of the sides' medians, it
+    can fall on the other side of the target (the verdict goes by the pairs)."""
     if not values:
         return "no"
     hits = sum(1 for v in values if met(v))
     if hits == len(values):
         return f"yes, in every one of {hits} {what}"
-    if met(statistics.median(values)):
-        return f"yes by the median only ({hits} of {len(values)} {what})"
-    return f"no ({hits} of {len(values)} {what})"
+    median = statistics.median(values)
+    told = f"; their median {fmt.format(median)}" if fmt is not None else ""
+    if met(median):
+        return f"yes by the median only ({hits} of {len(values)} {what}{told})"
+    return f"no ({hits} of {len(values)} {what}{told})"
 
 
 def spread(values: list[float], fmt: str = "{:.2f}x", *, what: str = "pairs") -> str:

@@ -370,7 +370,7 @@ def _pg_drain_rows(pg: dict[str, Any]) -> list[str]:
             measured = f"{ours['runs_per_s']:,.0f} runs/s (repetitions {min(runs):,.0f}-{max(runs):,.0f})"
         else:
             target = ">= PgQueuer's one process, full journal"
-            met = verdict(vs_pgqueuer, lambda v: v >= 1.0)
+            met = verdict(vs_pgqueuer, lambda v: v >= 1.0, fmt="{:.3f}x")
             measured = f"{ours['runs_per_s']:,.0f} runs/s"
         lines.append(
             f"| pg-b | control plane on PostgreSQL, {label} ({ours['concurrency']} runs in flight each, full journal, "
@@ -475,7 +475,7 @@ def render(o: dict[str, Any]) -> str:
         _RULE,
         f"| a | 10-step flow (6 actions, 4 effects), `browserworker run`, median of {t['reps']}, {load_range(t)} "
         f"| {t['ours_s']:.2f} s | plain Playwright {t['plain_s']:.2f} s{_ten_hooks_part(t)} | {t['ratio']:.2f}x ({spread(a_pairs)}) "
-        f"| <= {A_TARGET:.2f}x | {verdict(a_pairs, lambda v: v <= A_TARGET)} |",
+        f"| <= {A_TARGET:.2f}x | {verdict(a_pairs, lambda v: v <= A_TARGET, fmt='{:.3f}x')} |",
     ]
     detail = o["control_plane_detail"]
     for key, label in (("ours_1", "1 process"), ("ours_2", "2 processes")):
@@ -541,8 +541,8 @@ def render_concurrency(rows: list[dict[str, Any]]) -> str:
             f"{r.get('plain_playwright_flags_reps', r['reps'])} drains){_hooks_part(r)} | {r['throughput_ratio']:.2f}x runs "
             f"({spread(pairs)}), {r['memory_ratio']:.2f}x memory ({spread(memory)}) (CPU "
             f"{r['ours_cpu_s_per_run']:.2f} vs {r['plain_cpu_s_per_run']:.2f} s/run, {r['cpu_ratio']:.2f}x) | "
-            f">= {E_RUNS:.2f}x, memory <= {E_MEMORY:.2f}x | runs: {verdict(pairs, lambda v: v >= E_RUNS)}; "
-            f"memory: {verdict(memory, lambda v: v <= E_MEMORY)} |"
+            f">= {E_RUNS:.2f}x, memory <= {E_MEMORY:.2f}x | runs: {verdict(pairs, lambda v: v >= E_RUNS, fmt='{:.3f}x')}; "
+            f"memory: {verdict(memory, lambda v: v <= E_MEMORY, fmt='{:.3f}x')} |"
         )
     return "\n".join(lines)
 

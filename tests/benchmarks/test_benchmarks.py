@@ -148,3 +148,17 @@ def test_the_postgres_claim_benchmark_seeds_runs_the_store_claims_in_order(pg_ur
     runs = [r for r in claimed if r is not None]
     assert [(r.priority, r.id) for r in runs] == sorted(((r.priority, r.id) for r in runs), key=lambda p: (-p[0], p[1]))
     assert {r.state for r in runs} == {RunState.LEASED} and {r.inputs["i"] for r in runs} == set(range(6))
+
+
+def test_a_verdict_says_the_pairs_median_it_goes_by() -> None:
+    """A target is judged by the ABBA pairs: met in every pair, by their median only, or not. A
+    line whose ratio is of the sides' medians can show a ratio under the target while the pairs'
+    median is over it; the verdict then says that median, so the line does not contradict itself."""
+    figures = _bench_module("figures")
+    pairs = [0.895, 0.957, 0.983, 1.009, 1.058, 1.062, 1.067, 1.074, 1.116]  # a ratio of medians of 1.01x
+    assert figures.verdict(pairs, lambda v: v <= 1.05, fmt="{:.3f}x") == "no (4 of 9 pairs; their median 1.058x)"
+    assert figures.verdict(pairs, lambda v: v <= 1.06, fmt="{:.3f}x") == (
+        "yes by the median only (5 of 9 pairs; their median 1.058x)"
+    )
+    assert figures.verdict(pairs, lambda v: v <= 1.2, fmt="{:.3f}x") == "yes, in every one of 9 pairs"
+    assert figures.verdict(pairs, lambda v: v <= 1.05) == "no (4 of 9 pairs)"
