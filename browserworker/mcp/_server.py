@@ -114,9 +114,7 @@ class _Client:
                 answer = await self.ctx.elicit(_question(approval, link), _Approval)
             except Exception:  # the client could not ask, or answered outside the form
                 return None
-            if answer.action == "accept":
-                return PersonDecision(answer.data.approve, self.who, answer.data.reason or None)
-            return self._decision(answer.action, None)
+            return self._decision(answer.action, answer.data.model_dump() if answer.action == "accept" else None)
 
         return ask
 

@@ -41,6 +41,30 @@ holds; or, by the call's end, with the session parked at once for that call): a 
 once the hold ends, it would take the hold, or the ~30 s a held click waits, whichever ends first."""
 
 
+def _person(answer: ElicitResult, questions: list[str]) -> Any:
+    """A client's elicitation callback playing its person: notes each question, answers ``answer``."""
+
+    async def person(context: Any, params: Any) -> ElicitResult:
+        questions.append(params.message)
+        return answer
+
+    return person
+
+
+async def _submit_order(agent: Agent, base_url: str, reference: str) -> tuple[str, Any]:
+    """Sign in, fill an order and submit it once: the run id and the submit's answer, which comes
+    within :data:`ASKED_WITHIN` (the person was asked at once)."""
+    run_id = await agent.sign_in(base_url)
+    await agent.fill_order(run_id, reference)
+    began = time.monotonic()
+    said = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+    assert time.monotonic() - began < ASKED_WITHIN, "the person was asked only once the hold had passed"
+    return run_id, said
+
+
+YES = ElicitResult(action="accept", content={"approve": True})
+
+
 @asynccontextmanager
 async def asked_agent(
     store: Store, tmp: Path, answer: ElicitResult, *, mode: str, ask_in_client: bool = True, hold: float = HOLD
@@ -53,33 +77,23 @@ async def asked_agent(
         approvals=ApprovalSettings(hold=hold),
     )
     questions: list[str] = []
-
-    async def person(context: Any, params: Any) -> ElicitResult:
-        questions.append(params.message)
-        return answer
-
     try:
         server = build_server(service, ask_in_client=ask_in_client)
-        async with Client(server, elicitation_callback=person, mode=mode) as client:
+        async with Client(server, elicitation_callback=_person(answer, questions), mode=mode) as client:
             yield Agent(client, service), questions
     finally:
         await service.aclose()
 
 
 def _order(shop: Any, tmp_path: Path, answer: ElicitResult, **kw: Any) -> tuple[Store, str, str, Any, list[str]]:
-    """Sign in, fill an order and submit it once: the store, run id, reference, answer and
-    questions. The submit is answered within :data:`ASKED_WITHIN` (the person was asked at once)."""
+    """:func:`_submit_order` with an in-memory client: the store, run id, reference, answer and
+    questions."""
     store = open_store(tmp_path / "browserworker.db")
     reference = f"ask-{tmp_path.name}"[:60]
 
     async def go() -> tuple[str, Any, list[str]]:
         async with asked_agent(store, tmp_path, answer, **kw) as (agent, questions):
-            run_id = await agent.sign_in(shop.url)
-            await agent.fill_order(run_id, reference)
-            began = time.monotonic()
-            said = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
-            assert time.monotonic() - began < ASKED_WITHIN, "the person was asked only once the hold had passed"
-            return run_id, said, questions
+            return (*await _submit_order(agent, shop.url, reference), questions)
 
     run_id, said, questions = asyncio.run(go())
     return store, run_id, reference, said, questions
@@ -91,9 +105,7 @@ def test_a_yes_in_the_client_sends_the_held_submit_in_the_same_call(tmp_path: Pa
     and the agent's one submit call sends it: committed, one order. Asked mid-call, the request
     goes while held (the session never parked); asked by the call's end, the retried call takes
     the session up again and sends it."""
-    store, run_id, reference, said, questions = _order(
-        shop, tmp_path, ElicitResult(action="accept", content={"approve": True}), mode=mode
-    )
+    store, run_id, reference, said, questions = _order(shop, tmp_path, YES, mode=mode)
     assert said["status"] == "committed", said
     assert len(shop.orders(reference)) == 1
     (question,) = questions
@@ -153,7 +165,7 @@ def test_without_the_option_the_client_is_never_asked(tmp_path: Path, shop: Any)
     _, _, reference, said, questions = _order(
         shop,
         tmp_path,
-        ElicitResult(action="accept", content={"approve": True}),
+        YES,
         mode="legacy",
         ask_in_client=False,
         hold=0.0,
@@ -179,21 +191,12 @@ def test_a_server_launched_with_the_option_asks_a_stdio_client(tmp_path: Path, s
     reference = f"stdio-ask-{tmp_path.name}"[:60]
     questions: list[str] = []
 
-    async def person(context: Any, params: Any) -> ElicitResult:
-        questions.append(params.message)
-        return ElicitResult(action="accept", content={"approve": True})
-
     async def go() -> Any:
         hold = {"BROWSERWORKER_APPROVAL_HOLD": str(HOLD)}
         async with stdio_agent(
-            db, "--approve-submits", "--approve-in-client", env=hold, elicitation_callback=person
+            db, "--approve-submits", "--approve-in-client", env=hold, elicitation_callback=_person(YES, questions)
         ) as agent:
-            run_id = await agent.sign_in(shop.url)
-            await agent.fill_order(run_id, reference)
-            began = time.monotonic()
-            said = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
-            assert time.monotonic() - began < ASKED_WITHIN, "the person was asked only once the hold had passed"
-            return said
+            return (await _submit_order(agent, shop.url, reference))[1]
 
     said = asyncio.run(go())
     assert said["status"] == "committed", said
@@ -209,24 +212,14 @@ def test_a_server_over_http_asks_its_client(tmp_path: Path, shop: Any, mode: str
     db = tmp_path / "browserworker.db"
     reference = f"http-ask-{mode}-{tmp_path.name}"[:60]
     questions: list[str] = []
-
-    async def person(context: Any, params: Any) -> ElicitResult:
-        questions.append(params.message)
-        return ElicitResult(action="accept", content={"approve": True})
-
     env = {**os.environ, "BROWSERWORKER_APPROVAL_HOLD": str(HOLD)}
     proc, port = http_server(db, "--approve-submits", "--approve-in-client", env=env)
     try:
 
         async def go() -> Any:
-            async with Client(f"http://127.0.0.1:{port}/mcp", elicitation_callback=person, mode=mode) as client:
-                agent = Agent(client)
-                run_id = await agent.sign_in(shop.url)
-                await agent.fill_order(run_id, reference)
-                began = time.monotonic()
-                said = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
-                assert time.monotonic() - began < ASKED_WITHIN, "the person was asked only once the hold had passed"
-                return said
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with Client(url, elicitation_callback=_person(YES, questions), mode=mode) as client:
+                return (await _submit_order(Agent(client), shop.url, reference))[1]
 
         said = asyncio.run(go())
     finally:
