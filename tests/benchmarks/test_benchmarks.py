@@ -162,3 +162,35 @@ def test_a_verdict_says_the_pairs_median_it_goes_by() -> None:
     )
     assert figures.verdict(pairs, lambda v: v <= 1.2, fmt="{:.3f}x") == "yes, in every one of 9 pairs"
     assert figures.verdict(pairs, lambda v: v <= 1.05) == "no (4 of 9 pairs)"
+
+
+def test_the_agent_line_times_a_snapshot_of_a_big_page_served_on_loopback() -> None:
+    """(g)'s big page is served whole on loopback while its block runs, and its row is in the
+    table where the run measured it; a run from before it had that row renders without it."""
+    import sys
+    import urllib.request
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        agent = _bench_module("agent_tools")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    with agent._big_page() as url:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert answer.read() == agent.BIG_PAGE
+    assert agent.BIG_PAGE.count(b"<button>") == agent.BIG_ROWS
+    side = {
+        "ours_ms": 6.5, "playwright_ms": 5.8, "plain_mcp_ms": 6.1,
+        "ratio_playwright": 1.12, "ratio_playwright_range": [1.0, 1.25],
+        "ratio_plain_mcp": 1.06, "ratio_plain_mcp_range": [0.98, 1.1],
+        "plain_mcp_over_playwright": 1.05, "plain_mcp_over_playwright_range": [0.97, 1.2],
+    }  # fmt: skip
+    submit = {"ours_ms": 380.0, "playwright_ms": 355.0, "added_ms": 25.0}
+    before = {"snapshot": side, "fill": side, "submit": submit, "load": [1.0, 1.2]}
+    now = {**before, "big_snapshot": {**side, "lines": 560}}
+    assert "page of" not in agent.render(before) and len(agent.render(before).splitlines()) == 3
+    rows = agent.render(now).splitlines()
+    assert len(rows) == 4 and rows[1].startswith(
+        f"| g | `snapshot` tool on a page of 560 lines ({agent.BIG_ROWS} table"
+    )
+    assert "rounds of 10" in rows[1] and "1.12x (1.00-1.25)" in rows[1] and "the median only" in rows[1]

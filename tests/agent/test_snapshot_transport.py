@@ -1,0 +1,52 @@
+"""The snapshot script's answer travels as one JSON text; a page whose own script broke its
+``JSON`` still gets its snapshot, the same as a page that left it alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from browserworker.agent._snapshot import Snapshot, take_snapshot
+from browserworker.runtime import BrowserProcess, BrowserSettings
+
+pytestmark = pytest.mark.browser
+
+FORM = """<h1>Order</h1>
+<form><label for="item">Item</label><input id="item" name="item">
+<label for="pw">Password</label><input id="pw" type="password" value="hunter2">
+<select name="size"><option>S</option><option selected>M</option></select>
+<p>Delivery in 2 days</p><button type="submit">Place order</button></form>"""
+
+BROKEN = {
+    # Prototype.js and its kind: arrays that serialize as a string
+    "arrays with toJSON": "Array.prototype.toJSON = function () { return 'not an array'; };",
+    "JSON.stringify replaced": 'JSON.stringify = function () { return \'{"lines": "none"}\'; };',
+    "JSON.stringify not JSON": "JSON.stringify = function () { return 'undefined'; };",
+}
+
+
+def _snapshots() -> dict[str, Snapshot]:
+    async def main() -> dict[str, Snapshot]:
+        out = {}
+        async with BrowserProcess(BrowserSettings.discover()) as browser, browser.context() as context:
+            page = await context.new_page()
+            for name, script in {"untouched": "", **BROKEN}.items():
+                await page.set_content(f"<script>{script}</script>{FORM}")
+                out[name] = await take_snapshot(page, 1)
+        return out
+
+    return asyncio.run(main())
+
+
+def test_a_page_that_broke_its_json_is_read_as_one_that_did_not() -> None:
+    """Each page's snapshot has the same lines and refs as the untouched page's (a password's
+    value masked, the select's choice read), whatever the page did to its ``JSON``."""
+    shots = _snapshots()
+    clean = shots.pop("untouched")
+    for line in ('textbox "Item" [ref=e2]', 'combobox "size" [ref=e4]: M', 'button "Place order" [ref=e5]'):
+        assert line in clean.text, clean.text
+    assert 'textbox "Password" [ref=e3]: ***' in clean.text and clean.refs["e3"].secret, clean.text
+    assert clean.refs["e2"].selector == "#item" and clean.next_ref == 6, clean.refs
+    for name, shot in shots.items():
+        assert (shot.text, shot.refs, shot.next_ref) == (clean.text, clean.refs, clean.next_ref), name
