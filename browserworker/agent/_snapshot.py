@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Frame, Page
 
 from .._redact import SECRET_MARK
@@ -328,11 +329,11 @@ async def _evaluated(frame: Frame, args: list[Any]) -> dict[str, Any]:
     evaluation returns, one by one, in Python (a page of 600 elements took 25-30 ms of CPU for
     that, against under 2 ms to parse the text). A page whose own script broke its ``JSON`` (a
     library that gives arrays a ``toJSON``, or replaced ``JSON.stringify``) gets the script run
-    again with its answer as an object."""
-    text = await frame.evaluate(_AS_TEXT, args)
+    again with its answer as an object (an error of the script itself is raised by that run)."""
     try:
+        text = await frame.evaluate(_AS_TEXT, args)
         data = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+    except (PlaywrightError, ValueError):  # the page's JSON threw, or wrote what is not JSON
         data = None
     if isinstance(data, dict) and all(isinstance(data.get(k), kind) for k, kind in _FIELDS.items()):
         return data

@@ -23,6 +23,8 @@ BROKEN = {
     "arrays with toJSON": "Array.prototype.toJSON = function () { return 'not an array'; };",
     "JSON.stringify replaced": 'JSON.stringify = function () { return \'{"lines": "none"}\'; };',
     "JSON.stringify not JSON": "JSON.stringify = function () { return 'undefined'; };",
+    "JSON.stringify throws": "JSON.stringify = function () { throw new Error('no JSON here'); };",
+    "every object with a toJSON that throws": "Object.prototype.toJSON = function () { throw 1; };",
 }
 
 
