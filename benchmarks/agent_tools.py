@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from browser_bench import _abba
+from figures import abba
 
 from browserworker.agent import AgentService, click_and_settle
 from browserworker.agent._snapshot import take_snapshot
@@ -209,7 +209,7 @@ async def _blocks(sides: list[tuple[str, Callable[[], Awaitable[Any]]]], calls: 
         for _, call in sides:
             await call()
     for rep in range(BLOCKS):
-        for side, call in _abba(sides, rep):
+        for side, call in abba(sides, rep):
             blocks[side].append(await _time_block(call, calls))
     out: dict[str, Any] = {f"{side}_ms": statistics.median(times) for side, times in blocks.items()}
     for other in ("playwright", "plain_mcp"):
@@ -234,7 +234,7 @@ async def _submits(tool: Callable[..., Awaitable[Any]], run_id: str, page: Any, 
     button directly and waiting the same way (``click_and_settle``); each places an order."""
     ours, plain = [], []
     for i in range(SUBMITS):
-        for side in _abba(["ours", "playwright"], i):
+        for side in abba(["ours", "playwright"], i):
             reference = f"g-{side}-{i}-{os.getpid()}-{time.time_ns()}"
             if side == "ours":
                 await tool("navigate", run_id=run_id, url=f"{base_url}/orders/new")

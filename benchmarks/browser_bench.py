@@ -13,9 +13,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
+from figures import abba
 
 from browserworker.control import enqueue
 from browserworker.flow import load_flow
@@ -25,7 +26,6 @@ from browserworker.store import SQLiteStore
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PY = sys.executable
-T = TypeVar("T")
 
 
 def _env() -> dict[str, str]:
@@ -34,14 +34,6 @@ def _env() -> dict[str, str]:
         "BROWSERWORKER_CHROMIUM_ARGS", "--host-resolver-rules='MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost'"
     )
     return env
-
-
-def _abba(sides: list[T], rep: int) -> list[T]:
-    """The sides of a comparison in ABBA order: as given on even repetitions, reversed on
-    odd ones. Plain alternation (ABAB) always runs B second, so a machine that slows down
-    (or speeds up) during the benchmark charges the drift to one side; ABBA cancels a
-    linear drift over each pair of repetitions."""
-    return sides if rep % 2 == 0 else sides[::-1]
 
 
 def _machine_cpu_s() -> float:
@@ -83,7 +75,7 @@ def ten_steps(base_url: str, reps: int = 9) -> dict[str, Any]:
             ),
         ]
         for i in range(reps):  # alternate in ABBA order, so drift hits both sides alike
-            for cmd, times in _abba(sides, i):
+            for cmd, times in abba(sides, i):
                 times.append(_timed(cmd))
     o, p = statistics.median(ours), statistics.median(plain)
     return {
@@ -251,7 +243,7 @@ def concurrency(
             ]
             if i < defaults_reps:  # for information, not compared: its slow drains only twice
                 sides.append((_plain_defaults_concurrency, defaults_t, defaults_cpu))
-            for drain, times, cpu in _abba(sides, i):
+            for drain, times, cpu in abba(sides, i):
                 busy = _machine_cpu_s()
                 times.append(drain(base_url, n, runs, meter=False)[0])
                 cpu.append((_machine_cpu_s() - busy) / runs)
@@ -259,7 +251,7 @@ def concurrency(
         plain_m: list[int] = []
         metered: dict[str, list[float]] = {"ours": [], "plain": []}
         for i in range(memory_reps):
-            for drain, peaks, key in _abba(
+            for drain, peaks, key in abba(
                 [(_plain_concurrency, plain_m, "plain"), (_ours_concurrency, ours_m, "ours")], i
             ):
                 seconds, peak = drain(base_url, n, 2 * n, meter=True)

@@ -7,9 +7,19 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["load_range", "loaded", "pair_ratios", "spread", "verdict"]
+
+
+def abba(sides: list[T], rep: int) -> list[T]:
+    """The sides of a comparison in ABBA order: as given on even repetitions, reversed on
+    odd ones. Plain alternation (ABAB) always runs B second, so a machine that slows down
+    (or speeds up) during the benchmark charges the drift to one side; ABBA cancels a
+    linear drift over each pair of repetitions."""
+    return sides if rep % 2 == 0 else sides[::-1]
 
 
 def loaded(measure: Callable[[], Any]) -> Any:

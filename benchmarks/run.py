@@ -25,7 +25,7 @@ import browser_bench  # noqa: E402
 import claims  # noqa: E402
 import control_plane  # noqa: E402
 import session_reuse  # noqa: E402
-from figures import load_range, loaded, pair_ratios, spread, verdict  # noqa: E402
+from figures import abba, load_range, loaded, pair_ratios, spread, verdict  # noqa: E402
 
 from browserworker.runtime._browser import find_chromium  # noqa: E402
 from browserworker.sandbox.testing import start_sandbox  # noqa: E402
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         ("dbos", lambda: control_plane.dbos(150)),
     ]
     for rep in range(3):
-        for key, measure in browser_bench._abba(sides, rep):
+        for key, measure in abba(sides, rep):
             cp[key].append(loaded(measure))
     out["control_plane"] = {k: _median_of(v, "runs_per_s") for k, v in cp.items()}
     out["control_plane_detail"] = cp
@@ -272,7 +272,7 @@ def postgres(jobs: int = 3000, reps: int = 5) -> dict[str, Any]:
     ]
     detail: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in sides}
     for rep in range(reps):
-        for key, measure in browser_bench._abba(sides, rep):
+        for key, measure in abba(sides, rep):
             detail[key].append(loaded(measure))
     out["control_plane"] = {
         k: _median_of(v, "runs_per_s" if k.startswith("ours") else "jobs_per_s") for k, v in detail.items()

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from browser_bench import PY, ROOT, _abba, _env
-from figures import load_range, pair_ratios, spread, verdict
+from browser_bench import PY, ROOT, _env
+from figures import abba, load_range, pair_ratios, spread, verdict
 
 from browserworker.control import enqueue
 from browserworker.flow import load_flow
@@ -73,7 +73,7 @@ def session_reuse(shop: Any, runs: int = 16, n: int = 2, reps: int = 4) -> dict[
     """(f) runs/min of the login + effect flow with and without session reuse (medians)."""
     sides = {"reuse": [], "login_each_run": []}  # type: dict[str, list[dict[str, float]]]
     for rep in range(reps):
-        for key in _abba(list(sides), rep):
+        for key in abba(list(sides), rep):
             sides[key].append(_drain(shop, key == "reuse", runs, n))
     out: dict[str, Any] = {"runs": runs, "concurrency": n, "reps": reps, "detail": sides}
     for key, rows in sides.items():
