@@ -73,7 +73,7 @@ from ._session import (
     agent_flow,
 )
 from ._settle import told, wait_for_text
-from ._snapshot import MARK_SECRET
+from ._snapshot import MARK_SECRET, read_texts
 from ._uploads import chosen_files
 from ._verify import parse_verify
 
@@ -401,14 +401,15 @@ class AgentService:
         return await self.call(run_id, work)
 
     async def extract(self, run_id: str, ref: str | None = None, selector: str | None = None) -> dict[str, Any]:
+        """The text of the elements ``ref`` or ``selector`` finds, or of the page's body
+        (:func:`~browserworker.agent._snapshot.read_texts`); ``not_shown`` counts those left out."""
+
         async def work(s: AgentSession) -> dict[str, Any]:
-            if ref is None and selector is None:
-                texts = [await s.page.locator("body").inner_text()]
-            else:
-                target, live = await s.target(ref, selector)
-                texts = await s.page.locator(live).all_inner_texts()
+            live = "body" if ref is None and selector is None else (await s.target(ref, selector))[1]
+            texts, found = await read_texts(s.page, live, SNAPSHOT_KEPT)
             s.note(Call(seq=s.next_seq(), tool="extract", args={"ref": ref, "selector": selector}))
-            return {"run_id": run_id, "url": s.page.url, "texts": [t[:SNAPSHOT_KEPT] for t in texts[:50]]}
+            answer = {"run_id": run_id, "url": s.page.url, "texts": texts}
+            return answer if found == len(texts) else {**answer, "not_shown": found - len(texts)}
 
         return await self.call(run_id, work)
 

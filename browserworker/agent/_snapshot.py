@@ -27,7 +27,7 @@ from playwright.async_api import Frame, Page
 
 from .._redact import SECRET_MARK
 
-__all__ = ["MARK_SECRET", "REF_ATTRIBUTE", "Snapshot", "Target", "take_snapshot"]
+__all__ = ["MARK_SECRET", "REF_ATTRIBUTE", "Snapshot", "Target", "read_texts", "take_snapshot"]
 
 REF_ATTRIBUTE = "data-bw-ref"
 FRAME_ATTRIBUTE = "data-bw-frame"
@@ -380,6 +380,23 @@ async def _read(frame: Frame, first_ref: int, limit: int, prefix: str, depth: in
         read.truncated = read.truncated or sub.truncated
     read.lines = [out for i, line in enumerate(read.lines) for out in (line, *inside.get(i, ()))]
     return read
+
+
+READ_MOST = 50
+"""The most elements whose text :func:`read_texts` reads."""
+
+_TEXTS = (
+    "(els, [most, kept]) => "
+    "[els.slice(0, most).map(e => String(e.innerText ?? e.textContent ?? '').slice(0, kept)), els.length]"
+)
+
+
+async def read_texts(page: Page, selector: str, kept: int) -> tuple[list[str], int]:
+    """The text of the first :data:`READ_MOST` elements ``selector`` finds, in their order, each
+    cut at ``kept`` characters, and how many it finds. Both cuts are made in the page: a table of
+    thousands of rows sends no more than that."""
+    texts, found = await page.locator(selector).evaluate_all(_TEXTS, [READ_MOST, kept])
+    return [str(t) for t in texts], int(found)
 
 
 async def _mark_of(frame: Frame) -> int | None:

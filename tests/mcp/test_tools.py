@@ -164,6 +164,27 @@ def test_a_form_re_rendered_with_errors_is_told_and_a_new_key_sends_the_fix(tmp_
     assert order["quantity"] == 2
 
 
+def test_extract_answers_the_first_elements_cut_in_the_page_and_counts_the_rest(tmp_path: Path) -> None:
+    """``extract`` answers the text of the first 50 elements its selector finds, in their order,
+    each cut at 20,000 characters, and says how many it left out; the page's own text with no
+    selector; a selector that finds nothing is a tool error."""
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/rows"))["run_id"]
+            rows = await agent.call("extract", run_id=run_id, selector="tr")
+            assert rows["texts"] == [f"Row {i}\t{i}.00" for i in range(50)] and rows["not_shown"] == 70, rows
+            long = await agent.call("extract", run_id=run_id, selector="#long")
+            assert long["texts"] == [("word " * 4000)[:20_000]] and "not_shown" not in long, long
+            page = await agent.call("extract", run_id=run_id)
+            assert len(page["texts"]) == 1 and page["texts"][0].startswith("Row 0\t0.00\nRow 1"), page
+            assert "not_shown" not in page and len(page["texts"][0]) == 20_000, page
+            said = await agent.error("extract", run_id=run_id, selector="#nowhere")
+            assert "matches nothing" in said, said
+
+        play(tmp_path, scenario)
+
+
 def test_a_secret_is_never_written_in_clear(tmp_path: Path, shop: Any) -> None:
     """A password field's value (and a value marked secret) is sealed in the journal: neither the
     database, the evidence nor a snapshot holds it; the snapshot shows that a value is there."""

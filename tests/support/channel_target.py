@@ -63,6 +63,9 @@ CHANNEL_PAGES: dict[str, str] = {
     "function go(){{ws.send('land:{key}')}}</script>",
 }
 _EXTRA = {
+    # a long page: a table of 120 rows, and a paragraph longer than an answer keeps
+    "rows": "<table>" + "".join(f"<tr><td>Row {i}</td><td>{i}.00</td></tr>" for i in range(120)) + "</table>"
+    "<p id=long>" + "word " * 6000 + "</p>",
     "closer": "<script>fetch('/land?key={key}',{{method:'POST',body:'x',keepalive:true}});window.close()</script>",
     "done": "<p>done</p>",
     # a framework's page (Django admin's markup): a message list, a form row with its error list,
