@@ -358,8 +358,9 @@ async def _read(frame: Frame, first_ref: int, limit: int, prefix: str, depth: in
     if not shown:
         return read
     inside: dict[int, list[str]] = {}  # the line of a frame element: the lines read inside it
-    for child in frame.child_frames:
-        mark = await _mark_of(child)
+    children = frame.child_frames
+    marks = await asyncio.gather(*(_mark_of(child) for child in children))  # round trips at once, not one by one
+    for child, mark in zip(children, marks, strict=True):
         if mark is None or not 0 <= mark < len(shown):
             continue
         at, indent = shown[mark]["at"], "  " * (shown[mark]["depth"] + 1)
