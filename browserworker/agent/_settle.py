@@ -210,25 +210,31 @@ async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout:
 
 async def _shown_frames(page: Page) -> list[Frame]:
     """The page's frames (at any depth) whose frame element is shown: neither hidden nor of no
-    size, in a document that is shown itself."""
+    size, in a document that is shown itself. The frames of one depth are looked at together
+    (their round trips at once: a page of ads and trackers has dozens)."""
     shown: list[Frame] = []
-    for frame in page.frames[1:]:  # a frame comes after the one it is in
-        if frame.parent_frame is not page.main_frame and frame.parent_frame not in shown:
-            continue
-        try:
-            element = await frame.frame_element()
-        except PlaywrightError:  # detached, or navigating: not shown now
-            continue
-        try:
-            box = await element.bounding_box()
-            if box and box["width"] and box["height"] and await element.is_visible():
-                shown.append(frame)
-        except PlaywrightError:
-            continue
-        finally:
-            with contextlib.suppress(PlaywrightError):
-                await element.dispose()  # looked at many times in a wait: not kept alive in the page
+    level = [frame for frame in page.frames if frame.parent_frame is page.main_frame]
+    while level:
+        seen = await asyncio.gather(*(_element_shown(frame) for frame in level))
+        now = [frame for frame, visible in zip(level, seen, strict=True) if visible]
+        shown += now
+        level = [frame for frame in page.frames if frame.parent_frame in now]
     return shown
+
+
+async def _element_shown(frame: Frame) -> bool:
+    """Whether ``frame``'s element is visible (Playwright's sense: a box of some size, not hidden)."""
+    try:
+        element = await frame.frame_element()
+    except PlaywrightError:  # detached, or navigating: not shown now
+        return False
+    try:
+        return await element.is_visible()
+    except PlaywrightError:
+        return False
+    finally:
+        with contextlib.suppress(PlaywrightError):
+            await element.dispose()  # looked at many times in a wait: not kept alive in the page
 
 
 async def _any_shows(frames: list[Frame], needle: str) -> bool:
