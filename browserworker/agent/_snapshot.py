@@ -13,6 +13,10 @@ selector journaled, through the frame's element (``iframe... >> internal:control
 Refs are numbered across the session (a new snapshot never reuses an old number), and each
 snapshot takes the refs of the one before it away: a ref of an older snapshot is *stale*. The
 values of password fields, and of fields a secret was typed into, are never in a snapshot.
+
+What ``extract`` reads (the text of the elements a selector finds) is read here too
+(:func:`read_texts`). Both cut what they read in the page, and a snapshot's answer comes back
+as one JSON text: what crosses to Python is small and checked once.
 """
 
 from __future__ import annotations
