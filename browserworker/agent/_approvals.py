@@ -22,6 +22,7 @@ from ..logs import get_logger
 from ..runtime import LiveRun
 from ..store.aio import AsyncStore
 from ..store.base import Store
+from ..store.manager import read_only
 from ..store.records import ApprovalRecord
 
 __all__ = ["ASK_FOR", "AskPerson", "PersonDecision", "asked", "decide_approval", "held_approval", "holding"]
@@ -52,11 +53,15 @@ screenshot) and the console's link for it to a person; None if no one decided.""
 
 
 async def held_approval(astore: AsyncStore, store: Store, run_id: str) -> ApprovalRecord | None:
-    """The newest request of ``run_id`` that waits for a person (not expired), if any."""
-    now = await astore.call(store.now)
-    waiting = [
-        a for a in await astore.call(store.approvals.of_run, run_id) if a.state == "PENDING" and a.expires_at > now
-    ]
+    """The newest request of ``run_id`` that waits for a person (not expired), if any: one call
+    on the store's thread (:func:`asked` looks every :data:`_ASK_POLL` seconds while a submit runs)."""
+    return await astore.call(_held, store, run_id)
+
+
+@read_only
+def _held(store: Store, run_id: str) -> ApprovalRecord | None:
+    now = store.now()
+    waiting = [a for a in store.approvals.of_run(run_id) if a.state == "PENDING" and a.expires_at > now]
     return waiting[-1] if waiting else None
 
 
