@@ -5,7 +5,8 @@ Switch on with the environment variable ``BROWSERWORKER_FAULTS`` or :func:`confi
     BROWSERWORKER_FAULTS="after_dispatch:submit=kill,after_response=raise@2"
 
 Each rule is ``POINT[:STEP]=ACTION[@N]``: ``kill`` (SIGKILL this process), ``stop`` (SIGSTOP this
-process: it stays paused until someone sends SIGCONT), ``raise``
+process: it stays paused until someone sends SIGCONT; it pauses only once no write transaction of
+a store in this process is open, see :func:`guard`), ``raise``
 (:class:`InjectedFault`), ``hang`` (block this process's thread forever, like a pause);
 ``@N`` fires on the Nth hit only (default: the first).
 """
@@ -15,13 +16,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import InjectedFault
 
-__all__ = ["CHAOS_POINTS", "POINTS", "FaultRule", "InjectedFault", "configure", "hit", "parse", "suspended"]
+__all__ = ["CHAOS_POINTS", "POINTS", "FaultRule", "InjectedFault", "configure", "guard", "hit", "parse", "suspended"]
 
 POINTS = (
     "before_intent_commit",  # the effect is about to journal its intent
@@ -82,6 +85,27 @@ def parse(spec: str) -> list[FaultRule]:
 
 _rules: list[FaultRule] | None = None
 _lock = threading.Lock()
+# the locks a store holds around each of its write transactions (guard)
+_guarded: weakref.WeakSet[Any] = weakref.WeakSet()
+_GUARD_WAIT = 60.0  # seconds a stop waits for a transaction to end before it pauses anyway
+
+
+def guard(lock: Any) -> None:
+    """``lock`` is held around every write transaction of a store in this process: a ``stop``
+    takes it before it pauses the process, so that a paused process holds no database lock (its
+    store's thread is not caught between a ``BEGIN`` and its ``COMMIT``, a heartbeat's say) and a
+    test can take the database's write lock while it is paused."""
+    _guarded.add(lock)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Every guarded lock held (each waited for up to ``_GUARD_WAIT`` seconds)."""
+    with ExitStack() as held:
+        for lock in list(_guarded):
+            if lock.acquire(timeout=_GUARD_WAIT):
+                held.callback(lock.release)
+        yield
 
 
 def configure(spec: str | None) -> None:
@@ -117,7 +141,8 @@ def hit(point: str, step: str | None = None) -> None:
     if fire.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if fire.action == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        with _quiet():
+            os.kill(os.getpid(), signal.SIGSTOP)
         return
     if fire.action == "raise":
         raise InjectedFault(f"injected fault at {point} (step {step})")

@@ -20,6 +20,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+from ... import _faults as faults
 from ...errors import GroupSpoiled, StoreError
 from ..connector import SQL_PACKAGE, Row, compile_queries, load_queries, numbered_migrations, shared_queries
 from ..shared import SQLStore
@@ -174,6 +175,7 @@ class SQLiteConnector:
         self.conn = conn
         #: the connector's one lock: held by a transaction, a group, or a whole-file operation (_files.py)
         self.lock = threading.RLock()
+        faults.guard(self.lock)  # a fault's stop waits until no transaction of this connector is open
         self._grouped = False
         self._isolated = True
         self._group_lost: BaseException | None = None
