@@ -16,11 +16,18 @@ A page is read once its document is in, and read again until its proof shows, fo
 ``wait`` seconds (:data:`PROOF_WAIT` unless the spec says): a page that writes its list with a
 script after it loads (or says "No orders" while it fetches them) must not be taken for one
 without the proof, which would have the submit made again.
+
+A text is found as whole words (:func:`shows`): ``R-1`` is not on a page that shows only
+``R-10``, nor ``0 results`` on one that shows ``10 results``. A search page lists what contains
+the words searched for, so a substring would take another submit's proof for this one's (and a
+submit that never landed would be answered as done), or "10 results" for "0 results" (and a
+submit that landed would be made again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -29,12 +36,25 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = ["PROOF_WAIT", "VerifySpec", "parse_verify", "verifier"]
+__all__ = ["PROOF_WAIT", "VerifySpec", "parse_verify", "shows", "verifier"]
 
 PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read
 as what it shows then (see the module docstring)."""
 _READ_EVERY = 0.2
+_WORD = re.compile(r"[A-Za-z0-9_]")
+
+
+def shows(body: str, text: str) -> bool:
+    """Whether ``body`` holds ``text`` as whole words: no letter, digit or underscore right before
+    it where it starts with one, nor right after it where it ends with one (``R-1`` is not in
+    ``R-10`` or ``R-1_b``; it is in ``R-1,`` and ``(R-1)``). Only ASCII counts, so a text in a
+    script written without spaces between words is found inside a sentence."""
+    if not text:
+        return False
+    before = r"(?<![A-Za-z0-9_])" if _WORD.match(text[0]) else ""
+    after = r"(?![A-Za-z0-9_])" if _WORD.match(text[-1]) else ""
+    return re.search(before + re.escape(text) + after, body) is not None
 
 
 class VerifySpec(BaseModel):
@@ -43,9 +63,14 @@ class VerifySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str | None = Field(default=None, description="a page to open (absolute, or relative to the submit's page)")
-    text: str | None = Field(default=None, description="text on that page that proves the submit landed")
+    text: str | None = Field(
+        default=None,
+        description="text on that page that proves the submit landed (as whole words: R-1 is not found in R-10)",
+    )
     selector: str | None = Field(default=None, description="an element on that page that proves it landed")
-    absent_text: str | None = Field(default=None, description="text on that page that proves it did not land")
+    absent_text: str | None = Field(
+        default=None, description="text on that page that proves it did not land (as whole words)"
+    )
     get: str | None = Field(default=None, description="a URL to GET whose JSON answer proves it")
     path: str | None = Field(
         default=None, description="a dotted path in that JSON; landed if the value there is non-empty / true"
@@ -130,7 +155,7 @@ def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
         if proof is not None:
             return Verdict.done({"verified": proof})
         if checked.absent_text is not None:
-            if checked.absent_text in body:
+            if shows(body, checked.absent_text):
                 return Verdict.not_done(f"{checked.absent_text!r} is on {checked.url}")
             return Verdict.unknown(f"neither the proof nor {checked.absent_text!r} is on {checked.url}")
         return Verdict.not_done(f"no sign of the submit on {checked.url}")
@@ -150,7 +175,7 @@ async def _proof(page: Page, checked: VerifySpec) -> tuple[str | None, str]:
             if checked.selector and await page.locator(checked.selector).count() > 0:
                 return checked.selector, body
             body = await page.locator("body").inner_text(timeout=max(checked.wait, 1.0) * 1000)
-            if checked.text and checked.text in body:
+            if checked.text and shows(body, checked.text):
                 return checked.text, body
         except Exception:
             if loop.time() >= deadline:

@@ -335,8 +335,9 @@ def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: 
         verify: Annotated[
             dict[str, Any] | None,
             Field(
-                description='how to tell it landed after a crash: {"url": ..., "text"|"selector": ...} or '
-                '{"get": ..., "path": ...}; without one an uncertain submit goes to a person'
+                description='how to tell it landed after a crash: {"url": ..., "text"|"selector": ...} (a text '
+                'as whole words: a unique reference you typed) or {"get": ..., "path": ...}; without one an '
+                "uncertain submit goes to a person"
             ),
         ] = None,
         idempotent: Annotated[

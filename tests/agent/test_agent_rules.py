@@ -14,11 +14,35 @@ from browserworker.agent._answers import loads, sent_between
 from browserworker.agent._calls import Call, step_of
 from browserworker.agent._service import _retried, _same
 from browserworker.agent._snapshot import Target
-from browserworker.agent._verify import parse_verify
+from browserworker.agent._verify import parse_verify, shows
 from browserworker.flow import Action, ChannelRequest, Effect
 from browserworker.runtime import SentBetween, StepOutcome
 from browserworker.states import AttemptState
 from browserworker.store.records import AttemptRecord
+
+
+@pytest.mark.parametrize(
+    ("body", "text", "found"),
+    [
+        ("Order R-1 placed", "R-1", True),
+        ("(R-1), R-1.", "R-1", True),
+        ("R-10 tea x2", "R-1", False),  # a search for R-1 lists R-10
+        ("ref C-after_dispatch_commit", "C-after_dispatch", False),
+        ("AR-1", "R-1", False),
+        ("10 results (12 total)", "0 results", False),
+        ("0 results (12 total)", "0 results", True),
+        ("Total: $5.00", "$5.00", True),
+        ("Total:$5.00", "$5.00", True),  # a text that starts with no letter or digit asks for no boundary
+        ("订单已下单成功", "已下单", True),  # words written without spaces between them
+        ("Order placed", "order placed", False),  # case counts, as before
+        ("anything", "", False),
+    ],
+)
+def test_a_verifiers_text_is_found_as_whole_words(body: str, text: str, found: bool) -> None:
+    """A verifier's ``text`` (and ``absent_text``) counts only as whole words: another
+    submit's reference that contains this one's (a search page lists both) is no proof, and
+    "10 results" does not say "0 results"."""
+    assert shows(body, text) is found
 
 
 def test_a_verify_is_a_page_with_its_proof_or_a_get_with_a_path() -> None:

@@ -36,7 +36,8 @@ def test_a_list_a_script_writes_after_the_page_loads_is_waited_for() -> None:
     by its text, by its selector, and with "No orders" declared as the proof it did not land,
     the verifier says done, as soon as it shows, within the default wait. A page that only ever
     says "No orders" is not done (the text declared) once the spec's wait (1 s here) is over,
-    and neither done nor not (``unknown``: a person decides) when it shows neither proof."""
+    and neither done nor not (``unknown``: a person decides) when it shows neither proof ("No
+    order" is not read inside "No orders": a text counts as whole words)."""
     with ChannelTarget() as site:
         late = f"{site.url}/lateproof?key=K-1"
         none = f"{site.url}/noproof?key=K-1"
@@ -47,8 +48,9 @@ def test_a_list_a_script_writes_after_the_page_loads_is_waited_for() -> None:
                 {"url": late, "text": "Order K-1 placed", "absent_text": "No orders"},
                 {"url": none, "text": "Order K-1 placed", "absent_text": "No orders", "wait": 1},
                 {"url": none, "text": "Order K-1 placed", "absent_text": "Sold out", "wait": 1},
+                {"url": none, "text": "Order K-1 placed", "absent_text": "No order", "wait": 1},
             ]
         )
-    assert [kind for kind, _ in verdicts] == ["done", "done", "done", "not_done", "unknown"], verdicts
+    assert [kind for kind, _ in verdicts] == ["done", "done", "done", "not_done", "unknown", "unknown"], verdicts
     assert all(seconds < PROOF_WAIT for _, seconds in verdicts[:3]), verdicts
     assert all(1 <= seconds < PROOF_WAIT for _, seconds in verdicts[3:]), verdicts
