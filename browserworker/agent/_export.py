@@ -24,7 +24,7 @@ from ..errors import ToolCallError
 from ..states import AttemptState
 from ..store.base import Store
 from ._calls import STAGING, Call, journaled_calls, latest_by_step
-from ._verify import VerifySpec
+from ._verify import VerifySpec, words
 
 __all__ = ["export_flow"]
 
@@ -65,16 +65,22 @@ class _Writer:
         return kept
 
     def _find_proofs(self, kept: list[Call]) -> None:
-        texts = [
-            str(v)
-            for c in kept
-            if c.verify is not None
-            for v in c.verify.model_dump(exclude_none=True).values()
-            if isinstance(v, str)
+        """The typed values a verifier looks for: found (as whole words) in its text or selector,
+        or in its address where no page of the session had it in its own (``admin`` of
+        ``/admin/orders?q=R-1`` is the site's, not a proof, even if it was typed as a user name)."""
+        shown = [
+            str(v) for c in kept if c.verify is not None for v in (c.verify.text, c.verify.selector) if v is not None
         ]
+        addresses = [str(v) for c in kept if c.verify is not None for v in (c.verify.url, c.verify.get) if v]
+        visited = [str(c.args["url"]) for c in kept if c.tool == "navigate" and c.args.get("url")]
         for c in kept:
             value = c.args.get("value")
-            if c.tool == "fill" and isinstance(value, str) and len(value) >= 3 and any(value in t for t in texts):
+            if c.tool != "fill" or not isinstance(value, str) or len(value) < 3:
+                continue
+            found = words(value)
+            if any(found.search(t) for t in shown) or (
+                any(found.search(a) for a in addresses) and not any(found.search(u) for u in visited)
+            ):
                 self.proofs.add(value)
 
     def _input(self, call: Call) -> str:
@@ -106,18 +112,29 @@ class _Writer:
         self.uploads = True
         return f"ctx.inputs.{name}"
 
-    def _template(self, text: str) -> str:
-        """``text`` as a Python expression, the typed values in it read from the inputs."""
-        for name, value in self.values.items():
-            if len(value) >= 3 and value in text:
-                read = f"(ctx.inputs.{name} or ctx.run_id)" if value in self.proofs else f"ctx.inputs.{name}"
-                escaped = text.replace("{", "{{").replace("}", "}}")
-                return "f" + repr(escaped.replace(value, "\x00")).replace("\\x00", "{" + read + "}")
-        return repr(text)
+    def _template(self, text: str, *, address: bool = False) -> str:
+        """``text`` as a Python expression, the typed values in it (as whole words) read from the
+        inputs; in an ``address`` (a URL) only the proofs, whose input a new run types anew."""
+        marks: list[str] = []
+        escaped = text.replace("{", "{{").replace("}", "}}")
+        # the proofs first, then the longest values: a value inside another is not taken apart
+        for name, value in sorted(self.values.items(), key=lambda kv: (kv[1] not in self.proofs, -len(kv[1]))):
+            if len(value) < 3 or (address and value not in self.proofs):
+                continue
+            mark = chr(0xE000 + len(marks))
+            escaped, n = words(value).subn(mark, escaped)
+            if n:
+                marks.append(f"(ctx.inputs.{name} or ctx.run_id)" if value in self.proofs else f"ctx.inputs.{name}")
+        if not marks:
+            return repr(text)
+        written = repr(escaped)
+        for at, read in enumerate(marks):
+            written = written.replace(f"\\ue{at:03x}", "{" + read + "}")
+        return "f" + written
 
     def _verify(self, fn: str, spec: VerifySpec) -> list[str]:
         fields = ", ".join(
-            f"{k!r}: {self._template(v) if isinstance(v, str) else repr(v)}"
+            f"{k!r}: {self._template(v, address=k in ('url', 'get')) if isinstance(v, str) else repr(v)}"
             for k, v in spec.model_dump(exclude_none=True).items()
         )
         return [
@@ -146,7 +163,7 @@ class _Writer:
         lines += [f'@flow.step(id="{call.step_id}"{sends})', f"{sig} -> None:"]
         args = call.args
         if call.tool == "navigate":
-            lines.append(f"    await go_to(ctx.page, {self._template(str(args['url']))})")
+            lines.append(f"    await go_to(ctx.page, {self._template(str(args['url']), address=True)})")
         elif call.tool == "back":
             lines.append("    await go_back(ctx.page)")
         elif call.tool == "click":

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = ["PROOF_WAIT", "VerifySpec", "parse_verify", "shows", "verifier"]
+__all__ = ["PROOF_WAIT", "VerifySpec", "parse_verify", "shows", "verifier", "words"]
 
 PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read
@@ -50,11 +50,14 @@ def shows(body: str, text: str) -> bool:
     it where it starts with one, nor right after it where it ends with one (``R-1`` is not in
     ``R-10`` or ``R-1_b``; it is in ``R-1,`` and ``(R-1)``). Only ASCII counts, so a text in a
     script written without spaces between words is found inside a sentence."""
-    if not text:
-        return False
-    before = r"(?<![A-Za-z0-9_])" if _WORD.match(text[0]) else ""
-    after = r"(?![A-Za-z0-9_])" if _WORD.match(text[-1]) else ""
-    return re.search(before + re.escape(text) + after, body) is not None
+    return bool(text) and words(text).search(body) is not None
+
+
+def words(text: str) -> re.Pattern[str]:
+    """The pattern that finds ``text`` as whole words (see :func:`shows`)."""
+    before = r"(?<![A-Za-z0-9_])" if _WORD.match(text[:1]) else ""
+    after = r"(?![A-Za-z0-9_])" if _WORD.match(text[-1:]) else ""
+    return re.compile(before + re.escape(text) + after)
 
 
 class VerifySpec(BaseModel):

@@ -296,3 +296,31 @@ def test_an_element_that_will_not_take_an_action_is_told_with_what_stood_in_its_
         asyncio.run(on_element("click", timed_out()))
     assert said in str(raised.value) and "within 5 s" in str(raised.value), str(raised.value)
     assert "retrying" not in str(raised.value) and "waiting" not in str(raised.value)
+
+
+def test_an_export_reads_a_proof_from_what_the_verifier_looks_for_not_from_the_sites_address() -> None:
+    """Signed in as ``admin`` on a site under ``/admin/`` (Django's admin), then an order whose
+    reference the verifier searches for: the exported flow types ``admin`` as given and keeps
+    the site's addresses as they were; only the reference is the proof (a new run types its run
+    id), in the verifier's text and in its search address alike."""
+    from browserworker.agent._export import _Writer
+
+    site = "http://127.0.0.1:8811/admin"
+    field = {"username": "#id_username", "reference": "#id_reference"}
+    verify = parse_verify({"url": f"{site}/orders/order/?q=REF-2", "text": "REF-2", "absent_text": "0 results"})
+    calls = [
+        Call(1, "navigate", {"url": f"{site}/", "ok": True}),
+        Call(2, "fill", {"value": "admin", "ok": True}, Target(field["username"], field="username")),
+        Call(3, "submit", {"idempotent": True, "ok": True}, Target('input[type="submit"]')),
+        Call(4, "navigate", {"url": f"{site}/orders/order/add/", "ok": True}),
+        Call(5, "fill", {"value": "REF-2", "ok": True}, Target(field["reference"], field="reference")),
+        Call(6, "submit", {"ok": True}, Target('input[name="_save"]'), key="save", verify=verify),
+    ]
+    source = _Writer("r-1", calls, {"t0006.submit"}, [], False).source("agent-r-1")
+    assert "    username: str = 'admin'\n" in source
+    assert "    reference: str | None = None  # the proof" in source
+    assert f"await go_to(ctx.page, '{site}/')" in source
+    assert f"await go_to(ctx.page, '{site}/orders/order/add/')" in source
+    reference = "{(ctx.inputs.reference or ctx.run_id)}"
+    assert f"'url': f'{site}/orders/order/?q={reference}', 'text': f'{reference}'" in source
+    compile(source, "exported.py", "exec")
