@@ -42,7 +42,7 @@ PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read
 as what it shows then (see the module docstring)."""
 _READ_EVERY = 0.2
-_WORD = re.compile(r"[A-Za-z0-9_]")
+_WORD = "[A-Za-z0-9_]"  # what a whole word may not touch at an end that is one (ASCII only)
 
 
 def shows(body: str, text: str) -> bool:
@@ -55,8 +55,8 @@ def shows(body: str, text: str) -> bool:
 
 def words(text: str) -> re.Pattern[str]:
     """The pattern that finds ``text`` as whole words (see :func:`shows`)."""
-    before = r"(?<![A-Za-z0-9_])" if _WORD.match(text[:1]) else ""
-    after = r"(?![A-Za-z0-9_])" if _WORD.match(text[-1:]) else ""
+    before = f"(?<!{_WORD})" if re.match(_WORD, text[:1]) else ""
+    after = f"(?!{_WORD})" if re.match(_WORD, text[-1:]) else ""
     return re.compile(before + re.escape(text) + after)
 
 

@@ -12,6 +12,7 @@ import pytest
 from browserworker.agent import AgentPolicy, MaySend, VerifySpec, submit_status
 from browserworker.agent._answers import loads, sent_between
 from browserworker.agent._calls import Call, step_of
+from browserworker.agent._export import _Writer
 from browserworker.agent._service import _retried, _same
 from browserworker.agent._snapshot import Target
 from browserworker.agent._verify import parse_verify, shows
@@ -303,8 +304,6 @@ def test_an_export_reads_a_proof_from_what_the_verifier_looks_for_not_from_the_s
     reference the verifier searches for: the exported flow types ``admin`` as given and keeps
     the site's addresses as they were; only the reference is the proof (a new run types its run
     id), in the verifier's text and in its search address alike."""
-    from browserworker.agent._export import _Writer
-
     site = "http://127.0.0.1:8811/admin"
     field = {"username": "#id_username", "reference": "#id_reference"}
     verify = parse_verify({"url": f"{site}/orders/order/?q=REF-2", "text": "REF-2", "absent_text": "0 results"})
