@@ -30,12 +30,25 @@ from ._snapshot import MARK_SECRET, Target
 from ._uploads import changed_file, choose_files
 from ._verify import VerifySpec, verifier
 
-__all__ = ["STAGING", "TOOL_CALL", "UNDONE", "Call", "MaySend", "journaled_calls", "latest_by_step", "step_of"]
+__all__ = [
+    "EVIDENCE",
+    "STAGING",
+    "TOOL_CALL",
+    "UNDONE",
+    "Call",
+    "MaySend",
+    "journaled_calls",
+    "latest_by_step",
+    "step_of",
+]
 
 TOOL_CALL = "tool_call"
 """The event a call is journaled as."""
 UNDONE = "tool_call_undone"
 """The event that marks a journaled call as not done (refused, failed, stopped, or not redone by a replay)."""
+EVIDENCE = "tool_evidence"
+"""The event of what a done submit left on the page: its screenshot, and whether the page showed
+errors (``errors_shown``: a form re-rendered with them, the site may have refused it)."""
 
 STAGING = ("navigate", "back", "click", "hover", "fill", "select", "check", "press", "upload")
 """The tools that replay as actions (with ``submit``, the page-changing tools)."""

@@ -4,7 +4,10 @@ Each page-changing call that succeeded becomes a step, in order: navigations, cl
 fills, selections, key presses and files chosen as actions; an idempotent submit (a login) as an
 action that may send; each done ``submit`` as an effect with the verifier the agent declared.
 Read calls (snapshots, finds, extracts, screenshots) and calls that failed or were refused are
-left out.
+left out. A submit whose click sent nothing (the browser's own form checks stopped it, say) is
+an action: it only changed the page, and a run fails if it sends. A submit the page showed
+errors after (a form re-rendered with them) is an effect with a comment: if the site refused
+it, ``browserworker chaos`` finds its verifier broken, and the step is to be deleted.
 What the session's pages could send with no submit (its ``--may-send`` rules) the actions may
 send too, and the effects do not count as theirs.
 
@@ -23,7 +26,7 @@ import re
 from ..errors import ToolCallError
 from ..states import AttemptState
 from ..store.base import Store
-from ._calls import STAGING, Call, journaled_calls, latest_by_step
+from ._calls import EVIDENCE, STAGING, Call, journaled_calls, latest_by_step
 from ._verify import VerifySpec, words
 
 __all__ = ["export_flow"]
@@ -41,12 +44,24 @@ def _identifier(text: str, taken: set[str]) -> str:
 
 
 class _Writer:
-    def __init__(self, run_id: str, calls: list[Call], done: set[str], may_send: list[str], insecure: bool) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        calls: list[Call],
+        done: set[str],
+        may_send: list[str],
+        insecure: bool,
+        *,
+        unsent: frozenset[str] = frozenset(),
+        refused: frozenset[str] = frozenset(),
+    ) -> None:
         self.run_id = run_id
         self.may_send = may_send
         self.insecure = insecure  # the session accepted any TLS certificate (--ignore-https-errors)
         self.calls = calls
         self.done = done
+        self.unsent = unsent  # done submits whose click sent nothing
+        self.refused = refused  # done submits the page showed errors after
         self.inputs: list[str] = []  # lines of the Inputs model
         self.values: dict[str, str] = {}  # input name -> the typed value (non-secret)
         self.proofs: set[str] = set()  # inputs a verifier looks for
@@ -150,7 +165,22 @@ class _Writer:
         selector = repr(call.target.selector) if call.target is not None else None
         sig = f"async def {fn}(ctx: StepContext[Inputs])"
         lines = ["", ""]
+        if call.is_effect and call.step_id in self.unsent:
+            sends = ", sends=MAY_SEND" if self.may_send else ""
+            self.steps += lines + [
+                "# in the session this submit's click sent nothing (the form's own checks stopped it, say):",
+                "# an action here, which changes only the page (a run fails if it sends)",
+                f'@flow.step(id="{call.step_id}"{sends})',
+                f"{sig} -> None:",
+                f"    await click_and_settle(ctx.page, {selector}, confirm=True)",
+            ]
+            return
         if call.is_effect:
+            if call.step_id in self.refused:
+                lines += [
+                    "# in the session the page showed errors after this submit: if the site refused it, delete",
+                    "# this step (browserworker chaos finds its verifier broken: it never sees the effect land)",
+                ]
             settle = call.verify.settle if call.verify is not None else 3.0
             dispatch = ", dispatch=MAY_SEND.dispatch" if self.may_send else ""
             lines += [f'@flow.effect(id="{call.step_id}", settle={settle}{dispatch})', f"{sig} -> dict[str, Any]:"]
@@ -236,9 +266,17 @@ def export_flow(store: Store, run_id: str, *, name: str | None = None) -> str:
     run = store.get_run(run_id)
     if run is None or run.flow_name != "agent":
         raise ToolCallError(f"no agent session {run_id!r}")
-    calls = journaled_calls(store.events(run_id))
-    done = {step for step, a in latest_by_step(store.attempts(run_id)).items() if a.state == AttemptState.SUCCEEDED}
+    events = store.events(run_id)
+    calls = journaled_calls(events)
+    latest = latest_by_step(store.attempts(run_id))
+    done = {step for step, a in latest.items() if a.state == AttemptState.SUCCEEDED}
+    unsent = frozenset(step for step in done if latest[step].dispatched_at is None)
+    refused = frozenset(
+        str(e.step_id)
+        for e in events
+        if e.kind == EVIDENCE and isinstance(e.detail, dict) and e.detail.get("errors_shown")
+    )
     flow_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", f"agent-{run_id}")[:64]
     may_send = [str(rule) for rule in run.inputs.get("may_send") or []]
     insecure = bool(run.inputs.get("ignore_https_errors"))
-    return _Writer(run_id, calls, done, may_send, insecure).source(flow_name)
+    return _Writer(run_id, calls, done, may_send, insecure, unsent=unsent, refused=refused).source(flow_name)

@@ -62,9 +62,8 @@ from ._answers import (
     what_was_sent,
 )
 from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval, holding
-from ._calls import Call, MaySend, journaled_calls, latest_by_step
+from ._calls import EVIDENCE, Call, MaySend, journaled_calls, latest_by_step
 from ._session import (
-    EVIDENCE,
     FLOW_NAME,
     QUEUE,
     SNAPSHOT_KEPT,
@@ -667,9 +666,10 @@ class AgentService:
             if errors:  # a form re-rendered with its errors: the site took nothing, though the key is done
                 notes.append(MESSAGES)
             shot = await s.live.scope.screenshot(s.page, f"{call.step_id}-after")
-            if shot is not None:
-                await s.live.journal.record(EVIDENCE, step_id=call.step_id, detail={"screenshot": shot})
-                answer["screenshot"] = shot
+            left = {"screenshot": shot} if shot is not None else {}
+            if shot is not None or errors:  # an export tells of a submit the page showed errors after
+                await s.live.journal.record(EVIDENCE, step_id=call.step_id, detail=left | {"errors_shown": errors})
+                answer |= left
         if notes:
             answer["note"] = "; ".join(notes)
         return answer

@@ -25,7 +25,6 @@ from ._calls import STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, s
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
 
 __all__ = [
-    "EVIDENCE",
     "FLOW_NAME",
     "QUEUE",
     "SNAPSHOT_KEPT",
@@ -36,7 +35,6 @@ __all__ = [
 
 FLOW_NAME = "agent"
 QUEUE = "agent"
-EVIDENCE = "tool_evidence"
 PROBE_AFTER = 0.2
 """Seconds an action by ref may take before the page is asked whether its element is still there."""
 NOTE_AFTER = 0.05

@@ -91,7 +91,11 @@ _JS = r"""
     if (el.tagName === 'IMG') return clean(el.getAttribute('alt'));
     if (['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName)) return clean(el.getAttribute('placeholder') || el.getAttribute('title') || el.name);
     if (CONTAINERS.includes(roleOf(el))) return '';
-    return clean(el.textContent || el.getAttribute('title'));
+    // its text, else what names an icon in it (an image's alt, an aria-label), else its tooltip: a
+    // Font Awesome button with only a title ("Delete Record") is named by it, as ARIA names it
+    const icon = el.querySelector('img[alt], [aria-label]');
+    return clean(el.textContent) || clean(icon && (icon.getAttribute('alt') || icon.getAttribute('aria-label')))
+      || clean(el.getAttribute('title'));
   };
   const actionable = (role) => ['link', 'button', 'textbox', 'searchbox', 'combobox', 'checkbox', 'radio',
     'slider', 'spinbutton', 'switch', 'tab', 'menuitem', 'option', 'form'].includes(role);

@@ -323,3 +323,35 @@ def test_an_export_reads_a_proof_from_what_the_verifier_looks_for_not_from_the_s
     reference = "{(ctx.inputs.reference or ctx.run_id)}"
     assert f"'url': f'{site}/orders/order/?q={reference}', 'text': f'{reference}'" in source
     compile(source, "exported.py", "exec")
+
+
+def test_an_export_writes_a_submit_that_sent_nothing_as_an_action_and_marks_one_the_page_showed_errors_after() -> None:
+    """Flask-Admin's order form: the first Save was stopped by the browser's own check (quantity
+    0 under ``min=1``), so its click sent nothing and it is exported as an action (it changes only
+    the page, and a run fails if it sends); the second Save placed the order, an effect as
+    usual; the third was answered with the form and its errors, an effect whose comment says
+    to delete it if the site refused it."""
+    verify = parse_verify({"url": "/admin/order/?search=FX-1", "text": "FX-1"}).resolved("http://h/admin/order/new/")
+    save = Target('role=button[name="Save"]')
+    calls = [
+        Call(1, "navigate", {"url": "http://h/admin/order/new/", "ok": True}),
+        Call(2, "fill", {"value": "FX-1", "ok": True}, Target("#reference", field="reference")),
+        Call(3, "fill", {"value": "0", "ok": True}, Target("#quantity", field="quantity")),
+        Call(4, "submit", {"ok": True}, save, key="bad", verify=verify),
+        Call(5, "fill", {"value": "2", "ok": True}, Target("#quantity", field="quantity")),
+        Call(6, "submit", {"ok": True}, save, key="good", verify=verify),
+        Call(7, "submit", {"ok": True}, save, key="again", verify=verify),
+    ]
+    done = {"t0004.submit", "t0006.submit", "t0007.submit"}
+    writer = _Writer(
+        "r-1", calls, done, [], False, unsent=frozenset({"t0004.submit"}), refused=frozenset({"t0007.submit"})
+    )
+    source = writer.source("agent-r-1")
+    unsent, good = (source.split(f'(id="t000{n}.submit"')[1].split("\n\n\n")[0] for n in (4, 6))
+    assert source.count('@flow.step(id="t0004.submit")') == 1 and "t0004_submit_landed" not in source
+    assert "click_and_settle(ctx.page, 'role=button[name=\"Save\"]', confirm=True)" in unsent
+    assert source.count("@flow.effect(") == 2 and "@t0006_submit.verify" in source and "@t0007_submit.verify" in source
+    assert "errors" not in good and "sent nothing" not in good
+    refused_comment = source.split('@flow.effect(id="t0007.submit"')[0].rsplit("\n\n\n", 1)[1]
+    assert "the page showed errors after this submit" in refused_comment and "delete" in refused_comment
+    compile(source, "exported.py", "exec")

@@ -52,3 +52,31 @@ def test_a_page_that_broke_its_json_is_read_as_one_that_did_not() -> None:
     assert clean.refs["e2"].selector == "#item" and clean.next_ref == 6, clean.refs
     for name, shot in shots.items():
         assert (shot.text, shot.refs, shot.next_ref) == (clean.text, clean.refs, clean.next_ref), name
+
+
+ICONS = """<table><tr><td><a href="/edit?id=1" title="Edit Record"><span class="fa fa-pencil"></span></a>
+<form method="post" action="/delete"><button title="Delete Record"> <span class="fa fa-trash"></span> </button></form>
+</td></tr></table>
+<button><img src="data:," alt="Close"></button><a href="/home"><span aria-label="Home"></span></a>
+<a href="/help" title="the help pages">Help</a>"""
+
+
+def test_an_icon_button_is_named_by_its_tooltip_or_the_icon_in_it() -> None:
+    """Flask-Admin's row buttons are icons with a title and no text: each is named by its title
+    (an agent can tell Delete from Edit), an icon by its image's alt or aria-label, and an
+    element with text by its text, not its tooltip; the names are what Playwright's role
+    selectors find."""
+
+    async def main() -> tuple[Snapshot, list[int]]:
+        async with BrowserProcess(BrowserSettings.discover()) as browser, browser.context() as context:
+            page = await context.new_page()
+            await page.set_content(ICONS)
+            shot = await take_snapshot(page, 1)
+            found = [await page.locator(t.selector).count() for t in shot.refs.values()]
+            return shot, found
+
+    shot, found = asyncio.run(main())
+    for line in ('link "Edit Record"', 'button "Delete Record"', 'button "Close"', 'link "Home"', 'link "Help"'):
+        assert line in shot.text, shot.text
+    assert "the help pages" not in shot.text
+    assert found == [1] * len(shot.refs), (found, shot.refs)

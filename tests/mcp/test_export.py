@@ -91,6 +91,50 @@ def test_an_exported_session_runs_passes_chaos_and_replays_offline(
     replayed.assert_outcomes(passed=1)
 
 
+@pytest.mark.browser
+def test_an_export_makes_a_submit_that_sent_nothing_an_action_and_marks_one_the_site_answered_with_errors(
+    tmp_path: Path, shop: Any, bw: BW
+) -> None:
+    """A submit whose click sent nothing (on a field, not a button) is exported as an action; a
+    submit the shop answered with its form's errors (no item) as an effect with the comment that
+    says to delete it if the site refused it. The file runs: the action sends nothing, the
+    refused submit is refused again, and the shop has no order of its reference."""
+    reference = f"refused-{tmp_path.name}"[:60]
+
+    async def play() -> str:
+        service = AgentService(open_store(bw.db))
+        try:
+            async with Client(build_server(service)) as client:
+                agent = Agent(client)
+                run_id = await agent.sign_in(shop.url)
+                await agent.call("fill", run_id=run_id, selector="#reference", value=reference)
+                nothing = await agent.call("submit", run_id=run_id, selector="#item", verify=order_verify(reference))
+                assert "the click sent nothing" in nothing["note"], nothing
+                refused = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+                assert "the page shows errors" in refused["note"], refused
+                await agent.call("close_session", run_id=run_id)
+                return run_id
+        finally:
+            await service.aclose()
+
+    run_id = asyncio.run(play())
+    flow = tmp_path / "flow.py"
+    assert bw.run("mcp", "export", run_id, "--db", str(bw.db), "-o", str(flow)).returncode == 0
+    source = flow.read_text()
+    unsent = source.split('@flow.step(id="t0006.submit")')
+    assert len(unsent) == 2 and "sent nothing" in unsent[0].rsplit("\n\n\n", 1)[1], source
+    assert "t0006_submit_landed" not in source
+    refused = source.split('@flow.effect(id="t0007.submit"')
+    assert len(refused) == 2 and "showed errors after this submit" in refused[0].rsplit("\n\n\n", 1)[1], source
+
+    runner = BW(db=tmp_path / "runs.db")
+    done = runner.run(
+        "run", str(flow), "--db", str(runner.db), "--input", "password=demo", "--input", f"reference={reference}"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert shop.orders(reference) == [], "neither submit placed an order, in the session or in the run"
+
+
 def test_export_refuses_an_unknown_run_and_an_existing_file(tmp_path: Path, bw: BW) -> None:
     """An unknown run is refused (exit 2, no file); an existing output is kept unless --force."""
     open_store(bw.db).close()
