@@ -24,6 +24,7 @@ __all__ = [
     "unsent",
     "untrusted",
     "what_was_sent",
+    "with_messages",
 ]
 
 
@@ -125,6 +126,18 @@ MESSAGES = (
     "the page shows errors; if the site refused what was sent, fix the form "
     "and submit with a new effect_key (this one is done)"
 )
+REFUSED_AGAIN = "the page shows errors: the site may have refused what was sent (a wrong password, say); fix the form and submit again"
+
+
+async def with_messages(page: Page, answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` (an idempotent submit's: a login, a search) with the messages the page shows
+    after it, and a note where one is an error (the site may have refused it)."""
+    alerts, errors = await shown_messages(page)
+    if alerts:
+        answer["alerts"] = alerts
+    if errors:
+        answer["notes"] = [*answer.get("notes", []), REFUSED_AGAIN]
+    return answer
 
 
 def unsent(state: AttemptState | None) -> dict[str, str]:

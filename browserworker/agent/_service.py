@@ -60,6 +60,7 @@ from ._answers import (
     unsent,
     untrusted,
     what_was_sent,
+    with_messages,
 )
 from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval, holding
 from ._calls import EVIDENCE, Call, MaySend, journaled_calls, latest_by_step
@@ -615,7 +616,7 @@ class AgentService:
             epoch=s.live.journal.epoch,
         )
         if asked.idempotent:
-            return await self._unstaged(s, call, s.step(call, live_selector=live))
+            return await with_messages(s.page, await self._unstaged(s, call, s.step(call, live_selector=live)))
         await s.flush()
         await s.record(call)  # before the intent: recovery needs the call and its verifier
         outcome = await s.live.effect(s.step(call, live_selector=live), lambda: [])  # type: ignore[arg-type]

@@ -139,6 +139,25 @@ def test_a_site_slow_to_answer_a_submit_is_waited_for_not_taken_for_a_refused_cl
     assert len(shop.orders(reference)) == 1
 
 
+def test_a_login_the_site_refused_is_told_with_its_message(tmp_path: Path, shop: Any) -> None:
+    """An idempotent submit (a login) with a wrong password: its answer carries the page's
+    message and a note that the site may have refused it; signed in, the answer has neither."""
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        opened = await agent.call("open_session", site=f"{shop.url}/login?next=/orders/new")
+        run_id = opened["run_id"]
+        await agent.call("fill", run_id=run_id, selector="#username", value="demo")
+        await agent.call("fill", run_id=run_id, selector="#password", value="wrong", secret=True)
+        refused = await agent.call("submit", run_id=run_id, selector="#login", idempotent=True)
+        assert refused["alerts"] == ["Invalid username or password."], refused
+        assert any("may have refused" in note for note in refused["notes"]), refused
+        await agent.call("fill", run_id=run_id, selector="#password", value="demo", secret=True)
+        signed = await agent.call("submit", run_id=run_id, selector="#login", idempotent=True)
+        assert signed["url"].endswith("/orders/new") and "alerts" not in signed and "notes" not in signed, signed
+
+    play(tmp_path, scenario)
+
+
 def test_a_form_re_rendered_with_errors_is_told_and_a_new_key_sends_the_fix(tmp_path: Path, shop: Any) -> None:
     """The shop answers an invalid order with its form again (200, an alert): the submit is done as
     far as the journal knows, and its answer carries the response's status and the page's alert,
