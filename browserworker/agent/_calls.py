@@ -324,6 +324,12 @@ def _select(call: Call, how: _How) -> StepFn:
         try:
             return await on_element("choice", choose)
         except PlaywrightError as exc:
+            if "not visible" in str(exc):  # a <select> a widget stands in for (select2, Chosen) is hidden
+                raise ValueError(
+                    "the <select> is hidden: where the page draws a list of its own in its place (select2, "
+                    "Chosen, Tom Select), click that list, take a snapshot, and click the option it shows; "
+                    "else a tab or a menu may show it"
+                ) from None
             if "not a <select>" not in str(exc):
                 raise
             raise ValueError(

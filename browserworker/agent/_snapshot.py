@@ -78,7 +78,9 @@ _JS = r"""
     if (el.tagName in LANDMARK) return LANDMARK[el.tagName];
     return null;
   };
-  const CONTAINERS = ['navigation', 'main', 'form', 'list', 'table', 'row', 'dialog', 'listitem', 'paragraph', 'cell', 'columnheader'];
+  // roles not named by their content: a list box is not named by all of its options' text
+  const CONTAINERS = ['navigation', 'main', 'form', 'list', 'table', 'row', 'dialog', 'listitem', 'paragraph', 'cell',
+    'columnheader', 'listbox', 'menu', 'menubar', 'tablist', 'tree', 'grid', 'radiogroup', 'toolbar', 'group'];
   const labelOf = (el) => {
     const by = el.getAttribute('aria-labelledby');
     const root = el.getRootNode();  // ids and label[for] are looked up in the element's own tree

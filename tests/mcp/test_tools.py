@@ -540,7 +540,8 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
     ``check`` and ``click`` set them through the label, as a person does, at once, never through a
     link in the label; so does the session's exported flow, run with no model. A date typed as a
     date field does not take it (the browser leaves it empty) is a tool error naming the format,
-    journaled as not done; ``select`` on a list box the page draws itself says to click it."""
+    journaled as not done; ``select`` on a list box the page draws itself says to click it, and on a
+    hidden ``<select>`` (one a select2 widget stands in for) to click the list the page draws."""
     exported: dict[str, str] = {}
     with ChannelTarget() as site:
 
@@ -605,8 +606,11 @@ def test_text_in_plain_blocks_is_read_and_a_checkbox_drawn_by_its_label_is_check
             drawn = _ref_of(shot, 'combobox "Size"')
             said = await agent.error("select", run_id=run_id, ref=drawn, values=["Large"])
             assert "not a <select>" in said and "click it" in said, said
+            said = await agent.error("select", run_id=run_id, selector="#colour", values=["Blue"])
+            assert "<select> is hidden" in said and "select2" in said and "click that list" in said, said
             await agent.call("click", run_id=run_id, ref=drawn)
             shot = await agent.call("snapshot", run_id=run_id)
+            assert "- listbox\n" in shot + "\n", "a list box is not named by its options' text"
             await agent.call("click", run_id=run_id, ref=_ref_of(shot, 'option "Large"'))
             assert 'combobox "Size: Large"' in await agent.call("snapshot", run_id=run_id)
             exported["source"] = export_flow(store, run_id)

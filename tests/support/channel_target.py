@@ -152,7 +152,8 @@ _EXTRA = {
     # style them: the input hidden (with a link in its label), clipped under its label
     # (Bootstrap's), of no size under a switch, under a box its label draws over it, or hidden in
     # a card the label makes of a heading and a price; a date field (it takes only YYYY-MM-DD); a
-    # list box the page draws itself (a div and a list, no <select>)
+    # list box the page draws itself (a div and a list, no <select>); a <select> hidden, as a
+    # widget (select2) hides the one it stands in for
     "styled": "Signed in as demo<style>.c{{position:relative;padding-left:25px}}.c input{{position:absolute;left:0;top:0}}"
     ".c .box{{position:absolute;left:0;top:0;width:20px;height:20px;background:#eee}}</style>"
     "<div class=cart><div>Total: <b>$5.00</b></div><span>Only 3 left</span></div>"
@@ -170,7 +171,8 @@ _EXTRA = {
     "<label>Delivery <input type=date id=when></label>"
     "<div id=size role=combobox tabindex=0 onclick=\"document.getElementById('sizes').hidden=false\">Size</div>"
     "<ul id=sizes role=listbox hidden><li role=option onclick=\"document.getElementById('size').textContent="
-    "'Size: Large';document.getElementById('sizes').hidden=true\">Large</li></ul>",
+    "'Size: Large';document.getElementById('sizes').hidden=true\">Large</li></ul>"
+    "<select id=colour name=colour style='display:none'><option>Red</option><option>Blue</option></select>",
     # an app built on its socket, as Streamlit's: it asks the server for its content over the
     # socket once it is open and shows nothing until the answer comes; what is typed
     # (``state:...``) and what its button does (``land:KEY``) go over the same socket
