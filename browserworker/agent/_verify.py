@@ -7,9 +7,12 @@ Two kinds::
     {"url": "...", "selector": "#order-R-1"}
     {"url": "...", "text": "R-1", "absent_text": "No orders"}  # ... and this text proves it did not land
     {"get": "/api/orders?reference=R-1", "path": "orders"}   # a GET whose JSON answer proves it
+    {"get": "/api/orders/R-1", "path": "reference", "absent_status": 404}  # ... and a 404 that it did not
 
 A page or answer that proves neither (an error status, neither text) is *unknown*: the submit
-goes to a person, never to a retry. Relative URLs are resolved against the page the submit was
+goes to a person, never to a retry. An error status proves the submit did not land only where
+the spec names it (``absent_status``: a REST API's 404 for a record that does not exist); a
+mistyped address answers 404 too, and would have the submit made again. Relative URLs are resolved against the page the submit was
 made on, when the submit is recorded.
 
 A page is read once its document is in, and read again until its proof shows, for up to
@@ -75,6 +78,13 @@ class VerifySpec(BaseModel):
         default=None, description="text on that page that proves it did not land (as whole words)"
     )
     get: str | None = Field(default=None, description="a URL to GET whose JSON answer proves it")
+    absent_status: int | None = Field(
+        default=None,
+        ge=400,
+        le=499,
+        description="the status of that page or GET that proves it did not land (404: a REST API's answer for a "
+        "record that does not exist; only for an address that answers it for nothing else)",
+    )
     path: str | None = Field(
         default=None, description="a dotted path in that JSON; landed if the value there is non-empty / true"
     )
@@ -143,6 +153,8 @@ def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
     async def verify(ctx: StepContext[Any]) -> Verdict:
         if checked.get is not None:
             reply = await ctx.page.request.get(checked.get)
+            if reply.status == checked.absent_status:
+                return Verdict.not_done(f"GET {checked.get} answered {reply.status}")
             if not reply.ok:
                 return Verdict.unknown(f"GET {checked.get} answered {reply.status}")
             try:
@@ -152,6 +164,8 @@ def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
             return Verdict.done({"verified": found}) if found else Verdict.not_done(f"nothing at {checked.path!r}")
         assert checked.url is not None
         response = await ctx.page.goto(checked.url, wait_until="domcontentloaded")
+        if response is not None and response.status == checked.absent_status:
+            return Verdict.not_done(f"{checked.url} answered {response.status}")
         if response is not None and not response.ok:
             return Verdict.unknown(f"{checked.url} answered {response.status}")
         proof, body = await _proof(ctx.page, checked)

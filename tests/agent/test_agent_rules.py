@@ -48,10 +48,12 @@ def test_a_verifiers_text_is_found_as_whole_words(body: str, text: str, found: b
 
 def test_a_verify_is_a_page_with_its_proof_or_a_get_with_a_path() -> None:
     """Either url (with text or selector, and optionally the text that proves it did not land) or
-    get (with path); anything else is refused with what is wrong."""
+    get (with path), either with the client error status that proves it did not land; anything
+    else is refused with what is wrong."""
     assert parse_verify({"url": "/orders", "text": "R-1"}).text == "R-1"
     assert parse_verify({"get": "/api/orders?reference=R-1", "path": "orders"}).path == "orders"
     assert parse_verify({"url": "/orders", "text": "R-1"}).wait == 5.0
+    assert parse_verify({"get": "/api/orders/R-1", "path": "id", "absent_status": 404}).absent_status == 404
     assert parse_verify({"url": "/orders", "text": "R-1", "wait": 20}).to_dict()["wait"] == 20
     for bad, said in (
         ({"url": "/orders"}, "text or selector"),
@@ -61,6 +63,8 @@ def test_a_verify_is_a_page_with_its_proof_or_a_get_with_a_path() -> None:
         ({"url": "/a", "text": "t", "colour": "red"}, "colour"),
         ({"url": "/a", "text": "t", "settle": -1}, "settle"),
         ({"url": "/a", "text": "t", "wait": 600}, "wait"),
+        ({"get": "/a", "path": "p", "absent_status": 200}, "absent_status"),  # only an error status
+        ({"get": "/a", "path": "p", "absent_status": 503}, "absent_status"),  # a server's error proves nothing
         ("/orders", "must be an object"),
     ):
         with pytest.raises(ValueError, match="verify") as raised:

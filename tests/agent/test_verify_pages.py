@@ -54,3 +54,22 @@ def test_a_list_a_script_writes_after_the_page_loads_is_waited_for() -> None:
     assert [kind for kind, _ in verdicts] == ["done", "done", "done", "not_done", "unknown", "unknown"], verdicts
     assert all(seconds < PROOF_WAIT for _, seconds in verdicts[:3]), verdicts
     assert all(1 <= seconds < PROOF_WAIT for _, seconds in verdicts[3:]), verdicts
+
+
+def test_an_error_status_proves_a_submit_did_not_land_only_where_the_spec_names_it() -> None:
+    """A REST API answers 404 for a record that does not exist: declared as ``absent_status``, a
+    GET or a page answering it is not done (the submit may be made once now); undeclared it is
+    ``unknown`` (a mistyped address answers 404 too: a person decides), and so is a status other
+    than the one declared."""
+    with ChannelTarget() as site:
+        gone = f"{site.url}/orders/K-1"  # the target answers 404 for any address it does not serve
+        verdicts = _verdicts(
+            [
+                {"get": gone, "path": "reference", "absent_status": 404},
+                {"get": gone, "path": "reference"},
+                {"get": gone, "path": "reference", "absent_status": 410},
+                {"url": gone, "text": "K-1", "absent_status": 404},
+                {"url": gone, "text": "K-1"},
+            ]
+        )
+    assert [kind for kind, _ in verdicts] == ["not_done", "unknown", "unknown", "not_done", "unknown"], verdicts
