@@ -14,7 +14,7 @@ it fails), and a ``submit`` marked ``idempotent`` (a login, a search: safe to re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from ._actionable import ACTION_TIMEOUT, on_element, set_checked
 from ._settle import click_and_settle, go_back, go_to, settled
 from ._snapshot import MARK_SECRET, Target
 from ._uploads import changed_file, choose_files
-from ._verify import VerifySpec, verifier
+from ._verify import VerifySpec, address, verifier
 
 __all__ = [
     "EVIDENCE",
@@ -39,6 +39,7 @@ __all__ = [
     "MaySend",
     "journaled_calls",
     "latest_by_step",
+    "missed_verifies",
     "step_of",
 ]
 
@@ -184,6 +185,15 @@ def latest_by_step(attempts: Iterable[AttemptRecord]) -> dict[str, AttemptRecord
     return latest
 
 
+def missed_verifies(events: Iterable[EventRecord]) -> set[str]:
+    """The addresses whose verify missed a done submit of the session (its evidence says so)."""
+    return {
+        str(e.detail["verify_missed"])
+        for e in events
+        if e.kind == EVIDENCE and isinstance(e.detail, dict) and e.detail.get("verify_missed")
+    }
+
+
 def journaled_calls(events: Iterable[EventRecord]) -> list[Call]:
     """A session's calls from its run's events, in order, each marked undone that was."""
     undone = {e.detail.get("seq") for e in events if e.kind == UNDONE and isinstance(e.detail, dict)}
@@ -203,6 +213,7 @@ def step_of(
     acted: Callable[[], None] | None = None,
     may_send: MaySend | None = None,
     downloads: Path | None = None,
+    missed: Collection[str] = (),
 ) -> Step:
     """The step ``call`` runs as (see the module docstring). ``value`` gives a ``fill``'s secret
     value (unsealed) when the call's own arguments do not hold it; ``approve``: a person approves
@@ -210,7 +221,8 @@ def step_of(
     live page (a replay finds it by the target's selector); ``acted`` is called once the step has
     acted on its element (a click done, before what it set off has settled); ``may_send``: what
     its pages may send with no submit (:class:`MaySend`); ``downloads``: the directory the files
-    a click or a key press downloads are saved in (none: they are not kept)."""
+    a click or a key press downloads are saved in (none: they are not kept); ``missed``: the
+    addresses whose verify missed a done submit of the session (its *not done* is not trusted)."""
     build = _STEP_FNS.get(call.tool)
     if build is None:
         raise ValueError(f"no step for tool {call.tool!r}")
@@ -226,7 +238,7 @@ def step_of(
             dispatch=may_send.dispatch if may_send else None,
         )
         if call.verify is not None:
-            effect.verifier = verifier(call.verify)
+            effect.verifier = verifier(call.verify, trust_not_done=address(call.verify) not in missed)
         return effect
     if call.tool == "submit":
         return Action(id=call.step_id, fn=fn, sends=True)

@@ -63,7 +63,7 @@ from ._answers import (
     with_messages,
 )
 from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval, holding
-from ._calls import EVIDENCE, Call, MaySend, journaled_calls, latest_by_step
+from ._calls import Call, MaySend, journaled_calls, latest_by_step, missed_verifies
 from ._session import (
     FLOW_NAME,
     QUEUE,
@@ -255,7 +255,8 @@ class AgentService:
         except SessionKeyError:  # none here (PostgreSQL with no BROWSERWORKER_SESSION_KEY): kept in memory only
             sealer = None
         saves = Path(self.policy.downloads).expanduser() if self.policy.downloads else None
-        session = AgentSession(live, calls, self.policy.approves, may_send or None, saves, sealer=sealer)
+        missed = missed_verifies(await self.astore.call(self.store.events, run.id)) if calls else set()
+        session = AgentSession(live, calls, self.policy.approves, may_send or None, saves, sealer=sealer, missed=missed)
         self.live[run.id] = session
         return session
 
@@ -666,11 +667,8 @@ class AgentService:
                 answer["alerts"] = alerts
             if errors:  # a form re-rendered with its errors: the site took nothing, though the key is done
                 notes.append(MESSAGES)
-            shot = await s.live.scope.screenshot(s.page, f"{call.step_id}-after")
-            left = {"screenshot": shot} if shot is not None else {}
-            if shot is not None or errors:  # an export tells of a submit the page showed errors after
-                await s.live.journal.record(EVIDENCE, step_id=call.step_id, detail=left | {"errors_shown": errors})
-                answer |= left
+            landed = answer["status"] != "verified" and attempts[-1].dispatched_at is not None and not errors
+            answer |= await s.leave_evidence(call, errors, read_verify=landed, notes=notes)
         if notes:
             answer["note"] = "; ".join(notes)
         return answer

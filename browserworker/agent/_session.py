@@ -21,8 +21,9 @@ from ..flow import Flow, Step
 from ..runtime import LiveRun, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
-from ._calls import STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
+from ._calls import EVIDENCE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
+from ._verify import address, check
 
 __all__ = [
     "FLOW_NAME",
@@ -93,6 +94,7 @@ class AgentSession:
     _noting: asyncio.TimerHandle | None = None  # when they will be
     _watched: Any = None  # the page whose navigations make refs stale
     moves: int = 0  # the watched page navigated, or an action acted on its element (see acted)
+    missed: set[str] = field(default_factory=set)  # addresses whose verify missed a done submit
 
     @property
     def run_id(self) -> str:
@@ -170,7 +172,36 @@ class AgentSession:
             acted=acted,
             may_send=self.may_send,
             downloads=self.downloads,
+            missed=self.missed,
         )
+
+    async def leave_evidence(self, call: Call, errors: bool, *, read_verify: bool, notes: list[str]) -> dict[str, Any]:
+        """Journal what a done submit left: its page's screenshot, whether the page showed errors
+        (an export tells of them) and, with ``read_verify``, whether its verify finds it, read on a page
+        of its own (:func:`~browserworker.agent._verify.check`). A verify that misses it is told in
+        ``notes``, and from then on its address's *not done* is not trusted in this session (a
+        person decides instead of a retry). Returns the answer's ``screenshot``, if any."""
+        shot = await self.live.scope.screenshot(self.page, f"{call.step_id}-after")
+        left = {"screenshot": shot} if shot is not None else {}
+        detail: dict[str, Any] = left | ({"errors_shown": True} if errors else {})
+        if read_verify and call.verify is not None:
+            page = await self.page.context.new_page()
+            try:
+                missed = await check(page, call.verify)
+            finally:
+                await page.close()
+            if missed is not None:
+                where = address(call.verify)
+                self.missed.add(where)
+                detail |= {"verify_missed": where, "verify_read": missed}
+                notes.append(
+                    f"your verify did not find this submit, which was done ({missed}): after a crash it would take "
+                    f"such a submit for one that never landed, so in this session a person decides those it reads "
+                    f"at {where}; declare a verify that finds what the submit did (a page that shows the text you typed)"
+                )
+        if detail:
+            await self.live.journal.record(EVIDENCE, step_id=call.step_id, detail=detail)
+        return left
 
     def calls_url(self, call: Call) -> str:
         return call.page_url or str(self.live.run.inputs.get("site", ""))

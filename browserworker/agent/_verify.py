@@ -39,12 +39,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = ["PROOF_WAIT", "VerifySpec", "parse_verify", "shows", "verifier", "words"]
+__all__ = ["PROOF_WAIT", "VerifySpec", "address", "check", "parse_verify", "shows", "verifier", "words"]
 
 PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read
 as what it shows then (see the module docstring)."""
 _READ_EVERY = 0.2
+CHECK_SLACK = 10.0
+"""Seconds :func:`check` gives a verify's page to load, beside the spec's ``wait`` for its proof."""
 _WORD = "[A-Za-z0-9_]"  # what a whole word may not touch at an end that is one (ASCII only)
 
 
@@ -146,38 +148,72 @@ def _at(data: Any, path: str | None) -> Any:
     return data
 
 
-def verifier(spec: VerifySpec | dict[str, Any]) -> Any:
-    """The verifier function (``@effect.verify``) that ``spec`` describes."""
+def verifier(spec: VerifySpec | dict[str, Any], *, trust_not_done: bool = True) -> Any:
+    """The verifier function (``@effect.verify``) that ``spec`` describes. Without
+    ``trust_not_done`` (a verify of its address missed a done submit before: :func:`check`), what
+    would be *not done* is *unknown*: a person decides, as a retry could make the submit twice."""
     checked = parse_verify(spec)
 
     async def verify(ctx: StepContext[Any]) -> Verdict:
-        if checked.get is not None:
-            reply = await ctx.page.request.get(checked.get)
-            if reply.status == checked.absent_status:
-                return Verdict.not_done(f"GET {checked.get} answered {reply.status}")
-            if not reply.ok:
-                return Verdict.unknown(f"GET {checked.get} answered {reply.status}")
-            try:
-                found = _at(await reply.json(), checked.path)
-            except ValueError:
-                return Verdict.unknown(f"GET {checked.get} did not answer JSON")
-            return Verdict.done({"verified": found}) if found else Verdict.not_done(f"nothing at {checked.path!r}")
-        assert checked.url is not None
-        response = await ctx.page.goto(checked.url, wait_until="domcontentloaded")
-        if response is not None and response.status == checked.absent_status:
-            return Verdict.not_done(f"{checked.url} answered {response.status}")
-        if response is not None and not response.ok:
-            return Verdict.unknown(f"{checked.url} answered {response.status}")
-        proof, body = await _proof(ctx.page, checked)
-        if proof is not None:
-            return Verdict.done({"verified": proof})
-        if checked.absent_text is not None:
-            if shows(body, checked.absent_text):
-                return Verdict.not_done(f"{checked.absent_text!r} is on {checked.url}")
-            return Verdict.unknown(f"neither the proof nor {checked.absent_text!r} is on {checked.url}")
-        return Verdict.not_done(f"no sign of the submit on {checked.url}")
+        verdict = await _read(ctx.page, checked)
+        if verdict.kind == "not_done" and not trust_not_done:
+            return Verdict.unknown(
+                f"{verdict.reason}; but a verify of {address(checked)} did not find a submit of this session that "
+                "was done, so it may not find this one either"
+            )
+        return verdict
 
     return verify
+
+
+def address(spec: VerifySpec) -> str:
+    """The address a verify reads, without its query (``https://shop/orders``): the verifies an
+    agent declares for its submits to one site differ in their reference, not in it."""
+    parts = urlsplit(spec.url or spec.get or "")
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+async def check(page: Page, spec: VerifySpec) -> str | None:
+    """Read a submit's verify on ``page`` (of the submit's browser context, not the agent's)
+    right after the submit was done: None where it finds the proof, else what it found instead.
+    A verify that does not find a submit just done would take it for one that never landed after
+    a crash, and have it made again."""
+    bound = spec.wait + CHECK_SLACK
+    try:
+        verdict = await asyncio.wait_for(_read(page, spec), bound)
+    except TimeoutError:
+        return f"it was not read within {bound:g} s"
+    except Exception as exc:  # the address does not answer, a selector that is no selector
+        return f"reading it failed: {str(exc).splitlines()[0]}"
+    return None if verdict.kind == "done" else verdict.reason or verdict.kind
+
+
+async def _read(page: Page, checked: VerifySpec) -> Verdict:
+    if checked.get is not None:
+        reply = await page.request.get(checked.get)
+        if reply.status == checked.absent_status:
+            return Verdict.not_done(f"GET {checked.get} answered {reply.status}")
+        if not reply.ok:
+            return Verdict.unknown(f"GET {checked.get} answered {reply.status}")
+        try:
+            found = _at(await reply.json(), checked.path)
+        except ValueError:
+            return Verdict.unknown(f"GET {checked.get} did not answer JSON")
+        return Verdict.done({"verified": found}) if found else Verdict.not_done(f"nothing at {checked.path!r}")
+    assert checked.url is not None
+    response = await page.goto(checked.url, wait_until="domcontentloaded")
+    if response is not None and response.status == checked.absent_status:
+        return Verdict.not_done(f"{checked.url} answered {response.status}")
+    if response is not None and not response.ok:
+        return Verdict.unknown(f"{checked.url} answered {response.status}")
+    proof, body = await _proof(page, checked)
+    if proof is not None:
+        return Verdict.done({"verified": proof})
+    if checked.absent_text is not None:
+        if shows(body, checked.absent_text):
+            return Verdict.not_done(f"{checked.absent_text!r} is on {checked.url}")
+        return Verdict.unknown(f"neither the proof nor {checked.absent_text!r} is on {checked.url}")
+    return Verdict.not_done(f"no sign of the submit on {checked.url}")
 
 
 async def _proof(page: Page, checked: VerifySpec) -> tuple[str | None, str]:

@@ -338,7 +338,8 @@ def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: 
                 description='how to tell it landed after a crash: {"url": ..., "text"|"selector": ...} (a text '
                 'as whole words: a unique reference you typed) or {"get": ..., "path": ...}; either may add '
                 '"absent_status": 404 where the address answers 404 exactly when the effect did not land (a '
-                "REST API's record); without a verify an uncertain submit goes to a person"
+                "REST API's record). It is read once the submit is done, and one that misses it is told. Without a "
+                "verify an uncertain submit goes to a person"
             ),
         ] = None,
         idempotent: Annotated[

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from browserworker.agent import verifier
-from browserworker.agent._verify import PROOF_WAIT
+from browserworker.agent._verify import PROOF_WAIT, check, parse_verify
 from browserworker.runtime import BrowserProcess, BrowserSettings
 from tests.support.channel_target import ChannelTarget
 
@@ -73,3 +73,27 @@ def test_an_error_status_proves_a_submit_did_not_land_only_where_the_spec_names_
             ]
         )
     assert [kind for kind, _ in verdicts] == ["not_done", "unknown", "unknown", "not_done", "unknown"], verdicts
+
+
+def test_a_verify_read_right_after_its_submit_says_what_it_found_instead_of_the_proof() -> None:
+    """``check`` reads a verify on a page: nothing to say where the proof shows, else what was
+    there instead; a verify told not to trust its *not done* answers ``unknown`` for a page
+    without the proof, and still ``done`` for one with it."""
+    with ChannelTarget() as site:
+        late, none = f"{site.url}/lateproof?key=K-1", f"{site.url}/noproof?key=K-1"
+
+        async def main() -> tuple[Any, ...]:
+            async with BrowserProcess(BrowserSettings.discover()) as browser, browser.context() as context:
+                page = await context.new_page()
+                found = await check(page, parse_verify({"url": late, "text": "Order K-1 placed"}))
+                missed = await check(page, parse_verify({"url": none, "text": "Order K-1 placed", "wait": 0.5}))
+                ctx = SimpleNamespace(page=page)
+                distrusted = await verifier(
+                    {"url": none, "text": "Order K-1 placed", "wait": 0.5}, trust_not_done=False
+                )(ctx)
+                still = await verifier({"url": late, "text": "Order K-1 placed"}, trust_not_done=False)(ctx)
+                return found, missed, distrusted.kind, still.kind
+
+        found, missed, distrusted, still = asyncio.run(main())
+    assert found is None and missed == f"no sign of the submit on {none}", (found, missed)
+    assert (distrusted, still) == ("unknown", "done")

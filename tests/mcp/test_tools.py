@@ -9,14 +9,16 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from mcp import Client
 
 from browserworker.agent import AgentPolicy, AgentService, export_flow
-from browserworker.agent._calls import journaled_calls
-from browserworker.agent._snapshot import take_snapshot
+from browserworker.agent._calls import Call, journaled_calls, missed_verifies
+from browserworker.agent._snapshot import Target, take_snapshot
+from browserworker.agent._verify import parse_verify
 from browserworker.flow import Action, Effect, load_flow
 from browserworker.mcp import build_server
 from browserworker.runtime import ApprovalSettings
@@ -134,6 +136,40 @@ def test_a_site_slow_to_answer_a_submit_is_waited_for_not_taken_for_a_refused_cl
         assert time.monotonic() - began >= 7
         [attempt] = [a for a in store.attempts(run_id) if a.kind == "effect"]
         assert attempt.decided_by != "verifier" and attempt.attempt_no == 1
+
+    play(tmp_path, scenario)
+    assert len(shop.orders(reference)) == 1
+
+
+def test_a_verify_that_misses_a_done_submit_is_told_and_its_not_done_trusted_no_more(tmp_path: Path, shop: Any) -> None:
+    """Right after a submit is done its verify is read on a page of its own: one that does not find
+    the order just placed (it looks for a text the list never shows, as a verify of a page that
+    keeps the typed title in its <title> does) is told in the answer and journaled, and from then
+    on a *not done* of its address is *unknown* in the session (after a crash a person decides,
+    never a retry that would order twice), also for a server that takes the session up; a verify
+    that finds its order is not told of."""
+    reference = f"missed-{tmp_path.name}"
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = await agent.sign_in(shop.url)
+        await agent.fill_order(run_id, reference)
+        blind = {"url": "/orders", "text": f"{reference}-never-shown"}
+        done = await agent.call("submit", run_id=run_id, selector="#submit", effect_key="blind", verify=blind)
+        assert done["status"] == "committed" and "your verify did not find this submit" in done["note"], done
+        where = f"{shop.url}/orders"
+        session = agent.service.live[run_id]
+        assert session.missed == {where} and missed_verifies(store.events(run_id)) == {where}
+        later = Call(
+            99, "submit", {"ok": True}, Target("#submit"), key="later", verify=parse_verify(blind).resolved(where)
+        )
+        verdict = await session.step(later).verifier(SimpleNamespace(page=session.page))
+        assert verdict.kind == "unknown" and "did not find a submit of this session" in verdict.reason, verdict
+        await agent.call("navigate", run_id=run_id, url=f"{shop.url}/orders/new")
+        await agent.fill_order(run_id, f"{reference}-2")
+        seen = await agent.call(
+            "submit", run_id=run_id, selector="#submit", effect_key="seen", verify=order_verify(f"{reference}-2")
+        )
+        assert seen["status"] == "committed" and "your verify" not in seen.get("note", ""), seen
 
     play(tmp_path, scenario)
     assert len(shop.orders(reference)) == 1
