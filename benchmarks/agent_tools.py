@@ -230,7 +230,7 @@ def _ratio(over: list[float], under: list[float]) -> tuple[float, list[float]]:
 
 
 async def _submits(tool: Callable[..., Awaitable[Any]], run_id: str, page: Any, base_url: str) -> dict[str, Any]:
-    """A submit through the tool (intent, gate, outcome, screenshot) against clicking the same
+    """A submit through the tool (verify read before and after, intent, gate, outcome, screenshot) against clicking the same
     button directly and waiting the same way (``click_and_settle``); each places an order."""
     ours, plain = [], []
     for i in range(SUBMITS):
@@ -303,7 +303,8 @@ def render(g: dict[str, Any]) -> str:
         )
     s = g["submit"]
     rows.append(
-        f"| g | `submit` (call and intent journaled, gated, outcome, screenshot), median of {SUBMITS} orders | "
+        f"| g | `submit` (its verify read before and after, call and intent journaled, gated, outcome, screenshot), "
+        f"median of {SUBMITS} orders | "
         f"{s['ours_ms']:.0f} ms | click and settle directly {s['playwright_ms']:.0f} ms | +{s['added_ms']:.0f} ms "
         f"| reported | - |"
     )

@@ -618,6 +618,8 @@ class AgentService:
         )
         if asked.idempotent:
             return await with_messages(s.page, await self._unstaged(s, call, s.step(call, live_selector=live)))
+        if resolved is not None:
+            await s.read_before(resolved)
         await s.flush()
         await s.record(call)  # before the intent: recovery needs the call and its verifier
         outcome = await s.live.effect(s.step(call, live_selector=live), lambda: [])  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from ..states import AttemptState
 from ..store.records import AttemptRecord
 from ._calls import EVIDENCE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
-from ._verify import address, check
+from ._verify import VerifySpec, address, check, found_before
 
 __all__ = [
     "FLOW_NAME",
@@ -174,6 +174,23 @@ class AgentSession:
             downloads=self.downloads,
             missed=self.missed,
         )
+
+    async def read_before(self, spec: VerifySpec) -> None:
+        """Read a submit's verify before the submit, on a page of its own: a verify that finds its
+        proof already (an earlier order's reference, a word every page shows) would answer
+        *verified* after a crash for a submit that never landed; the submit is refused."""
+        page = await self.page.context.new_page()
+        try:
+            proof = await found_before(page, spec)
+        finally:
+            await page.close()
+        if proof is not None:
+            raise ToolCallError(
+                f"invalid verify: it finds its proof ({proof!r} at {spec.url or spec.get}) before the submit, so after "
+                "a crash it would take the submit for done even if it never landed; look for something only this "
+                "submit makes (a reference you type), or give no verify (a person then decides after a crash); "
+                "nothing was done"
+            )
 
     async def leave_evidence(self, call: Call, errors: bool, *, read_verify: bool, notes: list[str]) -> dict[str, Any]:
         """Journal what a done submit left: its page's screenshot, whether the page showed errors

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = ["PROOF_WAIT", "VerifySpec", "address", "check", "parse_verify", "shows", "verifier", "words"]
+__all__ = ["PROOF_WAIT", "VerifySpec", "address", "check", "found_before", "parse_verify", "shows", "verifier", "words"]
 
 PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read
@@ -186,6 +186,18 @@ async def check(page: Page, spec: VerifySpec) -> str | None:
     except Exception as exc:  # the address does not answer, a selector that is no selector
         return f"reading it failed: {str(exc).splitlines()[0]}"
     return None if verdict.kind == "done" else verdict.reason or verdict.kind
+
+
+async def found_before(page: Page, spec: VerifySpec) -> str | None:
+    """Read a submit's verify on ``page`` before the submit: the proof, where it shows already (a
+    verify that finds its proof before the submit would answer *verified* after a crash for one
+    that never landed), else None (an address that errors or does not answer included). The page
+    is read once, as soon as its document is in: a proof a script writes later is not waited for."""
+    try:
+        verdict = await asyncio.wait_for(_read(page, spec.model_copy(update={"wait": 0.0})), CHECK_SLACK)
+    except Exception:  # noqa: BLE001 - a verify that cannot be read now finds nothing
+        return None
+    return str((verdict.result or {}).get("verified")) if verdict.kind == "done" else None
 
 
 async def _read(page: Page, checked: VerifySpec) -> Verdict:

@@ -147,7 +147,9 @@ def test_a_verify_that_misses_a_done_submit_is_told_and_its_not_done_trusted_no_
     keeps the typed title in its <title> does) is told in the answer and journaled, and from then
     on a *not done* of its address is *unknown* in the session (after a crash a person decides,
     never a retry that would order twice), also for a server that takes the session up; a verify
-    that finds its order is not told of."""
+    that finds its order is not told of. One that finds its proof before the submit (an earlier
+    order's reference) is refused before anything is done: after a crash it would answer
+    *verified* for a submit that never landed."""
     reference = f"missed-{tmp_path.name}"
 
     async def scenario(agent: Agent, store: Store) -> None:
@@ -166,13 +168,18 @@ def test_a_verify_that_misses_a_done_submit_is_told_and_its_not_done_trusted_no_
         assert verdict.kind == "unknown" and "did not find a submit of this session" in verdict.reason, verdict
         await agent.call("navigate", run_id=run_id, url=f"{shop.url}/orders/new")
         await agent.fill_order(run_id, f"{reference}-2")
+        earlier = {"url": f"/orders?reference={reference}", "text": reference}  # the first order's proof
+        said = await agent.error("submit", run_id=run_id, selector="#submit", effect_key="early", verify=earlier)
+        assert "finds its proof" in said and "nothing was done" in said, said
         seen = await agent.call(
             "submit", run_id=run_id, selector="#submit", effect_key="seen", verify=order_verify(f"{reference}-2")
         )
         assert seen["status"] == "committed" and "your verify" not in seen.get("note", ""), seen
 
     play(tmp_path, scenario)
-    assert len(shop.orders(reference)) == 1
+    assert len(shop.orders(reference)) == 1 and len(shop.orders(f"{reference}-2")) == 1, (
+        "the refused submit sent nothing"
+    )
 
 
 def test_a_login_the_site_refused_is_told_with_its_message(tmp_path: Path, shop: Any) -> None:
