@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ class AgentSession:
     _watched: Any = None  # the page whose navigations make refs stale
     moves: int = 0  # the watched page navigated, or an action acted on its element (see acted)
     missed: set[str] = field(default_factory=set)  # addresses whose verify missed a done submit
+    _reading: Any = None  # the page verifies are read on (see _reader)
 
     @property
     def run_id(self) -> str:
@@ -175,15 +177,28 @@ class AgentSession:
             missed=self.missed,
         )
 
+    @contextlib.asynccontextmanager
+    async def _reader(self, spec: VerifySpec) -> AsyncIterator[Any]:
+        """The page a verify is read on: for a GET the session's own (its request API, which
+        navigates nothing); else a page of its own in the session's browser context, opened once
+        and left blank between reads (nothing of the page read goes on running there)."""
+        if spec.get is not None:
+            yield self.page
+            return
+        if self._reading is None or self._reading.is_closed() or self._reading.context != self.page.context:
+            self._reading = await self.page.context.new_page()
+        try:
+            yield self._reading
+        finally:
+            with contextlib.suppress(Exception):  # the context is closing: nothing left to blank
+                await self._reading.goto("about:blank")
+
     async def read_before(self, spec: VerifySpec) -> None:
         """Read a submit's verify before the submit, on a page of its own: a verify that finds its
         proof already (an earlier order's reference, a word every page shows) would answer
         *verified* after a crash for a submit that never landed; the submit is refused."""
-        page = await self.page.context.new_page()
-        try:
+        async with self._reader(spec) as page:
             proof = await found_before(page, spec)
-        finally:
-            await page.close()
         if proof is not None:
             raise ToolCallError(
                 f"invalid verify: it finds its proof ({proof!r} at {spec.url or spec.get}) before the submit, so after "
@@ -202,11 +217,8 @@ class AgentSession:
         left = {"screenshot": shot} if shot is not None else {}
         detail: dict[str, Any] = left | ({"errors_shown": True} if errors else {})
         if read_verify and call.verify is not None:
-            page = await self.page.context.new_page()
-            try:
+            async with self._reader(call.verify) as page:
                 missed = await check(page, call.verify)
-            finally:
-                await page.close()
             if missed is not None:
                 where = address(call.verify)
                 self.missed.add(where)
