@@ -42,6 +42,7 @@ import contextlib
 import difflib
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -89,7 +90,35 @@ def _norm_body(text: str, mime: str | None) -> str:
             return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         except ValueError:
             return text
+    if kind == "multipart/form-data":
+        return _norm_multipart(text)
     return text
+
+
+_DISPOSITION = re.compile(r'\bname="([^"]*)"(?:;\s*filename="([^"]*)")?', re.I)
+
+
+def _norm_multipart(text: str) -> str:
+    """A multipart form's fields as a JSON object (a file as its name and content), whatever its
+    boundary: the browser draws a new one for every submission, so two posts of the same form
+    never have the same bytes. A body that is not such a form is left as it is."""
+    first, newline, _ = text.partition("\n")
+    delimiter = first.rstrip("\r")
+    if not newline or not delimiter.startswith("--"):
+        return text
+    fields: dict[str, list[Any]] = {}
+    for part in text.split(delimiter)[1:]:
+        if part.startswith("--"):  # the closing delimiter
+            break
+        head, sep, value = part.lstrip("\r\n").partition("\r\n\r\n")
+        found = _DISPOSITION.search(head) if sep else None
+        if found is None:
+            return text
+        value = value.removesuffix("\r\n")
+        name, filename = found.groups()
+        fields.setdefault(name, []).append(value if filename is None else {"file": filename, "content": value})
+    one = {name: values[0] if len(values) == 1 else values for name, values in fields.items()}
+    return json.dumps(one, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _host_port(url: str) -> str:

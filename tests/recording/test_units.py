@@ -13,6 +13,7 @@ from browserworker.flow import load_flow
 from browserworker.recording import REDACTED, Recording, Redactor, ReplayRouter, recording_path
 from browserworker.recording.files import Ledger
 from browserworker.recording.replayer import compare, parse_crash_at
+from browserworker.recording.router import request_key
 from tests.support.paths import ROOT
 
 RECORDINGS = ROOT / "recordings"
@@ -152,6 +153,29 @@ def test_verifier_pages_follow_the_state_of_the_replayed_server(tmp_path: Path) 
     resumed = router_for("place-order", tmp_path)  # a resume reads the ledger the crashed replay wrote
     after = resumed.answer("GET", url, {}, None)
     assert b"order-row" in after.body and after.entry.segment.phase == "verify_after"  # type: ignore[union-attr]
+
+
+def _multipart(boundary: str, **fields: str) -> str:
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields.items()]
+    upload = f'--{boundary}\r\nContent-Disposition: form-data; name="doc"; filename="a.txt"\r\n'
+    return "".join(parts) + upload + f"Content-Type: text/plain\r\n\r\nhello\r\n--{boundary}--\r\n"
+
+
+def test_a_multipart_form_matches_whatever_its_boundary() -> None:
+    """Chromium draws a new boundary for each multipart post (Flask-Admin's forms are multipart),
+    so a replayed post never has the recorded bytes: its key is its fields (a file by its name and
+    content), a secret field redacted, in any order; a field of another value is another key."""
+    redactor = Redactor.from_names(["password"])
+    url = "http://shop.test/admin/order/new/"
+
+    def key(boundary: str, **fields: str) -> tuple[str, str, str]:
+        mime = f"multipart/form-data; boundary={boundary}"
+        return request_key("POST", url, _multipart(boundary, **fields).encode(), mime, redactor)
+
+    recorded = key("----WebKitFormBoundaryAAAA", reference="R-1", password="s3cret", quantity="2")
+    assert key("----WebKitFormBoundaryZZZZ", quantity="2", password="other", reference="R-1") == recorded
+    assert key("----WebKitFormBoundaryZZZZ", reference="R-2", password="s3cret", quantity="2") != recorded
+    assert "s3cret" not in recorded[2] and '"doc":{"content":"hello","file":"a.txt"}' in recorded[2]
 
 
 def test_unmatched_request_names_the_closest_recorded_one(tmp_path: Path) -> None:
