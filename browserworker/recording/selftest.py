@@ -43,11 +43,15 @@ class SelfTest:
         why = f" ({self.reason})" if self.reason else ""
         if self.ok:
             return f"verifier self-test {when}: said {self.said} (ok)"
-        hint = (
-            "the target already had this effect (a reused run id?) or the verifier finds the wrong thing"
-            if self.phase == "before"
-            else "the verifier does not find the effect it should"
-        )
+        if self.said == "unknown":  # neither done nor not done: after a crash a person would decide
+            hint = (
+                "the verifier cannot tell what it reads (an error status, neither of its texts): if the target "
+                "answers so exactly when the effect is missing, make it say not done there"
+            )
+        elif self.phase == "before":
+            hint = "the target already had this effect (a reused run id?) or the verifier finds the wrong thing"
+        else:
+            hint = "the verifier does not find the effect it should"
         return f"verifier BROKEN: {when} it said {self.said}{why}, expected {self.expected}; {hint}"
 
     def to_dict(self) -> dict[str, Any]:

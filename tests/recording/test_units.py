@@ -14,6 +14,7 @@ from browserworker.recording import REDACTED, Recording, Redactor, ReplayRouter,
 from browserworker.recording.files import Ledger
 from browserworker.recording.replayer import compare, parse_crash_at
 from browserworker.recording.router import request_key
+from browserworker.recording.selftest import SelfTest
 from tests.support.paths import ROOT
 
 RECORDINGS = ROOT / "recordings"
@@ -263,3 +264,14 @@ def test_ledger_survives_a_new_reader(tmp_path: Path) -> None:
     first = Ledger(tmp_path / "l.jsonl")
     first.add("0007.0")
     assert Ledger(tmp_path / "l.jsonl").count("0007.0") == 1
+
+
+def test_a_broken_verifier_is_told_what_its_answer_means() -> None:
+    """A verifier that finds the effect before it was made, one that misses it after, and one that
+    cannot tell (a 404 it does not read as "not done") are each told what to look at."""
+    early = SelfTest("submit", 1, "before", said="done", expected="not_done")
+    blind = SelfTest("submit", 1, "after", said="not_done", expected="done")
+    unsure = SelfTest("submit", 1, "before", said="unknown", expected="not_done", reason="GET /orders/R-1 answered 404")
+    assert "already had this effect" in early.describe() and "does not find the effect" in blind.describe()
+    told = unsure.describe()
+    assert "(GET /orders/R-1 answered 404)" in told and "cannot tell" in told and "say not done there" in told, told
