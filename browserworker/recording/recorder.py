@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 import time
@@ -75,6 +76,35 @@ def _version(dist: str) -> str | None:
 # -- traces -----------------------------------------------------------------------------
 
 _TEXT_SUFFIXES = (".trace", ".network", ".stacks", ".json", ".html", ".txt", ".css", ".js")
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{8,}")
+
+
+def stored_tokens(value: str) -> list[str]:
+    """What of a page's stored (``localStorage``) value may be a secret: the value, or each string
+    in it where it is JSON, that looks like a token (letters, digits and ``._~+/=-``, no path, not
+    only digits). A page also stores its own state there (Wagtail keeps its icons' SVG and their
+    address, ``/admin/sprite/?h=...``): scrubbed as secrets, those emptied the recorded answers and
+    addresses they showed in, and the replay matched nothing."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        data = value
+    leaves: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            leaves.append(node)
+        elif isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(data)
+    return [v for v in leaves if _TOKEN.fullmatch(v) and not v.startswith("/") and not v.isdigit()]
 
 
 def redact_trace(path: Path, redactor: Redactor) -> None:
@@ -382,9 +412,10 @@ class Recorder(Extension):
             return
         found = [str(c.get("value") or "") for c in state.get("cookies", [])]
         found += [
-            str(item.get("value") or "")
+            token
             for origin in state.get("origins", [])
             for item in origin.get("localStorage", [])
+            for token in stored_tokens(str(item.get("value") or ""))
         ]
         self.redactor.add_values(found)
 

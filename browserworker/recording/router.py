@@ -74,7 +74,10 @@ _DROP_RESPONSE_HEADERS = frozenset(
 
 
 def _norm_url(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a host no parser takes (a secret value scrubbed out of it): matched as it is
+        return url
     query = urlencode(sorted(parse_qsl(parts.query, keep_blank_values=True)))
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", query, ""))
 
@@ -279,8 +282,12 @@ class ReplayRouter:
 
     # -- answering ------------------------------------------------------------------------
 
-    def answer(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None) -> Answer:
-        """The recorded answer to a live request (the ledger is written before this returns)."""
+    def answer(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, *, unrouted: bool = False
+    ) -> Answer:
+        """The recorded answer to a live request (the ledger is written before this returns).
+        ``unrouted``: the browser sent it past Playwright's routing (to the proxy), as it does a
+        redirect's hop and what a page sends as it is left."""
         mime = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
         key = request_key(method, url, body, mime, self.redactor)
         pool = self.by_key.get(key, [])
@@ -324,6 +331,12 @@ class ReplayRouter:
             self.blocked.append(f"{shown} (the browser's own icon request, not in the recording: answered 404)")
             self.served.append((shown, "404"))
             return Answer(status=404)
+        if unrouted and method.upper() not in _SAFE:
+            # a beacon a page sends as it is left (pagehide) passes no route while recording, so no
+            # recording holds it; its answer is read by nothing
+            self.blocked.append(f"{shown} (sent as its page was left, past any route: answered 204 offline)")
+            self.served.append((shown, "204"))
+            return Answer(status=204)
         return self._refuse(shown, key, "not in the recording")
 
     def _serve(self, shown: str, entry: Entry, repeat: bool = False) -> Answer:
@@ -522,6 +535,7 @@ class ReplayProxy:
             if head is None:
                 return
             method, target, headers = head
+            unrouted = True
             if _host_port(target) not in self.router.hosts:
                 self.router.blocked.append(f"{method} {target}")
                 self._bad_gateway(writer)
@@ -536,6 +550,7 @@ class ReplayProxy:
                 method, path, headers = head
                 host = target[:-3] if target.endswith(":80") else target
                 target = path if path.startswith("http") else f"http://{host}{path}"
+                unrouted = False  # an API request (page.request), recorded as such
             elif method.upper() == "CONNECT":
                 if self.tls is None:
                     self.router._refuse(
@@ -558,7 +573,7 @@ class ReplayProxy:
                 target = f"https://{host}{path}"
             length = int(headers.get("content-length") or 0)
             body = await reader.readexactly(length) if length else None
-            self._respond(writer, self.router.answer(method, target, headers, body))
+            self._respond(writer, self.router.answer(method, target, headers, body, unrouted=unrouted))
         except Exception as exc:  # pragma: no cover - a broken connection from the browser
             log.debug("proxy connection failed", error=str(exc))
         finally:

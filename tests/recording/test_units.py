@@ -12,6 +12,7 @@ from browserworker.errors import UsageError
 from browserworker.flow import load_flow
 from browserworker.recording import REDACTED, Recording, Redactor, ReplayRouter, recording_path
 from browserworker.recording.files import Ledger
+from browserworker.recording.recorder import stored_tokens
 from browserworker.recording.replayer import compare, parse_crash_at
 from browserworker.recording.router import request_key
 from browserworker.recording.selftest import SelfTest
@@ -204,6 +205,19 @@ def test_the_browsers_own_icon_request_is_answered_404_when_the_recording_lacks_
     assert other.refusal is not None and "not in the recording" in other.refusal
 
 
+def test_a_post_sent_past_any_route_as_its_page_was_left_is_answered_204_offline(tmp_path: Path) -> None:
+    """A beacon a page sends as it is left (Wagtail's editing-session release) passes Playwright's
+    routing while recording, so no recording holds it; in a replay it reaches the loopback proxy and
+    is answered 204, said in the replay's notes. Routed, or a GET, it is still refused."""
+    router = router_for("place-order", tmp_path)
+    url = f"{origin('place-order')}/admin/editing-sessions/release/73/"
+    left = router.answer("POST", url, FORM, b"", unrouted=True)
+    assert left.refusal is None and left.status == 204
+    assert any("sent as its page was left" in note for note in router.blocked), router.blocked
+    assert router.answer("POST", url, FORM, b"").refusal is not None
+    assert router.answer("GET", url, {}, None, unrouted=True).refusal is not None
+
+
 def test_a_websocket_is_refused_with_why(tmp_path: Path) -> None:
     """A page's WebSocket handshake is refused, saying that a recording holds none of a socket's
     messages (not pointing at the closest recorded request)."""
@@ -275,3 +289,30 @@ def test_a_broken_verifier_is_told_what_its_answer_means() -> None:
     assert "already had this effect" in early.describe() and "does not find the effect" in blind.describe()
     told = unsure.describe()
     assert "(GET /orders/R-1 answered 404)" in told and "cannot tell" in told and "say not done there" in told, told
+
+
+def test_only_what_looks_like_a_token_of_a_pages_stored_values_is_scrubbed_as_a_secret() -> None:
+    """A page's localStorage holds tokens (a JWT, an opaque one, one inside JSON) and its own state:
+    Wagtail keeps its icons' SVG and their address there, which, scrubbed as secrets, emptied the
+    recorded icons and turned their address into ``http://host[redacted]``. Only the tokens count;
+    a path, a number, markup, a short word do not."""
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+    assert stored_tokens(jwt) == [jwt]
+    assert stored_tokens("9f8e7d6c5b4a39281706") == ["9f8e7d6c5b4a39281706"]
+    assert stored_tokens('{"auth": {"access_token": "opaque-TOKEN-123456", "expires": 1733550000}}') == [
+        "opaque-TOKEN-123456"
+    ]
+    for state in (
+        "/admin/sprite/?h=a85477f6",
+        '<div hidden><svg><defs><symbol id="icon-arrow-down">',
+        "1733550000000",
+        "closed",
+    ):
+        assert stored_tokens(state) == [], state
+
+
+def test_an_address_a_scrubbed_secret_left_unparsable_is_matched_as_it_is(tmp_path: Path) -> None:
+    """A recorded address whose host a scrubbed value broke (``http://host:5099[redacted]``) does
+    not stop the replay from reading its recording: it is matched as it is."""
+    key = request_key("GET", "http://127.0.0.1:5099[redacted]", None, None, Redactor.from_names([]))
+    assert key == ("GET", "http://127.0.0.1:5099[redacted]", "")
