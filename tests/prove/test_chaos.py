@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from browserworker.prove._chaos import CHAOS_POINTS
+from browserworker.prove._chaos import CHAOS_POINTS, chaos_run_id
 from browserworker.sandbox.testing import start_sandbox
 from tests.support.bw import BW
 from tests.support.paths import FLOWS, TEST_FLOWS
@@ -110,3 +110,12 @@ def test_chaos_names_a_wrong_verifier_and_shows_the_duplicate_it_causes(bw: BW, 
         "said not_done, expected done; under the crashes: DUPLICATE at reply_lost (landings 2)"
     ) in done.stderr
     assert "error: submit @ reply_lost #1: DUPLICATE" in done.stderr
+
+
+def test_a_scenarios_run_id_is_letters_digits_and_hyphens() -> None:
+    """An exported agent session's flow types its run id as the order's reference, and its step
+    ids hold a dot (``t0010.submit``): a chaos run id with that dot made Django REST framework's
+    detail route (no dot in a reference) answer 404 to the verifier, and every scenario LOST."""
+    run_id = chaos_run_id("t0010.submit", "after_dispatch", 1)
+    assert run_id.startswith("chaos-t0010-submit-after-dispatch-1-"), run_id
+    assert all(c.isalnum() or c == "-" for c in run_id), run_id
