@@ -14,7 +14,7 @@ it fails), and a ``submit`` marked ``idempotent`` (a login, a search: safe to re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from ._actionable import ACTION_TIMEOUT, on_element, set_checked
 from ._settle import click_and_settle, go_back, go_to, settled
 from ._snapshot import MARK_SECRET, Target
 from ._uploads import changed_file, choose_files
-from ._verify import VerifySpec, address, verifier
+from ._verify import VerifySpec, verifier
 
 __all__ = [
     "EVIDENCE",
@@ -213,7 +213,7 @@ def step_of(
     acted: Callable[[], None] | None = None,
     may_send: MaySend | None = None,
     downloads: Path | None = None,
-    missed: Collection[str] = (),
+    trust_not_done: bool = True,
 ) -> Step:
     """The step ``call`` runs as (see the module docstring). ``value`` gives a ``fill``'s secret
     value (unsealed) when the call's own arguments do not hold it; ``approve``: a person approves
@@ -221,8 +221,9 @@ def step_of(
     live page (a replay finds it by the target's selector); ``acted`` is called once the step has
     acted on its element (a click done, before what it set off has settled); ``may_send``: what
     its pages may send with no submit (:class:`MaySend`); ``downloads``: the directory the files
-    a click or a key press downloads are saved in (none: they are not kept); ``missed``: the
-    addresses whose verify missed a done submit of the session (its *not done* is not trusted)."""
+    a click or a key press downloads are saved in (none: they are not kept); without
+    ``trust_not_done``, what the submit's verify would answer *not done* is *unknown* (see
+    :func:`~browserworker.agent._verify.verifier`)."""
     build = _STEP_FNS.get(call.tool)
     if build is None:
         raise ValueError(f"no step for tool {call.tool!r}")
@@ -238,7 +239,7 @@ def step_of(
             dispatch=may_send.dispatch if may_send else None,
         )
         if call.verify is not None:
-            effect.verifier = verifier(call.verify, trust_not_done=address(call.verify) not in missed)
+            effect.verifier = verifier(call.verify, trust_not_done=trust_not_done)
         return effect
     if call.tool == "submit":
         return Action(id=call.step_id, fn=fn, sends=True)

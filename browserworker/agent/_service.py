@@ -618,8 +618,7 @@ class AgentService:
         )
         if asked.idempotent:
             return await with_messages(s.page, await self._unstaged(s, call, s.step(call, live_selector=live)))
-        if resolved is not None:
-            await s.read_before(resolved)
+        await s.read_before(resolved)
         await s.flush()
         await s.record(call)  # before the intent: recovery needs the call and its verifier
         outcome = await s.live.effect(s.step(call, live_selector=live), lambda: [])  # type: ignore[arg-type]
@@ -637,7 +636,8 @@ class AgentService:
             failed = {"run_id": s.run_id, "status": "failed", "effect_key": call.key, "seq": call.seq}
             return failed | {"reason": latest.error} | unsent(latest.state)
         history = await s.history(upto=call.seq)
-        outcome = await s.live.effect(s.step(call), lambda: history)  # type: ignore[arg-type]
+        step = s.step(call, answered=await s.answered(latest))  # the site's 2xx is not overruled by a verify
+        outcome = await s.live.effect(step, lambda: history)  # type: ignore[arg-type]
         return await self._answer(s, call, outcome)
 
     async def _answer(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:

@@ -165,7 +165,18 @@ class AgentSession:
             return None
         return str(self.sealer.open(base64.b64decode(call.secret), self.run_id)["value"])
 
-    def step(self, call: Call, live_selector: str | None = None, acted: Callable[[], None] | None = None) -> Step:
+    def step(
+        self,
+        call: Call,
+        live_selector: str | None = None,
+        acted: Callable[[], None] | None = None,
+        *,
+        answered: bool = False,
+    ) -> Step:
+        """The step ``call`` runs as. A submit's verify is not trusted to say *not done* where a
+        verify of its address missed a done submit of the session, or where the site ``answered``
+        the submit's request with success (a recorded 2xx or 3xx): only a person overrules that."""
+        distrust = call.verify is not None and (answered or address(call.verify) in self.missed)
         return step_of(
             call,
             lambda: self.unseal(call),
@@ -174,8 +185,15 @@ class AgentSession:
             acted=acted,
             may_send=self.may_send,
             downloads=self.downloads,
-            missed=self.missed,
+            trust_not_done=not distrust,
         )
+
+    async def answered(self, attempt: AttemptRecord | None) -> bool:
+        """Whether the site answered a request ``attempt`` dispatched with success (2xx, 3xx), as
+        its outbox recorded it before a crash."""
+        if attempt is None:
+            return False
+        return any(r.status is not None and 200 <= r.status < 400 for r in await self.live.journal.outbox(attempt))
 
     @contextlib.asynccontextmanager
     async def _reader(self, spec: VerifySpec) -> AsyncIterator[Any]:
@@ -193,10 +211,12 @@ class AgentSession:
             with contextlib.suppress(Exception):  # the context is closing: nothing left to blank
                 await self._reading.goto("about:blank")
 
-    async def read_before(self, spec: VerifySpec) -> None:
-        """Read a submit's verify before the submit, on a page of its own: a verify that finds its
-        proof already (an earlier order's reference, a word every page shows) would answer
-        *verified* after a crash for a submit that never landed; the submit is refused."""
+    async def read_before(self, spec: VerifySpec | None) -> None:
+        """Read a submit's verify (if any) before the submit, on a page of its own: a verify that
+        finds its proof already (an earlier order's reference, a word every page shows) would
+        answer *verified* after a crash for a submit that never landed; the submit is refused."""
+        if spec is None:
+            return
         async with self._reader(spec) as page:
             proof = await found_before(page, spec)
         if proof is not None:
@@ -253,7 +273,8 @@ class AgentSession:
                 or attempt.state not in (AttemptState.SUCCEEDED, AttemptState.INTENT, AttemptState.UNKNOWN)
             ):
                 continue
-            steps.append(self.step(call))
+            in_doubt = call.is_effect and attempt is not None and attempt.state != AttemptState.SUCCEEDED
+            steps.append(self.step(call, answered=in_doubt and await self.answered(attempt)))
         return steps
 
     async def latest_attempts(self) -> dict[str, AttemptRecord]:

@@ -93,6 +93,19 @@ def test_an_uncertain_submit_without_a_verifier_goes_to_review_never_to_a_retry(
     assert shown["run"]["state"] == "NEEDS_REVIEW"
 
 
+def test_a_verify_that_says_not_done_does_not_overrule_the_shops_recorded_answer(tmp_path: Path, shop: Any) -> None:
+    """Killed once the shop's 303 to the order was recorded, a submit whose verify looks for what
+    the shop never shows (a first submit: nothing has proven its verify yet) is not made again on
+    the verify's *not done*: the recorded success goes to a person (needs_review), one order."""
+    reference = f"blind-{tmp_path.name}"
+    blind = {"url": f"/orders?reference={reference}", "text": f"{reference}-never-shown", "wait": 1}
+    db = str(tmp_path / "browserworker.db")
+    _, first, again = asyncio.run(_crash_then_retry(db, shop.url, "after_response", reference, blind))
+    assert first["status"] == "needs_review" and "did not find" in first["reason"], first
+    assert again["status"] == "needs_review"
+    assert len(shop.orders(reference)) == 1, "the verify's not done did not make the order again"
+
+
 def test_approval_parks_the_submit_across_a_server_restart(tmp_path: Path, shop: Any) -> None:
     """With --approve-submits the submit is parked with its screenshot (nothing sent) and the agent
     told awaiting_approval; the server goes away; a person approves; a new server's retry sends it
