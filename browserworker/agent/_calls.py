@@ -213,7 +213,7 @@ def step_of(
     acted: Callable[[], None] | None = None,
     may_send: MaySend | None = None,
     downloads: Path | None = None,
-    trust_not_done: bool = True,
+    distrust: str | None = None,
 ) -> Step:
     """The step ``call`` runs as (see the module docstring). ``value`` gives a ``fill``'s secret
     value (unsealed) when the call's own arguments do not hold it; ``approve``: a person approves
@@ -221,8 +221,8 @@ def step_of(
     live page (a replay finds it by the target's selector); ``acted`` is called once the step has
     acted on its element (a click done, before what it set off has settled); ``may_send``: what
     its pages may send with no submit (:class:`MaySend`); ``downloads``: the directory the files
-    a click or a key press downloads are saved in (none: they are not kept); without
-    ``trust_not_done``, what the submit's verify would answer *not done* is *unknown* (see
+    a click or a key press downloads are saved in (none: they are not kept); ``distrust``: why
+    what the submit's verify would answer *not done* is *unknown* (see
     :func:`~browserworker.agent._verify.verifier`)."""
     build = _STEP_FNS.get(call.tool)
     if build is None:
@@ -239,7 +239,7 @@ def step_of(
             dispatch=may_send.dispatch if may_send else None,
         )
         if call.verify is not None:
-            effect.verifier = verifier(call.verify, trust_not_done=trust_not_done)
+            effect.verifier = verifier(call.verify, distrust=distrust)
         return effect
     if call.tool == "submit":
         return Action(id=call.step_id, fn=fn, sends=True)

@@ -196,7 +196,7 @@ class AgentService:
             ),
         )
         try:
-            session = await self._lease(run, flow, [])
+            session = await self._lease(run, flow, [], set())
         except ToolCallError:  # its site's budget holds it: nothing is left waiting
             await self.astore.call(self.store.cancel, run.id, who="agent server")
             raise ToolCallError(
@@ -230,7 +230,7 @@ class AgentService:
             ]
         return answer
 
-    async def _lease(self, run: RunRecord, flow: Flow[Any], calls: list[Call]) -> AgentSession:
+    async def _lease(self, run: RunRecord, flow: Flow[Any], calls: list[Call], missed: set[str]) -> AgentSession:
         may_send = MaySend(*AgentInputs.model_validate(run.inputs).may_send)
         live = await LiveRun.lease(
             self.astore,
@@ -255,7 +255,6 @@ class AgentService:
         except SessionKeyError:  # none here (PostgreSQL with no BROWSERWORKER_SESSION_KEY): kept in memory only
             sealer = None
         saves = Path(self.policy.downloads).expanduser() if self.policy.downloads else None
-        missed = missed_verifies(await self.astore.call(self.store.events, run.id)) if calls else set()
         session = AgentSession(live, calls, self.policy.approves, may_send or None, saves, sealer=sealer, missed=missed)
         self.live[run.id] = session
         return session
@@ -283,9 +282,9 @@ class AgentService:
         if run is None or run.flow_name != FLOW_NAME:
             raise ToolCallError(f"no agent session {run_id!r} (open_session gives a run id)")
         self._check_state(run)
-        calls = await self.calls_of(run_id)
+        events = await self.astore.call(self.store.events, run_id)  # its calls, and its verifies that missed
         inputs = AgentInputs.model_validate(run.inputs)
-        session = await self._lease(run, agent_flow(inputs), calls)
+        session = await self._lease(run, agent_flow(inputs), journaled_calls(events), missed_verifies(events))
         try:
             steps = await session.history()
             replayed = await session.live.open(steps)

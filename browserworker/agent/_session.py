@@ -176,7 +176,16 @@ class AgentSession:
         """The step ``call`` runs as. A submit's verify is not trusted to say *not done* where a
         verify of its address missed a done submit of the session, or where the site ``answered``
         the submit's request with success (a recorded 2xx or 3xx): only a person overrules that."""
-        distrust = call.verify is not None and (answered or address(call.verify) in self.missed)
+        distrust = None
+        if call.verify is not None and answered:
+            distrust = (
+                "the site answered its request with success, which a verify that did not find it does not overrule"
+            )
+        elif call.verify is not None and (where := address(call.verify)) in self.missed:
+            distrust = (
+                f"a verify of {where} did not find a submit of this session that was done, so it may not find "
+                "this one either"
+            )
         return step_of(
             call,
             lambda: self.unseal(call),
@@ -185,7 +194,7 @@ class AgentSession:
             acted=acted,
             may_send=self.may_send,
             downloads=self.downloads,
-            trust_not_done=not distrust,
+            distrust=distrust,
         )
 
     async def answered(self, attempt: AttemptRecord | None) -> bool:

@@ -148,19 +148,17 @@ def _at(data: Any, path: str | None) -> Any:
     return data
 
 
-def verifier(spec: VerifySpec | dict[str, Any], *, trust_not_done: bool = True) -> Any:
-    """The verifier function (``@effect.verify``) that ``spec`` describes. Without
-    ``trust_not_done`` (a verify of its address missed a done submit before: :func:`check`), what
-    would be *not done* is *unknown*: a person decides, as a retry could make the submit twice."""
+def verifier(spec: VerifySpec | dict[str, Any], *, distrust: str | None = None) -> Any:
+    """The verifier function (``@effect.verify``) that ``spec`` describes. With ``distrust`` (why
+    its *not done* is not to be trusted: a verify of its address missed a done submit before, the
+    site answered the submit with success), what would be *not done* is *unknown*: a person
+    decides, as a retry could make the submit twice."""
     checked = parse_verify(spec)
 
     async def verify(ctx: StepContext[Any]) -> Verdict:
         verdict = await _read(ctx.page, checked)
-        if verdict.kind == "not_done" and not trust_not_done:
-            return Verdict.unknown(
-                f"{verdict.reason}; but a verify of {address(checked)} did not find a submit of this session that "
-                "was done, so it may not find this one either"
-            )
+        if verdict.kind == "not_done" and distrust is not None:
+            return Verdict.unknown(f"{verdict.reason}; but {distrust}")
         return verdict
 
     return verify

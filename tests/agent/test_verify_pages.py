@@ -89,9 +89,12 @@ def test_a_verify_read_right_after_its_submit_says_what_it_found_instead_of_the_
                 missed = await check(page, parse_verify({"url": none, "text": "Order K-1 placed", "wait": 0.5}))
                 ctx = SimpleNamespace(page=page)
                 distrusted = await verifier(
-                    {"url": none, "text": "Order K-1 placed", "wait": 0.5}, trust_not_done=False
+                    {"url": none, "text": "Order K-1 placed", "wait": 0.5},
+                    distrust="a verify of this address missed a done submit",
                 )(ctx)
-                still = await verifier({"url": late, "text": "Order K-1 placed"}, trust_not_done=False)(ctx)
+                still = await verifier(
+                    {"url": late, "text": "Order K-1 placed"}, distrust="a verify of this address missed a done submit"
+                )(ctx)
                 return found, missed, distrusted.kind, still.kind
 
         found, missed, distrusted, still = asyncio.run(main())
