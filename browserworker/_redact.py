@@ -70,6 +70,7 @@ class Redactor:
     fields: set[str] = field(default_factory=set)
     values: list[str] = field(default_factory=list)
     trace_values: list[str] = field(default_factory=list)  # also scrubbed from traces (short or public-looking)
+    public: set[str] = field(default_factory=set)  # the run's public input values: never taken for secrets
     warnings: list[str] = field(default_factory=list)
 
     # -- construction ---------------------------------------------------------------
@@ -80,6 +81,7 @@ class Redactor:
         names = {_norm(n) for n in secret_names}
         red = cls(fields=set(DEFAULT_FIELDS) | names)
         public = {str(v) for k, v in inputs.items() if _norm(k) not in red.fields and v is not None}
+        red.public = set(public)
         for key, value in inputs.items():
             if _norm(key) not in red.fields or value is None:
                 continue
@@ -110,8 +112,9 @@ class Redactor:
 
     def add_values(self, values: Iterable[str]) -> None:
         """More secret values to scrub wherever they show (a browser context's cookies, stored tokens);
-        values shorter than 8 characters ("true", "en") are left to the rules by name."""
-        new = {v for v in values if len(v) >= 8} - set(self.values)
+        values shorter than 8 characters ("true", "en") are left to the rules by name, and the run's
+        public input values (:attr:`public`) are never secrets."""
+        new = {v for v in values if len(v) >= 8 and v not in self.public} - set(self.values)
         if new:
             self.values.extend(new)
             self.values.sort(key=len, reverse=True)

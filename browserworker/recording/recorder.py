@@ -12,6 +12,7 @@ every finished one; the raw HAR lives in a private temp directory only until the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -20,14 +21,14 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from playwright.async_api import APIResponse, BrowserContext
+from playwright.async_api import APIResponse, BrowserContext, Request, Response
 from pydantic import BaseModel
 
 from .._redact import REDACTED, Redactor
@@ -84,7 +85,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{8,}")
 def stored_tokens(value: str) -> list[str]:
     """What of a page's stored (``localStorage``) value may be a secret: the value, or each string
     in it where it is JSON, that looks like a token (letters, digits and ``._~+/=-``, no path, not
-    only digits). A page also stores its own state there (Wagtail keeps its icons' SVG and their
+    only digits, not a word). A page also stores its own state there (Wagtail keeps its icons' SVG and their
     address, ``/admin/sprite/?h=...``): scrubbed as secrets, those emptied the recorded answers and
     addresses they showed in, and the replay matched nothing."""
     try:
@@ -104,7 +105,16 @@ def stored_tokens(value: str) -> list[str]:
                 walk(v)
 
     walk(data)
-    return [v for v in leaves if _TOKEN.fullmatch(v) and not v.startswith("/") and not v.isdigit()]
+    return [v for v in leaves if _TOKEN.fullmatch(v) and not v.startswith("/") and not v.isdigit() and not _word(v)]
+
+
+def _word(value: str) -> bool:
+    """Letters alone, fewer than 20 (``markdown``, ``darkMode``: Gradio stores such state) or not
+    mixed in case past the first: a word, not a token (a token of letters alone is long and mixed
+    in case, ``AbCdEfGhIjKlMnOpQrSt``)."""
+    if not value.isalpha():
+        return False
+    return len(value) < 20 or value[1:].islower() or value.islower()
 
 
 def redact_trace(path: Path, redactor: Redactor) -> None:
@@ -253,6 +263,121 @@ def journal_data(
     return redacted
 
 
+# -- requests a segment's end would cut ------------------------------------------------------
+
+SEGMENT_SETTLE = 2.0
+"""Seconds a segment's end waits for the requests still on their way (see :class:`InFlight`)."""
+
+_STREAMS = ("text/event-stream", "application/x-ndjson")
+
+
+class InFlight:
+    """The requests of a context that have not finished: a segment whose HAR is stopped while one
+    is on its way keeps it with no response (status -1), and its answer lands in no segment, so a
+    replay could only fail it. A page that builds itself after its load (a single-page app's
+    modules, its configuration) is still loading when the step that opened it returns.
+
+    :meth:`settled` waits until none is left but a stream (a response that never ends: server-sent
+    events), at most :data:`SEGMENT_SETTLE` seconds."""
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.pending: set[Request] = set()
+        self.streams: set[Request] = set()
+        self._changed = asyncio.Event()
+        context.on("request", self._began)
+        context.on("response", self._answered)
+        context.on("requestfinished", self._ended)
+        context.on("requestfailed", self._ended)
+        context.on("close", self._closed)
+
+    def _closed(self, _: BrowserContext) -> None:
+        self.pending.clear()
+        self._changed.set()
+
+    def _began(self, request: Request) -> None:
+        self.pending.add(request)
+
+    def _answered(self, response: Response) -> None:
+        kind = (response.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if kind in _STREAMS:
+            self.streams.add(response.request)
+            self._changed.set()
+
+    def _ended(self, request: Request) -> None:
+        self.pending.discard(request)
+        self.streams.discard(request)
+        self._changed.set()
+
+    async def settled(self, flush: Callable[[], Awaitable[object]], timeout: float = SEGMENT_SETTLE) -> bool:
+        """True once nothing but streams is on its way; False if ``timeout`` passed first.
+
+        Playwright's driver tells of a request a moment after it sees it: ``flush`` (a round trip
+        to the driver) makes every request it has seen known here before each look."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            self._changed.clear()
+            with contextlib.suppress(Exception):  # the context may be closing
+                await asyncio.wait_for(flush(), max(deadline - loop.time(), 0.01))
+            if not self.pending - self.streams:
+                return True
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+
+# -- a segment's HAR ------------------------------------------------------------------------
+
+
+@dataclass
+class _Open:
+    """A segment being recorded: its HAR recorder, what passed its gate, its API calls."""
+
+    seg: Segment
+    raw: Path
+    har: str | None  # the driver's id of its HAR recorder; None: Playwright's public one
+    began: float  # time.time() once it records
+    dispatched: list[tuple[str, str]] = field(default_factory=list)
+    api: list[dict[str, Any]] = field(default_factory=list)
+    counted: bool = False  # its dispatches added to its step's count
+
+
+async def _begin_har(context: BrowserContext, raw: Path) -> str | None:
+    """Start recording ``context``'s requests into ``raw``; returns the recorder's id. Playwright's
+    public ``start_har`` allows one recorder at a time, and the next could only begin once the
+    last had been exported; its driver keeps several, which its client's ``_record_into_har``
+    starts (used where it is there; else the public one: None)."""
+    start = getattr(getattr(context.tracing, "_impl_obj", None), "_record_into_har", None)
+    if start is not None:
+        try:
+            return str(await start(har=raw, page=None, url=None, update_content="embed", update_mode="full"))
+        except Exception as exc:  # another Playwright's signature, say: its one public recorder then
+            log.debug("a second HAR recorder could not be started", error=str(exc))
+    await context.tracing.start_har(raw, content="embed", mode="full")
+    return None
+
+
+async def _end_har(context: BrowserContext, har: str | None) -> None:
+    if har is None:
+        await context.tracing.stop_har()
+    else:
+        await context.tracing._impl_obj._export_har(har)
+
+
+def _entry_key(entry: dict[str, Any]) -> tuple[str, str, str]:
+    request = entry.get("request", {})
+    return (str(request.get("method")), str(request.get("url")), str(entry.get("startedDateTime")))
+
+
+def _began(entry: dict[str, Any]) -> float:
+    try:
+        return datetime.fromisoformat(str(entry.get("startedDateTime")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
 # -- the recorder ---------------------------------------------------------------------------
 
 
@@ -286,9 +411,10 @@ class Recorder(Extension):
         self._tmp = Path(tempfile.mkdtemp(prefix="browserworker-har-"))
         self._seq = 0
         self._pass = 0
-        self._current: tuple[Segment, Path] | None = None
-        self._dispatched: list[tuple[str, str]] = []
-        self._api_entries: list[dict[str, Any]] = []  # the page.request calls of the open segment
+        self._current: _Open | None = None  # the segment recording now
+        self._ending: _Open | None = None  # the one before it, recording on until the next begins
+        self._answered: set[tuple[str, str, str]] = set()  # the requests the last written segment answered
+        self._in_flight: InFlight | None = None  # the open context's requests on their way
         self.unreplayable: list[str] = []  # calls a replay cannot answer, said at record time
         self._dispatch_counts: dict[str, int] = {}
         self.self_tests: list[SelfTest] = []
@@ -320,6 +446,9 @@ class Recorder(Extension):
     async def _start(
         self, context: BrowserContext, phase: str, step: Step | None = None, attempt: int | None = None
     ) -> None:
+        """Begin a segment. The one that ended before it records on until this one has begun, so
+        that no request falls between the two (exporting a HAR takes a while, and a page that
+        builds itself after its load asks for dozens of modules meanwhile)."""
         self._seq += 1
         seg = Segment(
             number=self._seq,
@@ -331,35 +460,69 @@ class Recorder(Extension):
             dispatches=self._dispatch_counts.get(step.id, 0) if step else 0,
         )
         raw = self._tmp / f"{self._seq:04d}.har"
-        self._dispatched = []
-        await context.tracing.start_har(raw, content="embed", mode="full")
-        self._current = (seg, raw)
+        ending, self._ending = self._ending, None
+        if ending is not None and ending.har is None:  # Playwright's one recorder: stopped first
+            await self._end(context, ending)
+            ending = None
+        self._current = _Open(seg, raw, await _begin_har(context, raw), time.time())
+        if ending is not None:
+            await self._end(context, ending, cut=self._current.began)
 
     async def _stop(self, context: BrowserContext) -> None:
+        """End the open segment: once the requests on their way have their answers (a request cut
+        off would keep none). It records on until the next one begins (:meth:`_start`)."""
         if self._current is None:
             return
-        seg, raw = self._current
-        self._current = None
-        try:
-            await context.tracing.stop_har()
-        except Exception as exc:  # the context may be gone; keep what Playwright exported, if anything
-            log.warning("HAR segment not stopped cleanly", segment=seg.number, error=str(exc))
-        self._write(seg, raw)
+        if self._in_flight is not None:
+            await self._in_flight.settled(context.cookies)
+        self._count(self._current)  # the next segment of its step (its verifier's) starts from it
+        self._ending, self._current = self._current, None
 
-    def _write(self, seg: Segment, raw: Path) -> None:
-        dispatched, self._dispatched = self._dispatched, []
-        api, self._api_entries = self._api_entries, []
-        if seg.phase == "step" and seg.step:
-            self._dispatch_counts[seg.step] = self._dispatch_counts.get(seg.step, 0) + len(dispatched)
+    def _count(self, segment: _Open) -> None:
+        """Add what passed the gate in ``segment``'s step to its count (once)."""
+        if segment.counted:
+            return
+        segment.counted = True
+        if segment.seg.phase == "step" and segment.seg.step:
+            step = segment.seg.step
+            self._dispatch_counts[step] = self._dispatch_counts.get(step, 0) + len(segment.dispatched)
+
+    async def _end(self, context: BrowserContext, segment: _Open, cut: float | None = None) -> None:
+        try:
+            await _end_har(context, segment.har)
+        except Exception as exc:  # the context may be gone; keep what Playwright exported, if anything
+            log.warning("HAR segment not stopped cleanly", segment=segment.seg.number, error=str(exc))
+        self._write(segment, cut)
+
+    def _write(self, segment: _Open, cut: float | None = None) -> None:
+        """Write ``segment``. Of the requests two segments both recorded (those made while one had
+        ended and the next was beginning), each is kept once: in the earlier if it was answered
+        there, else (begun after ``cut``, the next one's start) in the next."""
+        seg, raw, dispatched, api = segment.seg, segment.raw, segment.dispatched, segment.api
+        self._count(segment)
         har: dict[str, Any] = {"log": {"version": "1.2", "entries": []}}
         if raw.exists():
             try:
                 har = json.loads(raw.read_text())
             finally:
                 raw.unlink(missing_ok=True)
+        entries = har.setdefault("log", {}).setdefault("entries", [])
+        seen, self._answered = self._answered, set()
+        kept = []
+        for entry in entries:
+            key = _entry_key(entry)
+            if key in seen:  # the segment before kept it, answered
+                continue
+            unanswered = int(entry.get("response", {}).get("status") or 0) <= 0
+            if unanswered and cut is not None and _began(entry) >= cut:  # the next segment has it
+                continue
+            if not unanswered:
+                self._answered.add(key)
+            kept.append(entry)
+        entries[:] = kept
         if api:  # the API calls (Playwright's HAR has none of them), after the browser's requests
-            har.setdefault("log", {}).setdefault("entries", []).extend(api)
-        for entry in har.get("log", {}).get("entries", []):
+            entries.extend(api)
+        for entry in entries:
             url = str(entry.get("request", {}).get("url", ""))
             if url.lower().startswith(("ws:", "wss:")):
                 self._cannot_replay(f"{self.redactor.url(url)}: a WebSocket; {NO_SOCKETS}; replays refuse it")
@@ -374,7 +537,9 @@ class Recorder(Extension):
             )
             self._cannot_replay(why)
             return
-        self._api_entries.append(await api_har_entry(call, response, error))
+        segment = self._current or self._ending
+        if segment is not None:
+            segment.api.append(await api_har_entry(call, response, error))
 
     def _cannot_replay(self, why: str) -> None:
         """Say once, as it is recorded, what a replay will refuse."""
@@ -383,11 +548,12 @@ class Recorder(Extension):
             self.notify.later.notice(self.run, None, f"recording: {why}")
 
     def _flush_closed(self) -> None:
-        """A segment still open when its context closed: Playwright exported it at the close."""
-        if self._current is not None:
-            seg, raw = self._current
-            self._current = None
-            self._write(seg, raw)
+        """The segments still recording when their context closed: Playwright exported them at the close."""
+        for segment in (self._ending, self._current):
+            if segment is not None:
+                self._write(segment)
+        self._ending = self._current = None
+        self._answered = set()
 
     # -- the extension: context set-up, capture around steps ------------------------------------
 
@@ -397,6 +563,7 @@ class Recorder(Extension):
         if self._browser_version is None and context.browser is not None:
             self._browser_version = context.browser.version
         observe_api(context, self._api_call)
+        self._in_flight = InFlight(context)
         await context.expose_binding("__browserworkerSecretFields", self._secret_fields)
         await context.add_init_script(_DETECT_SECRET_FIELDS)
         await self._learn_storage(context)  # a context made from a saved login session starts with its cookies
@@ -411,11 +578,12 @@ class Recorder(Extension):
         except Exception:  # the context may be closing; its cookies were learnt at the last step
             return
         found = [str(c.get("value") or "") for c in state.get("cookies", [])]
-        found += [
+        found += [  # a page may store what was typed (Gradio keeps a history of its inputs): the run id is no secret
             token
             for origin in state.get("origins", [])
             for item in origin.get("localStorage", [])
             for token in stored_tokens(str(item.get("value") or ""))
+            if self.run.id not in token
         ]
         self.redactor.add_values(found)
 
@@ -464,7 +632,9 @@ class Recorder(Extension):
         self.notify.later.notice(self.run, step.id, test.describe())
 
     def dispatched(self, attempt: AttemptRecord, method: str, url: str) -> None:
-        self._dispatched.append((method, url))
+        segment = self._current or self._ending
+        if segment is not None:
+            segment.dispatched.append((method, url))
 
     # -- meta and journal ---------------------------------------------------------------------
 

@@ -202,7 +202,7 @@ class _Observer:
     async def _ask(
         self, ctx: StepContext[Any], step: Effect, context: BrowserContext, phase: str, expected: str | None
     ) -> None:
-        with self.router.verifying(step.id):
+        with self.router.verifying(step.id, context.pages):
             verdict = await run_verifier(step, ctx, context)
         self.tests.append(
             SelfTest(
@@ -488,7 +488,7 @@ async def replay_async(
             self_tests=observer.tests,
             blocked=list(router.blocked),
             dispatches={s.id: router.dispatches_served(s.id) for s in loaded.flow.steps if isinstance(s, Effect)},
-            notes=notes,
+            notes=notes + router.stood_in,
             crash_at=crash_at,
             crash_exit=crash_exit,
             duration=time.monotonic() - started,

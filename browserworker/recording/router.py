@@ -47,14 +47,14 @@ import shutil
 import signal
 import ssl
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from playwright.async_api import BrowserContext, Request, Route
+from playwright.async_api import BrowserContext, Page, Request, Route
 
 from .._redact import Redactor
 from ..logs import get_logger
@@ -122,6 +122,28 @@ def _norm_multipart(text: str) -> str:
         fields.setdefault(name, []).append(value if filename is None else {"file": filename, "content": value})
     one = {name: values[0] if len(values) == 1 else values for name, values in fields.items()}
     return json.dumps(one, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,}")
+
+
+def _made_up(live: str, recorded: str) -> bool:
+    """Two values shaped like one a page draws itself: tokens of 8 or more letters, digits, ``-``
+    and ``_``, with a digit in one of them (a session id, a UUID, a time in milliseconds: not
+    words), of about the same length (a random number written in base 36 has 10 to 12 digits),
+    with ``-`` and ``_`` at the same places."""
+    if not (_TOKEN.fullmatch(live) and _TOKEN.fullmatch(recorded)) or abs(len(live) - len(recorded)) > 2:
+        return False
+    if not any(c.isdigit() for c in live + recorded):
+        return False
+    return [i for i, c in enumerate(live) if c in "-_"] == [i for i, c in enumerate(recorded) if c in "-_"]
+
+
+def _page_of(request: Request) -> Page | None:
+    try:
+        return request.frame.page
+    except Exception:  # a service worker's request, or its frame is gone
+        return None
 
 
 def _host_port(url: str) -> str:
@@ -253,7 +275,10 @@ class ReplayRouter:
         self.duplicate: str | None = None  # set when a dispatch beyond the recorded ones was refused
         self.step: str | None = None  # the step the replayed flow runs now (the replayer sets it)
         self._verifying: str | None = None
+        self._flow_pages: set[Page] = set()  # while verifying: the pages that are not the verifier's
         self._this_pass: dict[tuple[str, tuple[str, str, str]], int] = {}  # (step, key) -> served in this pass
+        self.made_up: dict[str, str] = {}  # a value the page made up live -> the one it made up recording
+        self.stood_in: list[str] = []  # each such pair, said once
 
     # -- state ------------------------------------------------------------------------
 
@@ -261,13 +286,15 @@ class ReplayRouter:
         return sum(1 for i in self.ledger.served if (e := self.by_id.get(i)) and e.dispatch and e.segment.step == step)
 
     @contextlib.contextmanager
-    def verifying(self, step: str) -> Iterator[None]:
-        """While a replayed self-test asks ``step``'s verifier: serve only its recorded verifier pages."""
-        self._verifying = step
+    def verifying(self, step: str, flow_pages: Iterable[Page] = ()) -> Iterator[None]:
+        """While a replayed self-test asks ``step``'s verifier: serve only its recorded verifier pages,
+        but to the flow's own pages (``flow_pages``, open before the verifier's), which go on asking
+        for what they ask for meanwhile (a stream a page keeps open)."""
+        self._verifying, self._flow_pages = step, set(flow_pages)
         try:
             yield
         finally:
-            self._verifying = None
+            self._verifying, self._flow_pages = None, set()
 
     def _snapshot(self, snaps: list[Entry], step: str | None = None) -> Entry | None:
         by_step: dict[str | None, list[Entry]] = {}
@@ -283,19 +310,31 @@ class ReplayRouter:
     # -- answering ------------------------------------------------------------------------
 
     def answer(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, *, unrouted: bool = False
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        *,
+        unrouted: bool = False,
+        flow_page: bool = False,
     ) -> Answer:
         """The recorded answer to a live request (the ledger is written before this returns).
         ``unrouted``: the browser sent it past Playwright's routing (to the proxy), as it does a
-        redirect's hop and what a page sends as it is left."""
+        redirect's hop and what a page sends as it is left. ``flow_page``: a page of the flow's
+        asked for it while a verifier is asked (see :meth:`verifying`)."""
         mime = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
-        key = request_key(method, url, body, mime, self.redactor)
+        key = self._as_recorded(request_key(method, url, body, mime, self.redactor))
         pool = self.by_key.get(key, [])
+        verifying = self._verifying if not flow_page else None
+        if not pool and verifying is None and self._learn(key):
+            key = self._as_recorded(key)
+            pool = self.by_key.get(key, [])
         shown = f"{method} {url}"
-        if self._verifying is not None:
-            entry = self._snapshot([e for e in pool if e.snapshot], self._verifying)
+        if verifying is not None:
+            entry = self._snapshot([e for e in pool if e.snapshot], verifying)
             if entry is None:
-                return self._refuse(shown, key, f"not among the pages {self._verifying}'s verifier saw while recording")
+                return self._refuse(shown, key, f"not among the pages {verifying}'s verifier saw while recording")
             return self._serve(shown, entry, repeat=True)
         main = [e for e in pool if not e.snapshot]
         step = self.step
@@ -338,6 +377,65 @@ class ReplayRouter:
             self.served.append((shown, "204"))
             return Answer(status=204)
         return self._refuse(shown, key, "not in the recording")
+
+    # -- values a page makes up --------------------------------------------------------------
+
+    def _as_recorded(self, key: tuple[str, str, str]) -> tuple[str, str, str]:
+        """``key`` with each value the page made up live replaced by the one it made up recording."""
+        return self._as_recorded_with(key, self.made_up) if self.made_up else key
+
+    def _learn(self, key: tuple[str, str, str]) -> bool:
+        """Learn the values a page draws for itself from a request the recording lacks: a recorded
+        request of the same method and address that differs from it only in such values (the
+        session id a Gradio app draws at each load, in its posts and its stream's query; a cache
+        buster's time) makes each live one stand for the recorded one from now on. A field the
+        flow fills is the same in a replay, so a value that differs is the page's own; only values
+        of one shape (a token of the same length and kind of characters) are taken."""
+        live_fields = _flat(key[1], key[2])
+        where = urlsplit(key[1])[:3]
+        best: dict[str, str] | None = None
+        for entry in self.entries:
+            if entry.key[0] != key[0] or entry.snapshot or urlsplit(entry.key[1])[:3] != where:
+                continue
+            pairs = self._stand_ins(live_fields, _flat(entry.key[1], entry.key[2]))
+            if not pairs or self._as_recorded_with(key, pairs) != entry.key:
+                continue
+            if best is None or len(pairs) < len(best):
+                best = pairs
+        if not best:
+            return False
+        for live, recorded in best.items():
+            if live not in self.made_up:
+                self.made_up[live] = recorded
+                message = (
+                    f"replay: the page made up {live!r} where the recording has {recorded!r} (a value it draws "
+                    "itself, such as a session id): answered as the recorded one"
+                )
+                self.stood_in.append(message)
+                log.info("replay matched a value the page made up", live=live, recorded=recorded)
+        return True
+
+    def _stand_ins(self, live: Mapping[str, str], recorded: Mapping[str, str]) -> dict[str, str] | None:
+        """The made-up values by which fields ``live`` differs from ``recorded`` (live -> recorded),
+        or None if they differ otherwise."""
+        if set(live) != set(recorded):
+            return None
+        pairs: dict[str, str] = {}
+        for name, value in live.items():
+            a, b = value.strip('"'), recorded[name].strip('"')
+            if a == b:
+                continue
+            if not _made_up(a, b) or self.made_up.get(a, b) != b:
+                return None
+            pairs[a] = b
+        return pairs
+
+    @staticmethod
+    def _as_recorded_with(key: tuple[str, str, str], pairs: Mapping[str, str]) -> tuple[str, str, str]:
+        method, url, body = key
+        for live, recorded in pairs.items():
+            url, body = url.replace(live, recorded), body.replace(live, recorded)
+        return method, url, body
 
     def _serve(self, shown: str, entry: Entry, repeat: bool = False) -> Answer:
         if entry.dispatch and not repeat and self.crash_on_dispatch == entry.segment.step:
@@ -418,7 +516,13 @@ class ReplayRouter:
         self._this_pass.clear()
 
     async def _route(self, route: Route, request: Request) -> None:
-        answer = self.answer(request.method, request.url, await request.all_headers(), request.post_data_buffer)
+        answer = self.answer(
+            request.method,
+            request.url,
+            await request.all_headers(),
+            request.post_data_buffer,
+            flow_page=bool(self._flow_pages) and _page_of(request) in self._flow_pages,
+        )
         try:
             if answer.refusal is not None:
                 await route.abort("blockedbyclient")

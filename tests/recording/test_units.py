@@ -14,7 +14,7 @@ from browserworker.recording import REDACTED, Recording, Redactor, ReplayRouter,
 from browserworker.recording.files import Ledger
 from browserworker.recording.recorder import stored_tokens
 from browserworker.recording.replayer import compare, parse_crash_at
-from browserworker.recording.router import request_key
+from browserworker.recording.router import _made_up, request_key
 from browserworker.recording.selftest import SelfTest
 from tests.support.paths import ROOT
 
@@ -295,7 +295,8 @@ def test_only_what_looks_like_a_token_of_a_pages_stored_values_is_scrubbed_as_a_
     """A page's localStorage holds tokens (a JWT, an opaque one, one inside JSON) and its own state:
     Wagtail keeps its icons' SVG and their address there, which, scrubbed as secrets, emptied the
     recorded icons and turned their address into ``http://host[redacted]``. Only the tokens count;
-    a path, a number, markup, a short word do not."""
+    a path, a number, markup, a word do not (Gradio's ``markdown``, scrubbed, broke the address of
+    its ``markdown-code`` module)."""
     jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
     assert stored_tokens(jwt) == [jwt]
     assert stored_tokens("9f8e7d6c5b4a39281706") == ["9f8e7d6c5b4a39281706"]
@@ -307,6 +308,8 @@ def test_only_what_looks_like_a_token_of_a_pages_stored_values_is_scrubbed_as_a_
         '<div hidden><svg><defs><symbol id="icon-arrow-down">',
         "1733550000000",
         "closed",
+        "markdown",  # Gradio keeps its view's name beside what was typed
+        '{"view": "markdown", "theme": "darkMode"}',
     ):
         assert stored_tokens(state) == [], state
 
@@ -316,3 +319,16 @@ def test_an_address_a_scrubbed_secret_left_unparsable_is_matched_as_it_is(tmp_pa
     not stop the replay from reading its recording: it is matched as it is."""
     key = request_key("GET", "http://127.0.0.1:5099[redacted]", None, None, Redactor.from_names([]))
     assert key == ("GET", "http://127.0.0.1:5099[redacted]", "")
+
+
+def test_only_values_shaped_as_a_page_draws_them_stand_in_for_the_recorded_ones() -> None:
+    """A replay takes a live value for the recorded one only where both look made up by the page
+    (a session id in base 36, whose length varies; a UUID; a time in milliseconds); a word the
+    flow typed, a different item, or tokens of other shapes still differ."""
+    assert _made_up("acgjqqdf5e", "nxolohh8gdd")  # Gradio's session ids: 10 and 11 digits of base 36
+    assert _made_up("0b8e2f6c-1d7a-4c2e-9f3b-5a6d7e8f9a0b", "7c1d9e3f-2a8b-4d5c-8e6f-1b2c3d4e5f6a")
+    assert _made_up("1733550000123", "1733561234567")
+    assert not _made_up("teapotcups", "coffeecups")  # words: no digit in either
+    assert not _made_up("tea", "coffee")
+    assert not _made_up("abc123def456", "abc123")  # lengths too far apart
+    assert not _made_up("0b8e2f6c-1d7a-4c2e", "0b8e2f6c1d7a-4c2e-")  # its separators elsewhere
