@@ -63,7 +63,7 @@ def what_was_sent(latest: AttemptRecord, answer: dict[str, Any]) -> list[str]:
 
 
 NOTHING_SENT = (
-    "the click sent nothing this submit counts as sent (a required field or the form's own checks "
+    "the click sent nothing that counts as this submit's (a required field or the form's own checks "
     "stopped it, a dialog was dismissed, the page only changed itself, or it holds the send back since a "
     "post of its own was refused: an autosave, told in an earlier answer's notes); this effect_key is done: "
     "make the page ready and submit with a new effect_key"

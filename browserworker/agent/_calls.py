@@ -14,12 +14,14 @@ it fails), and a ``submit`` marked ``idempotent`` (a login, a search: safe to re
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page
 
 from .._canonical import fingerprint_of
 from ..flow import Action, ChannelRequest, Effect, Step, StepContext, is_dispatch, rule_problem
@@ -271,7 +273,7 @@ def _selector(call: Call, how: _How) -> str:
 
 def _navigate(call: Call, how: _How) -> StepFn:
     async def navigate(ctx: StepContext[Any]) -> dict[str, Any]:
-        return await go_to(ctx.page, call.args["url"], downloads=how.saves)
+        return await go_to(ctx.page, call.args["url"], downloads=how.saves, built=True)
 
     return navigate
 
@@ -360,18 +362,22 @@ def _check(call: Call, how: _How) -> StepFn:
     return check
 
 
+async def _pressed_in(page: Page, selector: str, key: str, how: _How, **settle: Any) -> dict[str, Any]:
+    """Press ``key`` in the element ``selector`` finds and wait as :func:`settled` does (``settle``)."""
+    element = page.locator(selector)
+    return await settled(
+        page,
+        lambda: on_element("key press", element.press(key, timeout=ACTION_TIMEOUT * 1000, no_wait_after=True)),
+        acted=how.acted,
+        **settle,
+    )
+
+
 def _press(call: Call, how: _How) -> StepFn:
     async def press(ctx: StepContext[Any]) -> dict[str, Any]:
         key = call.args["key"]
         if call.target is not None or how.live_selector is not None:
-            element = ctx.page.locator(_selector(call, how))
-            return await settled(
-                ctx.page,
-                lambda: on_element("key press", element.press(key, timeout=ACTION_TIMEOUT * 1000, no_wait_after=True)),
-                acted=how.acted,
-                close_opened=True,
-                downloads=how.saves,
-            )
+            return await _pressed_in(ctx.page, _selector(call, how), key, how, close_opened=True, downloads=how.saves)
         return await settled(
             ctx.page, lambda: ctx.page.keyboard.press(key), acted=how.acted, close_opened=True, downloads=how.saves
         )
@@ -391,8 +397,26 @@ def _upload(call: Call, how: _How) -> StepFn:
     return upload
 
 
+KEY_NAME = re.compile(r"(?:(?:Shift|Control|Alt|Meta|ControlOrMeta)\+)*(?:[A-Z][A-Za-z0-9]*|F[0-9]{1,2}|\S)")
+"""A key as Playwright names it, with its modifiers: ``Enter``, ``Control+Enter``, ``a``."""
+
+
+def submit_args(ref: str | None, selector: str | None, idempotent: bool, key: str | None) -> dict[str, Any]:
+    """A submit's journaled arguments; ``key``: press this key in the element instead of clicking
+    it (a message box that sends on Enter). ValueError for a key with no such name."""
+    args: dict[str, Any] = {"ref": ref, "selector": selector, "idempotent": idempotent}
+    if key is not None:  # only then: a retry of a submit journaled before keys matches its call
+        if not KEY_NAME.fullmatch(key):
+            raise ValueError(f"key must be a key's name, with its modifiers if any (Enter, Control+Enter), not {key!r}")
+        args["key"] = key
+    return args
+
+
 def _submit(call: Call, how: _How) -> StepFn:
     async def submit(ctx: StepContext[Any]) -> dict[str, Any]:
+        key = call.args.get("key")
+        if key:  # a message box that sends on Enter: the key, pressed in it, is the submit's act
+            return await _pressed_in(ctx.page, _selector(call, how), key, how, confirm=True)
         return await click_and_settle(
             ctx.page, _selector(call, how), acted=how.acted, confirm=True, click_timeout=ACTION_TIMEOUT
         )

@@ -172,7 +172,7 @@ class _Writer:
                 "# an action here, which changes only the page (a run fails if it sends)",
                 f'@flow.step(id="{call.step_id}"{sends})',
                 f"{sig} -> None:",
-                f"    await click_and_settle(ctx.page, {selector}, confirm=True)",
+                f"    await {_submitting(call, selector)}",
             ]
             return
         if call.is_effect:
@@ -184,7 +184,7 @@ class _Writer:
             settle = call.verify.settle if call.verify is not None else 3.0
             dispatch = ", dispatch=MAY_SEND.dispatch" if self.may_send else ""
             lines += [f'@flow.effect(id="{call.step_id}", settle={settle}{dispatch})', f"{sig} -> dict[str, Any]:"]
-            lines.append(f"    return await click_and_settle(ctx.page, {selector}, confirm=True)")
+            lines.append(f"    return await {_submitting(call, selector)}")
             if call.verify is not None:
                 lines += self._verify(fn, call.verify)
             self.steps += lines
@@ -201,7 +201,7 @@ class _Writer:
         elif call.tool == "hover":
             lines.append(f"    await settled(ctx.page, ctx.page.locator({selector}).hover)")
         elif call.tool == "submit":
-            lines.append(f"    await click_and_settle(ctx.page, {selector}, confirm=True)")
+            lines.append(f"    await {_submitting(call, selector)}")
         elif call.tool == "fill" and args.get("slowly"):  # key by key, the field emptied first
             lines.append(f"    await ctx.page.locator({selector}).fill('')")
             lines.append(f"    await ctx.page.locator({selector}).press_sequentially({self._input(call)})")
@@ -280,3 +280,11 @@ def export_flow(store: Store, run_id: str, *, name: str | None = None) -> str:
     may_send = [str(rule) for rule in run.inputs.get("may_send") or []]
     insecure = bool(run.inputs.get("ignore_https_errors"))
     return _Writer(run_id, calls, done, may_send, insecure, unsent=unsent, refused=refused).source(flow_name)
+
+
+def _submitting(call: Call, selector: str | None) -> str:
+    """The expression a submit's step awaits: its click, or the key it pressed in its element."""
+    key = call.args.get("key")
+    if key:
+        return f"settled(ctx.page, lambda: ctx.page.locator({selector}).press({key!r}), confirm=True)"
+    return f"click_and_settle(ctx.page, {selector}, confirm=True)"

@@ -63,7 +63,7 @@ from ._answers import (
     with_messages,
 )
 from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval, holding
-from ._calls import Call, MaySend, journaled_calls, latest_by_step, missed_verifies
+from ._calls import Call, MaySend, journaled_calls, latest_by_step, missed_verifies, submit_args
 from ._session import (
     FLOW_NAME,
     QUEUE,
@@ -485,9 +485,10 @@ class AgentService:
             raise ToolCallError(f"navigate was stopped: {held(outcome)}, as the page loads; {loads(outcome)}")
         if outcome.kind == "refused":
             raise ToolCallError(
-                f"{call.tool} was stopped: {held(outcome)}; use submit for the element that sends it. If "
-                "the page posts it by itself (analytics, an autosave), not because of this call, call again; "
-                "the server's operator can let such posts go (browserworker mcp --may-send)"
+                f"{call.tool} was stopped: {held(outcome)}; use submit for the element that sends it"
+                f"{' (its key= presses this key in it)' if call.tool == 'press' else ''}. If the page posts it by "
+                "itself (analytics, an autosave), not because of this call, call again; the server's operator "
+                "can let such posts go (browserworker mcp --may-send)"
             )
         if outcome.kind == "failed":
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}{untrusted(outcome.reason)}")
@@ -512,10 +513,11 @@ class AgentService:
         verify: dict[str, Any] | None = None,
         idempotent: bool = False,
         *,
+        key: str | None = None,
         ask: AskPerson | None = None,
         hold: float | None = None,
     ) -> dict[str, Any]:
-        """The one tool that may change the world (see the module docstring).
+        """The one tool that may change the world (the module docstring; ``key``: ``submit_args``).
 
         ``hold``: seconds a request the policy holds for a person is held, the page kept, before
         the session parks, for this call (None: the service's ``approvals.hold``; 0: parks at
@@ -526,9 +528,8 @@ class AgentService:
         console's would be: approved while the submit still holds the request, it is sent in
         this call; decided after the session was parked, this call takes the session up again
         and answers as a retry would (``committed``; ``failed`` if rejected). No answer within
-        :data:`~browserworker.agent._approvals.ASK_FOR`, or none at all: ``awaiting_approval``,
-        as without ``ask``."""
-        submitting = partial(self._submit, run_id, ref, selector, effect_key, verify, idempotent, hold)
+        ``ASK_FOR`` (``_approvals``), or none at all: ``awaiting_approval``, as without ``ask``."""
+        submitting = partial(self._submit, run_id, ref, selector, effect_key, verify, idempotent, hold, key)
         if ask is None or not (self.policy.approve_all or self.policy.approve_hosts):
             return await submitting()
         asking = asyncio.ensure_future(asked(self.astore, self.store, run_id, ask, self.policy.link(run_id)))
@@ -561,16 +562,18 @@ class AgentService:
         verify: dict[str, Any] | None,
         idempotent: bool,
         hold: float | None,
+        key: str | None = None,
     ) -> dict[str, Any]:
         try:
             spec = parse_verify(verify) if verify is not None else None
+            args = submit_args(ref, selector, idempotent, key)
         except ValueError as exc:
             raise ToolCallError(str(exc)) from None
         if effect_key is not None and not (0 < len(effect_key) <= 200):
             raise ToolCallError("effect_key must be 1-200 characters")
         if idempotent and effect_key is not None:
             raise ToolCallError("an idempotent submit (safe to repeat) takes no effect_key")
-        asked = Call(0, "submit", {"ref": ref, "selector": selector, "idempotent": idempotent}, verify=spec)
+        asked = Call(0, "submit", args, verify=spec)
         answered = await self._answer_from_journal(run_id, effect_key, asked)
         if answered is not None:
             return answered
@@ -785,7 +788,7 @@ def _same(prior: Call, asked: Call) -> bool:
     """Whether ``asked`` asks what ``prior`` (journaled) asked: the same arguments and verifier."""
     if prior.args.get("ref") != asked.args.get("ref") or prior.args.get("selector") != asked.args.get("selector"):
         return False
-    if bool(prior.args.get("idempotent")) != asked.idempotent:
+    if bool(prior.args.get("idempotent")) != asked.idempotent or prior.args.get("key") != asked.args.get("key"):
         return False
     if (prior.verify is None) != (asked.verify is None):
         return False

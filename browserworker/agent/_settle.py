@@ -266,15 +266,24 @@ async def go_back(page: Page, *, timeout: float = 30.0) -> dict[str, Any]:
     return where
 
 
-async def go_to(page: Page, url: str, *, downloads: Path | None = None, timeout: float = 30.0) -> dict[str, Any]:
+async def go_to(
+    page: Page, url: str, *, downloads: Path | None = None, timeout: float = 30.0, built: bool = False
+) -> dict[str, Any]:
     """Open ``url`` in ``page`` as an agent's ``navigate`` does: returns ``url`` (where the page is
     then), ``status`` (of the document's answer), and ``loading`` if its load event did not come
     within :data:`SETTLE_LONG` seconds (the page is usable once its document is in).
+
+    ``built``: wait, after the load, until the page is quiet as a click's consequences are (see
+    :func:`settled`), its scripts counted too, so that a page that builds itself after its load
+    (a single-page app fetches its configuration, then imports its parts) is shown built to an
+    agent's next snapshot; what was still loading after :data:`SETTLE_LONG` seconds is told
+    (``unfinished``).
 
     An address that is a file (an export link, a PDF) is not an error, as it is for
     ``page.goto``: the file is downloaded as a click's is (``downloads``: each saved in the
     directory ``downloads``, if given) and the page left where it was."""
     files = _Downloads(page)
+    requests = _InFlight(page, (*_InFlight.KINDS, "script")) if built else None
     try:
         response = await page.goto(url, wait_until="domcontentloaded", timeout=timeout * 1000)
     except PlaywrightError as exc:
@@ -283,10 +292,24 @@ async def go_to(page: Page, url: str, *, downloads: Path | None = None, timeout:
         if not files.heard:  # its event may come just after the navigation's end
             await page.wait_for_event("download", timeout=SETTLE_LONG * 1000)
         return {"url": page.url, "status": None, "downloads": await files.kept(downloads, timeout)}
+    except BaseException:
+        if requests is not None:
+            requests.close()
+        raise
     finally:
         files.stop()
-    went = {"url": page.url, "status": response.status if response is not None else None}
-    return went if await _loaded(page) else went | {"loading": True}
+    went: dict[str, Any] = {"url": page.url, "status": response.status if response is not None else None}
+    if not await _loaded(page):
+        went["loading"] = True
+    if requests is not None:
+        try:
+            with contextlib.suppress(TimeoutError):  # a page that never goes quiet is usable all the same
+                await requests.settled(min(timeout, SETTLE_LONG + 1.0))
+        finally:
+            requests.close()
+        if requests.long:
+            went["unfinished"] = requests.long
+    return went
 
 
 class _Heard(Generic[T]):
@@ -343,8 +366,9 @@ class _InFlight:
 
     KINDS = ("document", "fetch", "xhr")
 
-    def __init__(self, page: Page) -> None:
+    def __init__(self, page: Page, kinds: tuple[str, ...] = KINDS) -> None:
         self.page = page
+        self.kinds = kinds
         self.pending: set[Request] = set()
         self.quiet = asyncio.Event()
         self.quiet.set()
@@ -362,7 +386,7 @@ class _InFlight:
         return request.method in ("GET", "HEAD") and request.resource_type != "document"
 
     def _started(self, request: Request) -> None:
-        if request.resource_type not in self.KINDS:
+        if request.resource_type not in self.kinds:
             return
         if self._may_outlast(request) and not self.patient:
             return

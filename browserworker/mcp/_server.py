@@ -345,8 +345,16 @@ def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: 
         idempotent: Annotated[
             bool, Field(description="safe to repeat (a login, a search): re-run on replay, no effect key")
         ] = False,
+        key: Annotated[
+            str | None,
+            Field(
+                description="press this key in the element instead of clicking it: a message box that sends "
+                'on Enter ("Enter", "Control+Enter")'
+            ),
+        ] = None,
     ) -> dict[str, Any] | InputRequiredResult:
-        """Click the element that changes the world (places the order, sends the form), exactly once.
+        """Click the element that changes the world (places the order, sends the form), exactly once
+        (or press ``key`` in it: a message box that sends on Enter).
         A confirm dialog it opens ("Place this order?") is accepted: the submit is the decision.
         The answer's status: committed, verified, not_applied (it had not gone out; done now, once),
         needs_review, awaiting_approval, conflict (the key was used with other arguments), failed."""
@@ -358,7 +366,7 @@ def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: 
         # a person asked only once the call has ended is asked at once: the session parks at once
         hold = 0.0 if person is not None and ask is None else None
         answer = await _answer(
-            service.submit(run_id, ref, selector, effect_key, verify, idempotent, ask=ask, hold=hold)
+            service.submit(run_id, ref, selector, effect_key, verify, idempotent, key=key, ask=ask, hold=hold)
         )
         if person is not None and ask is None and not person.replied and answer.get("status") == "awaiting_approval":
             held_request = await _answer(service.held_approval(run_id))

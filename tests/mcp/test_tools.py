@@ -325,6 +325,42 @@ def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path:
     assert len(shop.orders(reference)) == 1
 
 
+def test_a_submit_presses_a_key_in_its_element_where_the_page_sends_on_enter(tmp_path: Path, shop: Any) -> None:
+    """A box that sends on Enter (a chat's, a form with no button to click) has nothing to click:
+    ``submit(..., key="Enter")`` presses the key in the element, its post held and journaled as a
+    click's is, one order; the same call again is answered from the journal, the same key without
+    the key press is a conflict; a key with no such name is refused with nothing journaled. The
+    export presses the key too, and runs with no model."""
+    reference = f"enter-{tmp_path.name}"
+    state: dict[str, Any] = {}
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = state["run_id"] = await agent.sign_in(shop.url)
+        await agent.fill_order(run_id, reference)
+        calls = len(journaled_calls(store.events(run_id)))
+        said = await agent.error("submit", run_id=run_id, selector="#reference", key="Ctrl+Enter")
+        assert "key must be a key's name" in said and len(journaled_calls(store.events(run_id))) == calls
+        asked = {"run_id": run_id, "selector": "#reference", "effect_key": "k1", "verify": order_verify(reference)}
+        done = await agent.call("submit", **asked, key="Enter")
+        assert done["status"] == "committed", done
+        assert [(r["method"], r["url"]) for r in done["responses"]] == [("POST", f"{shop.url}/orders")], done
+        again = await agent.call("submit", **asked, key="Enter")
+        assert again["status"] == "committed" and again["seq"] == done["seq"], again
+        assert (await agent.call("submit", **asked))["status"] == "conflict"
+
+    store = play(tmp_path, scenario)
+    assert len(shop.orders(reference)) == 1
+    source = export_flow(store, state["run_id"])
+    assert "lambda: ctx.page.locator('#reference').press('Enter'), confirm=True)" in source, source
+    flow = tmp_path / "exported_flow.py"
+    flow.write_text(source)
+    runner = BW(db=tmp_path / "runs.db")
+    done = runner.run("run", str(flow), "--db", str(runner.db), "--input", "password=demo", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["run"]["state"] == "SUCCEEDED", done.stdout + done.stderr
+    run_id = json.loads(done.stdout)["run"]["id"]
+    assert len(shop.orders(run_id)) == 1, "the exported run placed its own order, by Enter"
+
+
 def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -> None:
     """A page that posts analytics as it loads, as it is typed into, as a tab is clicked, as its
     button sends the effect and a second after. With no ``--may-send`` rule a session does not open
