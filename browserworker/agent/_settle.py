@@ -29,6 +29,9 @@ T = TypeVar("T")
 SETTLE_QUIET = 0.3
 """Seconds with no request in flight after which a click's consequences count as settled."""
 
+BUILT_WAIT = 2.0
+"""Seconds an agent's ``navigate`` waits, after the load, for the page to be quiet (see :func:`go_to`)."""
+
 SETTLE_LONG = 5.0
 """Seconds after which a call no longer waits for the fetches and XHRs that change nothing (GETs),
 nor for an answer the site has begun: a long poll (a chat widget's), a stream (a reply written
@@ -158,23 +161,20 @@ def told(settled: dict[str, Any], *, keeps_downloads: bool) -> dict[str, Any]:
     return answer
 
 
-WAIT_SLICE = 0.5
-"""Seconds :func:`wait_for_text` waits on the page's own document at a time before it looks at
-its frames again (a frame may come meanwhile)."""
-
 WAIT_POLL = 0.1
-"""Seconds between two looks at a page's frames while :func:`wait_for_text` waits."""
+"""Seconds between two looks at a page's fields and frames while :func:`wait_for_text` waits."""
 
 
 async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout: float) -> dict[str, Any]:
     """Wait until a visible element of ``page`` shows ``text`` (case and runs of spaces aside),
     or, given ``gone``, until none shows that, at most ``timeout`` seconds: in the page's document,
-    its open shadow roots and the frames it shows (another origin's too; a frame nobody sees, a
-    tracker's, does not count). Answers whether it came (``met``), the seconds ``waited``, where
-    the page is, and a note if it did not come.
+    its open shadow roots, the values of its fields (a text box a result is written into: every
+    output of a Gradio app is one) and the frames it shows (another origin's too; a frame nobody
+    sees, a tracker's, does not count). Answers whether it came (``met``), the seconds ``waited``,
+    where the page is, and a note if it did not come.
 
-    The page's own document is waited on by Playwright (a change is seen at once); its frames
-    are looked at every :data:`WAIT_POLL` seconds while it has any."""
+    The page's own text is waited on by Playwright (a change is seen at once); its fields' values
+    and its frames are looked at every :data:`WAIT_POLL` seconds."""
     loop = asyncio.get_running_loop()
     began = loop.time()
     needle = gone if gone is not None else text or ""
@@ -183,22 +183,20 @@ async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout:
     met = False
     while True:
         left = timeout - (loop.time() - began)
-        frames = await _shown_frames(page)
-        in_frames = await _any_shows(frames, needle)
-        if gone is None and in_frames:
+        elsewhere = await _in_values(page, needle) or await _any_shows(await _shown_frames(page), needle)
+        if gone is None and elsewhere:
             met = True
             break
         if left <= 0:
             break
-        if gone is not None and in_frames:  # not gone yet: look again soon
+        if gone is not None and elsewhere:  # not gone yet: look again soon
             await asyncio.sleep(min(WAIT_POLL, left))
             continue
-        wait = max(min(left, WAIT_POLL if frames else WAIT_SLICE), 0.001)
         try:
-            await on_page.wait_for(state=state, timeout=wait * 1000)
+            await on_page.wait_for(state=state, timeout=max(min(left, WAIT_POLL), 0.001) * 1000)
         except PlaywrightTimeout:
             continue
-        if gone is None or not await _any_shows(await _shown_frames(page), needle):
+        if gone is None or not (await _in_values(page, needle) or await _any_shows(await _shown_frames(page), needle)):
             met = True
             break
     answer: dict[str, Any] = {"url": page.url, "met": met, "waited": round(loop.time() - began, 2)}
@@ -206,6 +204,24 @@ async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout:
         still = f"{gone!r} is still shown" if gone is not None else f"{text!r} is not shown"
         answer["notes"] = [f"{still} after {timeout:g} s; take a snapshot to see the page as it is"]
     return answer
+
+
+_VALUES_SHOW = """(needle) => {
+  const norm = (s) => s.replace(/\\s+/g, ' ').trim().toLowerCase();
+  const wanted = norm(needle);
+  return [...document.querySelectorAll('input, textarea')].some((e) => {
+    if (e.type === 'password' || e.type === 'hidden' || !e.getClientRects().length) return false;
+    return getComputedStyle(e).visibility !== 'hidden' && norm(e.value || '').includes(wanted);
+  });
+}"""
+
+
+async def _in_values(page: Page, needle: str) -> bool:
+    """Whether a visible field of ``page`` (a text box, not a password's) holds ``needle``."""
+    try:
+        return bool(await page.evaluate(_VALUES_SHOW, needle))
+    except PlaywrightError:  # navigating: looked at again
+        return False
 
 
 async def _shown_frames(page: Page) -> list[Frame]:
@@ -276,14 +292,14 @@ async def go_to(
     ``built``: wait, after the load, until the page is quiet as a click's consequences are (see
     :func:`settled`), its scripts counted too, so that a page that builds itself after its load
     (a single-page app fetches its configuration, then imports its parts) is shown built to an
-    agent's next snapshot; what was still loading after :data:`SETTLE_LONG` seconds is told
-    (``unfinished``).
+    agent's next snapshot; at most :data:`BUILT_WAIT` seconds (a page that polls or keeps a long
+    poll open is usable all the same), its event streams (a heartbeat) not waited for.
 
     An address that is a file (an export link, a PDF) is not an error, as it is for
     ``page.goto``: the file is downloaded as a click's is (``downloads``: each saved in the
     directory ``downloads``, if given) and the page left where it was."""
     files = _Downloads(page)
-    requests = _InFlight(page, (*_InFlight.KINDS, "script")) if built else None
+    requests = _InFlight(page, (*_InFlight.KINDS, "script"), streams_go=True) if built else None
     try:
         response = await page.goto(url, wait_until="domcontentloaded", timeout=timeout * 1000)
     except PlaywrightError as exc:
@@ -291,6 +307,8 @@ async def go_to(
             raise
         if not files.heard:  # its event may come just after the navigation's end
             await page.wait_for_event("download", timeout=SETTLE_LONG * 1000)
+        if requests is not None:
+            requests.close()
         return {"url": page.url, "status": None, "downloads": await files.kept(downloads, timeout)}
     except BaseException:
         if requests is not None:
@@ -304,11 +322,9 @@ async def go_to(
     if requests is not None:
         try:
             with contextlib.suppress(TimeoutError):  # a page that never goes quiet is usable all the same
-                await requests.settled(min(timeout, SETTLE_LONG + 1.0))
+                await requests.settled(min(timeout, BUILT_WAIT))
         finally:
             requests.close()
-        if requests.long:
-            went["unfinished"] = requests.long
     return went
 
 
@@ -366,9 +382,10 @@ class _InFlight:
 
     KINDS = ("document", "fetch", "xhr")
 
-    def __init__(self, page: Page, kinds: tuple[str, ...] = KINDS) -> None:
+    def __init__(self, page: Page, kinds: tuple[str, ...] = KINDS, *, streams_go: bool = False) -> None:
         self.page = page
         self.kinds = kinds
+        self.streams_go = streams_go  # an event stream (a response that never ends) is let go once it answers
         self.pending: set[Request] = set()
         self.quiet = asyncio.Event()
         self.quiet.set()
@@ -396,6 +413,8 @@ class _InFlight:
     def _answering(self, response: Response) -> None:
         if response.request in self.pending:
             self.answering.add(response.request)
+            if self.streams_go and (response.headers.get("content-type") or "").startswith("text/event-stream"):
+                self._ended(response.request)
 
     def _ended(self, request: Request) -> None:
         self.pending.discard(request)

@@ -80,7 +80,15 @@ _JS = r"""
   };
   // roles not named by their content: a list box is not named by all of its options' text
   const CONTAINERS = ['navigation', 'main', 'form', 'list', 'table', 'row', 'dialog', 'listitem', 'paragraph', 'cell',
-    'columnheader', 'listbox', 'menu', 'menubar', 'tablist', 'tree', 'grid', 'radiogroup', 'toolbar', 'group'];
+    'columnheader', 'listbox', 'menu', 'menubar', 'tablist', 'tree', 'grid', 'radiogroup', 'toolbar', 'group',
+    'tabpanel', 'region', 'article', 'complementary', 'banner', 'contentinfo', 'search', 'log', 'feed'];
+  // an element's text without what its styles and scripts hold (an inline SVG icon's <style>)
+  const textOf = (el) => {
+    if (!el.querySelector('style, script')) return el.textContent;
+    const copy = el.cloneNode(true);
+    copy.querySelectorAll('style, script').forEach((x) => x.remove());
+    return copy.textContent;
+  };
   const labelOf = (el) => {
     const by = el.getAttribute('aria-labelledby');
     const root = el.getRootNode();  // ids and label[for] are looked up in the element's own tree
@@ -96,7 +104,7 @@ _JS = r"""
     // its text, else what names an icon in it (an image's alt, an aria-label), else its tooltip: a
     // Font Awesome button with only a title ("Delete Record") is named by it, as ARIA names it
     const icon = el.querySelector('img[alt], [aria-label]');
-    return clean(el.textContent) || clean(icon && (icon.getAttribute('alt') || icon.getAttribute('aria-label')))
+    return clean(textOf(el)) || clean(icon && (icon.getAttribute('alt') || icon.getAttribute('aria-label')))
       || clean(el.getAttribute('title'));
   };
   const actionable = (role) => ['link', 'button', 'textbox', 'searchbox', 'combobox', 'checkbox', 'radio',

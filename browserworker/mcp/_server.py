@@ -224,7 +224,8 @@ def _read_tools(server: MCPServer[Any], service: AgentService) -> None:
         timeout: Annotated[float, Field(description="seconds, at most 30")] = 10.0,
     ) -> dict[str, Any]:
         """Wait for what a page shows later (results fetched as you typed, a message pushed over a
-        socket, a spinner to go). Answers met: true, or met: false once the timeout has passed."""
+        socket, a result written into a text box, a spinner to go). Answers met: true, or met:
+        false once the timeout has passed."""
         return await _answer(service.wait_for(run_id, text, gone, timeout))
 
     @server.tool(annotations=READ)
