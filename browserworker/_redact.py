@@ -59,6 +59,17 @@ _AUTH_HEADERS = frozenset({"authorization", "proxy-authorization"})
 _MIN_SECRET_VALUE = 4
 
 
+def _leaves(value: Any) -> list[str]:
+    """The strings in an input's value (a list of paths, a nested model), as text."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list | tuple | set):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [str(value)]
+
+
 def _norm(name: str) -> str:
     return name.strip().lower()
 
@@ -81,7 +92,7 @@ class Redactor:
         names = {_norm(n) for n in secret_names}
         red = cls(fields=set(DEFAULT_FIELDS) | names)
         public = {str(v) for k, v in inputs.items() if _norm(k) not in red.fields and v is not None}
-        red.public = set(public)
+        red.public = {leaf for k, v in inputs.items() if _norm(k) not in red.fields for leaf in _leaves(v)}
         for key, value in inputs.items():
             if _norm(key) not in red.fields or value is None:
                 continue
@@ -112,9 +123,10 @@ class Redactor:
 
     def add_values(self, values: Iterable[str]) -> None:
         """More secret values to scrub wherever they show (a browser context's cookies, stored tokens);
-        values shorter than 8 characters ("true", "en") are left to the rules by name, and the run's
-        public input values (:attr:`public`) are never secrets."""
-        new = {v for v in values if len(v) >= 8 and v not in self.public} - set(self.values)
+        values shorter than 8 characters ("true", "en") are left to the rules by name, and no part
+        of the run's public input values (:attr:`public`: a file chosen by its path, its name) is a
+        secret."""
+        new = {v for v in values if len(v) >= 8 and not any(v in p for p in self.public)} - set(self.values)
         if new:
             self.values.extend(new)
             self.values.sort(key=len, reverse=True)

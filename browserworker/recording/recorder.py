@@ -84,8 +84,8 @@ _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{8,}")
 
 def stored_tokens(value: str) -> list[str]:
     """What of a page's stored (``localStorage``) value may be a secret: the value, or each string
-    in it where it is JSON, that looks like a token (letters, digits and ``._~+/=-``, no path, not
-    only digits, not a word). A page also stores its own state there (Wagtail keeps its icons' SVG and their
+    in it where it is JSON, that looks like a token (letters, digits and ``._~+/=-``, no path,
+    drawn at random: :func:`_random`). A page also stores its own state there (Wagtail keeps its icons' SVG and their
     address, ``/admin/sprite/?h=...``): scrubbed as secrets, those emptied the recorded answers and
     addresses they showed in, and the replay matched nothing."""
     try:
@@ -105,16 +105,21 @@ def stored_tokens(value: str) -> list[str]:
                 walk(v)
 
     walk(data)
-    return [v for v in leaves if _TOKEN.fullmatch(v) and not v.startswith("/") and not v.isdigit() and not _word(v)]
+    return [v for v in leaves if _TOKEN.fullmatch(v) and not v.startswith("/") and _random(v)]
 
 
-def _word(value: str) -> bool:
-    """Letters alone, fewer than 20 (``markdown``, ``darkMode``: Gradio stores such state) or not
-    mixed in case past the first: a word, not a token (a token of letters alone is long and mixed
-    in case, ``AbCdEfGhIjKlMnOpQrSt``)."""
-    if not value.isalpha():
-        return False
-    return len(value) < 20 or value[1:].islower() or value.islower()
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _random(value: str) -> bool:
+    """Whether a stored string looks drawn at random, as a token is: 12 or more characters with
+    letters and digits (not a date), or 20 or more letters of both cases. A page's own state does
+    not: a word (``markdown``), a type's name (``gradio.FileData``), a media type (``text/plain``),
+    a file's name (``invoice.txt``), a number: Gradio keeps all of those beside what was typed."""
+    letters, digits = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
+    if letters and digits:
+        return len(value) >= 12 and not _DATE.match(value)
+    return letters and len(value) >= 20 and not value.islower() and not value[1:].islower()
 
 
 def redact_trace(path: Path, redactor: Redactor) -> None:

@@ -127,6 +127,12 @@ def _norm_multipart(text: str) -> str:
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,}")
 
 
+def _segments(url: str) -> dict[str, str]:
+    """An address's path, segment by segment (a page's made-up value may be one: Gradio's
+    ``/gradio_api/heartbeat/<session id>``)."""
+    return {f"/{i}": part for i, part in enumerate(urlsplit(url).path.split("/"))}
+
+
 def _made_up(live: str, recorded: str) -> bool:
     """Two values shaped like one a page draws itself: tokens of 8 or more letters, digits, ``-``
     and ``_``, with a digit in one of them (a session id, a UUID, a time in milliseconds: not
@@ -386,18 +392,18 @@ class ReplayRouter:
 
     def _learn(self, key: tuple[str, str, str]) -> bool:
         """Learn the values a page draws for itself from a request the recording lacks: a recorded
-        request of the same method and address that differs from it only in such values (the
-        session id a Gradio app draws at each load, in its posts and its stream's query; a cache
-        buster's time) makes each live one stand for the recorded one from now on. A field the
+        request of the same method and site that differs from it only in such values, in its
+        path, query or body (the session id a Gradio app draws at each load, in its posts, its
+        stream's query and its heartbeat's path; a cache buster's time) makes each live one stand for the recorded one from now on. A field the
         flow fills is the same in a replay, so a value that differs is the page's own; only values
         of one shape (a token of the same length and kind of characters) are taken."""
-        live_fields = _flat(key[1], key[2])
-        where = urlsplit(key[1])[:3]
+        live_fields = _flat(key[1], key[2]) | _segments(key[1])
+        where = urlsplit(key[1])[:2]
         best: dict[str, str] | None = None
         for entry in self.entries:
-            if entry.key[0] != key[0] or entry.snapshot or urlsplit(entry.key[1])[:3] != where:
+            if entry.key[0] != key[0] or entry.snapshot or urlsplit(entry.key[1])[:2] != where:
                 continue
-            pairs = self._stand_ins(live_fields, _flat(entry.key[1], entry.key[2]))
+            pairs = self._stand_ins(live_fields, _flat(entry.key[1], entry.key[2]) | _segments(entry.key[1]))
             if not pairs or self._as_recorded_with(key, pairs) != entry.key:
                 continue
             if best is None or len(pairs) < len(best):

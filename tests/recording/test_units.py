@@ -295,8 +295,9 @@ def test_only_what_looks_like_a_token_of_a_pages_stored_values_is_scrubbed_as_a_
     """A page's localStorage holds tokens (a JWT, an opaque one, one inside JSON) and its own state:
     Wagtail keeps its icons' SVG and their address there, which, scrubbed as secrets, emptied the
     recorded icons and turned their address into ``http://host[redacted]``. Only the tokens count;
-    a path, a number, markup, a word do not (Gradio's ``markdown``, scrubbed, broke the address of
-    its ``markdown-code`` module)."""
+    a path, a number, markup, a word, a type's or a file's name, a date do not: Gradio keeps such
+    state (``markdown``, scrubbed, broke the address of its ``markdown-code`` module; a file's
+    ``gradio.FileData`` and ``text/plain``, scrubbed, its post of the file)."""
     jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
     assert stored_tokens(jwt) == [jwt]
     assert stored_tokens("9f8e7d6c5b4a39281706") == ["9f8e7d6c5b4a39281706"]
@@ -308,8 +309,10 @@ def test_only_what_looks_like_a_token_of_a_pages_stored_values_is_scrubbed_as_a_
         '<div hidden><svg><defs><symbol id="icon-arrow-down">',
         "1733550000000",
         "closed",
-        "markdown",  # Gradio keeps its view's name beside what was typed
+        "markdown",  # Gradio keeps its state beside what was typed
         '{"view": "markdown", "theme": "darkMode"}',
+        '{"meta": {"_type": "gradio.FileData"}, "mime_type": "text/plain", "orig_name": "invoice.txt"}',
+        '{"at": "2026-12-07T05:51:59Z"}',
     ):
         assert stored_tokens(state) == [], state
 
@@ -332,3 +335,11 @@ def test_only_values_shaped_as_a_page_draws_them_stand_in_for_the_recorded_ones(
     assert not _made_up("tea", "coffee")
     assert not _made_up("abc123def456", "abc123")  # lengths too far apart
     assert not _made_up("0b8e2f6c-1d7a-4c2e", "0b8e2f6c1d7a-4c2e-")  # its separators elsewhere
+
+
+def test_no_part_of_a_public_input_is_taken_for_a_secret() -> None:
+    """A page may store what the run typed or chose (Gradio keeps a file's name): a stored value
+    found in a public input's value (a list of paths) is not a secret; a secret input's is."""
+    red = Redactor.for_run(["password"], {"files": ["/srv/in/invoice-2026.txt"], "password": "pw-9f8e7d6c5b4a"})
+    red.add_values(["invoice-2026.txt", "/srv/in/invoice-2026.txt", "tok-9f8e7d6c5b4a3928"])
+    assert sorted(red.values) == ["pw-9f8e7d6c5b4a", "tok-9f8e7d6c5b4a3928"], red.values

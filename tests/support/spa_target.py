@@ -1,7 +1,7 @@
 """A single-page app on loopback, built the way real ones are (Gradio's, for one): its document is
 a shell; after its load it waits a moment, then imports its parts (each answered slowly), draws
-its form, opens a server-sent event stream it keeps open, and draws a session id at random that
-it sends with every post and in the stream's query. It keeps what was typed in ``localStorage``
+its form, opens two server-sent event streams it keeps open, and draws a session id at random
+that it sends with every post, in one stream's query and in the other's path. It keeps what was typed in ``localStorage``
 with its own state (a word). It counts the orders it gets by reference. Standard library only."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ addEventListener('load', () => setTimeout(async () => {
   await Promise.all([1, 2, 3, 4].map((n) => import('/part.js?n=' + n)));
   document.body.innerHTML = '<label>Item <input id=item></label> <label>Reference <input id=ref></label>'
     + ' <button id=go>Order</button> <p id=out></p>';
-  new EventSource('/events?sid=' + sid);
+  // a stream with the session id in its path, first; then one with it in its query
+  fetch('/heartbeat/' + sid).then(() => new EventSource('/events?sid=' + sid));
   localStorage.setItem('history', JSON.stringify({view: 'markdown', last: null}));
   item.addEventListener('input', () => post('/preview', {item: item.value}));
   ref.addEventListener('change', () => localStorage.setItem('history', JSON.stringify({view: 'markdown', last: ref.value})));
@@ -68,7 +69,7 @@ class SpaTarget:
                 elif path == "/part.js":
                     time.sleep(PART_DELAY)
                     self._send(200, "text/javascript", b"export const part = 1;")
-                elif path == "/events":
+                elif path == "/events" or path.startswith("/heartbeat/"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Cache-Control", "no-cache")
