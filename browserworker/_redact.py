@@ -91,7 +91,6 @@ class Redactor:
         """Rules for recording a run: the names, plus the values of its secret inputs."""
         names = {_norm(n) for n in secret_names}
         red = cls(fields=set(DEFAULT_FIELDS) | names)
-        public = {str(v) for k, v in inputs.items() if _norm(k) not in red.fields and v is not None}
         red.public = {leaf for k, v in inputs.items() if _norm(k) not in red.fields for leaf in _leaves(v)}
         for key, value in inputs.items():
             if _norm(key) not in red.fields or value is None:
@@ -106,7 +105,7 @@ class Redactor:
                     f"secret input {key!r} is shorter than {_MIN_SECRET_VALUE} characters: it is "
                     "redacted where its field name shows, not searched for elsewhere"
                 )
-            elif text in public:
+            elif text in red.public:
                 red.warnings.append(
                     f"secret input {key!r} has the same value as a public input: it is redacted "
                     "where its field name shows, not searched for elsewhere"

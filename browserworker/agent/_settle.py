@@ -183,7 +183,7 @@ async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout:
     met = False
     while True:
         left = timeout - (loop.time() - began)
-        elsewhere = await _in_values(page, needle) or await _any_shows(await _shown_frames(page), needle)
+        elsewhere = await _shown_elsewhere(page, needle)
         if gone is None and elsewhere:
             met = True
             break
@@ -196,7 +196,7 @@ async def wait_for_text(page: Page, text: str | None, gone: str | None, timeout:
             await on_page.wait_for(state=state, timeout=max(min(left, WAIT_POLL), 0.001) * 1000)
         except PlaywrightTimeout:
             continue
-        if gone is None or not (await _in_values(page, needle) or await _any_shows(await _shown_frames(page), needle)):
+        if gone is None or not await _shown_elsewhere(page, needle):
             met = True
             break
     answer: dict[str, Any] = {"url": page.url, "met": met, "waited": round(loop.time() - began, 2)}
@@ -216,12 +216,15 @@ _VALUES_SHOW = """(needle) => {
 }"""
 
 
-async def _in_values(page: Page, needle: str) -> bool:
-    """Whether a visible field of ``page`` (a text box, not a password's) holds ``needle``."""
+async def _shown_elsewhere(page: Page, needle: str) -> bool:
+    """Whether ``needle`` shows where Playwright's text wait does not look: in a visible field's
+    value (a text box, not a password's) or in a frame the page shows."""
     try:
-        return bool(await page.evaluate(_VALUES_SHOW, needle))
+        if await page.evaluate(_VALUES_SHOW, needle):
+            return True
     except PlaywrightError:  # navigating: looked at again
-        return False
+        pass
+    return await _any_shows(await _shown_frames(page), needle)
 
 
 async def _shown_frames(page: Page) -> list[Frame]:
@@ -301,31 +304,26 @@ async def go_to(
     files = _Downloads(page)
     requests = _InFlight(page, (*_InFlight.KINDS, "script"), streams_go=True) if built else None
     try:
-        response = await page.goto(url, wait_until="domcontentloaded", timeout=timeout * 1000)
-    except PlaywrightError as exc:
-        if "Download is starting" not in str(exc):
-            raise
-        if not files.heard:  # its event may come just after the navigation's end
-            await page.wait_for_event("download", timeout=SETTLE_LONG * 1000)
-        if requests is not None:
-            requests.close()
-        return {"url": page.url, "status": None, "downloads": await files.kept(downloads, timeout)}
-    except BaseException:
-        if requests is not None:
-            requests.close()
-        raise
-    finally:
-        files.stop()
-    went: dict[str, Any] = {"url": page.url, "status": response.status if response is not None else None}
-    if not await _loaded(page):
-        went["loading"] = True
-    if requests is not None:
         try:
+            response = await page.goto(url, wait_until="domcontentloaded", timeout=timeout * 1000)
+        except PlaywrightError as exc:
+            if "Download is starting" not in str(exc):
+                raise
+            if not files.heard:  # its event may come just after the navigation's end
+                await page.wait_for_event("download", timeout=SETTLE_LONG * 1000)
+            return {"url": page.url, "status": None, "downloads": await files.kept(downloads, timeout)}
+        finally:
+            files.stop()
+        went: dict[str, Any] = {"url": page.url, "status": response.status if response is not None else None}
+        if not await _loaded(page):
+            went["loading"] = True
+        if requests is not None:
             with contextlib.suppress(TimeoutError):  # a page that never goes quiet is usable all the same
                 await requests.settled(min(timeout, BUILT_WAIT))
-        finally:
+        return went
+    finally:
+        if requests is not None:
             requests.close()
-    return went
 
 
 class _Heard(Generic[T]):

@@ -394,9 +394,9 @@ class ReplayRouter:
         """Learn the values a page draws for itself from a request the recording lacks: a recorded
         request of the same method and site that differs from it only in such values, in its
         path, query or body (the session id a Gradio app draws at each load, in its posts, its
-        stream's query and its heartbeat's path; a cache buster's time) makes each live one stand for the recorded one from now on. A field the
-        flow fills is the same in a replay, so a value that differs is the page's own; only values
-        of one shape (a token of the same length and kind of characters) are taken."""
+        stream's query and its heartbeat's path; a cache buster's time), makes each live one stand
+        for the recorded one from now on. A field the flow fills is the same in a replay, so a
+        value that differs is the page's own; only values of one shape are taken (:func:`_made_up`)."""
         live_fields = _flat(key[1], key[2]) | _segments(key[1])
         where = urlsplit(key[1])[:2]
         best: dict[str, str] | None = None
