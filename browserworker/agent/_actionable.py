@@ -76,8 +76,14 @@ async def on_element(verb: str, action: Awaitable[T], seconds: float = ACTION_TI
     try:
         return await action
     except PlaywrightTimeout as exc:
+        log = str(exc)
+        if "resolved to" not in log and "attempting" not in log:  # it waited for an element all along
+            raise PlaywrightTimeout(
+                f"no element on the page matched it within {seconds:g} s, to take the {verb} (the page may not be "
+                "the one it was on); take a snapshot to see the page as it is"
+            ) from None
         raise PlaywrightTimeout(
-            f"the element is on the page but would not take the {verb} within {seconds:g} s: {_hindrance(str(exc))}; "
+            f"the element is on the page but would not take the {verb} within {seconds:g} s: {_hindrance(log)}; "
             "take a snapshot to see the page as it is"
         ) from None
 

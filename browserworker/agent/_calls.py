@@ -34,14 +34,18 @@ from ._verify import VerifySpec, verifier
 
 __all__ = [
     "EVIDENCE",
+    "KEPT_STATE",
     "STAGING",
     "TOOL_CALL",
     "UNDONE",
     "Call",
     "MaySend",
     "journaled_calls",
+    "kept_state",
     "latest_by_step",
     "missed_verifies",
+    "retried_call",
+    "same_call",
     "step_of",
 ]
 
@@ -52,6 +56,11 @@ UNDONE = "tool_call_undone"
 EVIDENCE = "tool_evidence"
 """The event of what a done submit left on the page: its screenshot, and whether the page showed
 errors (``errors_shown``: a form re-rendered with them, the site may have refused it)."""
+
+KEPT_STATE = "tool_state_kept"
+"""The event that keeps the session's browser state (cookies, storage) as a done submit left it,
+sealed: a replay skips the submit, so a new pass starts from this state (the cart it filled, the
+login it made) instead of a blank one."""
 
 STAGING = ("navigate", "back", "click", "hover", "fill", "select", "check", "press", "upload")
 """The tools that replay as actions (with ``submit``, the page-changing tools)."""
@@ -194,6 +203,12 @@ def missed_verifies(events: Iterable[EventRecord]) -> set[str]:
         for e in events
         if e.kind == EVIDENCE and isinstance(e.detail, dict) and e.detail.get("verify_missed")
     }
+
+
+def kept_state(events: Iterable[EventRecord]) -> str | None:
+    """The session's latest kept browser state (sealed, base64), if a done submit kept one."""
+    kept = [e.detail["sealed"] for e in events if e.kind == KEPT_STATE and isinstance(e.detail, dict)]
+    return str(kept[-1]) if kept else None
 
 
 def journaled_calls(events: Iterable[EventRecord]) -> list[Call]:
@@ -437,3 +452,31 @@ _STEP_FNS: dict[str, Callable[[Call, _How], StepFn]] = {
     "submit": _submit,
 }
 """Each page-changing tool's step function, built for one call."""
+
+
+def retried_call(calls: list[Call], key: str | None, asked: Call) -> Call | None:
+    """The journaled submit ``asked`` repeats: the one with its effect key; or, with no key given,
+    the session's last call when that was a submit asking exactly this (a retry after a lost
+    answer). To do the same thing twice on purpose, give two keys."""
+    if key is not None:
+        return next((c for c in calls if c.tool == "submit" and c.key == key), None)
+    last = calls[-1] if calls else None
+    if last is not None and last.is_effect and same_call(last, asked):
+        return last
+    return None
+
+
+def same_call(prior: Call, asked: Call) -> bool:
+    """Whether ``asked`` asks what ``prior`` (journaled) asked: the same arguments and verifier."""
+    if prior.args.get("ref") != asked.args.get("ref") or prior.args.get("selector") != asked.args.get("selector"):
+        return False
+    if bool(prior.args.get("idempotent")) != asked.idempotent or prior.args.get("key") != asked.args.get("key"):
+        return False
+    if (prior.verify is None) != (asked.verify is None):
+        return False
+    if prior.verify is None or asked.verify is None:
+        return True
+    try:
+        return asked.verify.resolved(prior.page_url or "") == prior.verify
+    except ValueError:
+        return False

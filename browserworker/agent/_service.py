@@ -63,7 +63,17 @@ from ._answers import (
     with_messages,
 )
 from ._approvals import AskPerson, PersonDecision, asked, decide_approval, held_approval, holding
-from ._calls import Call, MaySend, journaled_calls, latest_by_step, missed_verifies, submit_args
+from ._calls import (
+    Call,
+    MaySend,
+    journaled_calls,
+    kept_state,
+    latest_by_step,
+    missed_verifies,
+    retried_call,
+    same_call,
+    submit_args,
+)
 from ._session import (
     FLOW_NAME,
     QUEUE,
@@ -285,6 +295,12 @@ class AgentService:
         events = await self.astore.call(self.store.events, run_id)  # its calls, and its verifies that missed
         inputs = AgentInputs.model_validate(run.inputs)
         session = await self._lease(run, agent_flow(inputs), journaled_calls(events), missed_verifies(events))
+        kept = kept_state(events)
+        notes = []
+        if kept is not None and not session.start_from(kept):
+            notes.append(
+                "the browser state its last submit left is sealed with another key: the page starts without it"
+            )
         try:
             steps = await session.history()
             replayed = await session.live.open(steps)
@@ -292,7 +308,7 @@ class AgentService:
             self.live.pop(run_id, None)
             await session.live.detach()
             raise
-        notes = [f"session taken up by this server: {len(replayed)} step(s) replayed, effects not redone"]
+        notes.insert(0, f"session taken up by this server: {len(replayed)} step(s) replayed, effects not redone")
         notes += [
             f"replaying {st.id}: {o.kind} ({o.reason})"
             for st, o in zip(steps, replayed, strict=False)
@@ -312,13 +328,15 @@ class AgentService:
                 f"the last call, {session.calls[-1].step_id}, was not redone ({last.kind}): do it again if it is needed"
             )
             last = None
-        if last is not None and last.kind != "done":  # the page is not where it was: touch nothing
+        if last is not None and last.kind != "done":  # the page is not where it was: touch nothing but verifies
+            found, at = await session.found_landed(), session.page.url
             self.live.pop(run_id, None)
             await session.live.release("agent session could not be replayed")
             step = steps[len(replayed) - 1].id
             raise ToolCallError(
-                f"session {run_id} could not be re-opened where it was: replaying {step} {last.kind}"
+                f"session {run_id} could not be re-opened where it was: replaying {step} {last.kind} on {at}"
                 f" ({last.reason or ', '.join(last.refused)}); nothing more was done, its submits stand as journaled"
+                + "".join(f"; {said}" for said in found)
             )
         return session, notes
 
@@ -579,8 +597,8 @@ class AgentService:
             return answered
 
         async def work(s: AgentSession) -> dict[str, Any]:
-            prior = _retried(s.calls, effect_key, asked)
-            if prior is not None and not _same(prior, asked):
+            prior = retried_call(s.calls, effect_key, asked)
+            if prior is not None and not same_call(prior, asked):
                 return {
                     "run_id": run_id,
                     "status": "conflict",
@@ -594,11 +612,11 @@ class AgentService:
 
         try:
             return await self.call(run_id, work)
-        except _RunLeft:
+        except ToolCallError as exc:  # it has left this server, or its page could not be re-opened
             answered = await self._answer_from_journal(run_id, effect_key, asked)
-            if answered is not None:
-                return answered
-            raise
+            if answered is None:
+                raise
+            return answered if isinstance(exc, _RunLeft) else answered | {"note": str(exc)}
 
     async def _first(self, s: AgentSession, asked: Call, effect_key: str | None) -> dict[str, Any]:
         target, live = await s.target(asked.args["ref"], asked.args["selector"])
@@ -673,6 +691,7 @@ class AgentService:
                 notes.append(MESSAGES)
             landed = answer["status"] != "verified" and attempts[-1].dispatched_at is not None and not errors
             answer |= await s.leave_evidence(call, errors, read_verify=landed, notes=notes)
+            await s.keep_state(call)  # a replay skips this submit: new passes start from what it left
         if notes:
             answer["note"] = "; ".join(notes)
         return answer
@@ -683,11 +702,11 @@ class AgentService:
         run = await self.astore.call(self.store.get_run, run_id)
         if run is None or run.flow_name != FLOW_NAME:
             return None
-        prior = _retried(await self.calls_of(run.id), key, asked)
+        prior = retried_call(await self.calls_of(run.id), key, asked)
         if prior is None:
             return None
         base = {"run_id": run.id, "effect_key": prior.key, "seq": prior.seq}
-        if not _same(prior, asked):
+        if not same_call(prior, asked):
             return base | {
                 "status": "conflict",
                 "reason": f"effect key {key!r} was used with other arguments; nothing was done",
@@ -770,31 +789,3 @@ def _absolute(base: str, url: str) -> str:
     if urlsplit(absolute).scheme not in ("http", "https"):
         raise ToolCallError(f"navigate takes an http(s) URL, not {url!r}")
     return absolute
-
-
-def _retried(calls: list[Call], key: str | None, asked: Call) -> Call | None:
-    """The journaled submit ``asked`` repeats: the one with its effect key; or, with no key given,
-    the session's last call when that was a submit asking exactly this (a retry after a lost
-    answer). To do the same thing twice on purpose, give two keys."""
-    if key is not None:
-        return next((c for c in calls if c.tool == "submit" and c.key == key), None)
-    last = calls[-1] if calls else None
-    if last is not None and last.is_effect and _same(last, asked):
-        return last
-    return None
-
-
-def _same(prior: Call, asked: Call) -> bool:
-    """Whether ``asked`` asks what ``prior`` (journaled) asked: the same arguments and verifier."""
-    if prior.args.get("ref") != asked.args.get("ref") or prior.args.get("selector") != asked.args.get("selector"):
-        return False
-    if bool(prior.args.get("idempotent")) != asked.idempotent or prior.args.get("key") != asked.args.get("key"):
-        return False
-    if (prior.verify is None) != (asked.verify is None):
-        return False
-    if prior.verify is None or asked.verify is None:
-        return True
-    try:
-        return asked.verify.resolved(prior.page_url or "") == prior.verify
-    except ValueError:
-        return False

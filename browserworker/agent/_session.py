@@ -15,16 +15,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from playwright.async_api import Error as PlaywrightError
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ToolCallError
 from ..flow import Flow, Step
-from ..runtime import LiveRun, StepOutcome
+from ..runtime import LiveRun, SessionUnreadable, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
-from ._calls import EVIDENCE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
+from ._calls import EVIDENCE, KEPT_STATE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
-from ._verify import VerifySpec, address, check, found_before
+from ._verify import VerifySpec, address, check, found_before, found_now
 
 __all__ = [
     "FLOW_NAME",
@@ -43,6 +44,8 @@ NOTE_AFTER = 0.05
 """Seconds a read call's record waits for the read calls after it, to be journaled with them."""
 SNAPSHOT_KEPT = 20_000
 """Characters of the snapshot an agent acted on kept with a submit (its evidence)."""
+
+_STATE_OF = "state of "  # what a kept state is sealed for: never taken for a typed secret, nor one for it
 
 _ELEMENT_INFO = """els => els.slice(0, 1).map(e => ({tag: e.tagName.toLowerCase(),
     type: (e.type || '').toLowerCase(), field: e.name || e.id || '', secret: e.type === 'password'}))"""
@@ -165,6 +168,30 @@ class AgentSession:
             return None
         return str(self.sealer.open(base64.b64decode(call.secret), self.run_id)["value"])
 
+    async def keep_state(self, call: Call) -> None:
+        """Keep the browser state (cookies, storage) a done submit left (:data:`KEPT_STATE`): a
+        replay skips the submit, so every new pass of this session starts from this state. It is
+        journaled sealed (with no key to seal it with, it is kept for this server only)."""
+        try:
+            state = dict(await self.page.context.storage_state(indexed_db=True))
+        except PlaywrightError:  # the page went away meanwhile: the last state kept stands
+            return
+        self.live.start_state = state
+        if self.sealer is not None:
+            sealed = base64.b64encode(self.sealer.seal(state, _STATE_OF + self.run_id)).decode()
+            await self.live.journal.record(KEPT_STATE, step_id=call.step_id, detail={"sealed": sealed})
+
+    def start_from(self, sealed: str) -> bool:
+        """Start this session's new passes from a state :meth:`keep_state` journaled; False if
+        this server's key cannot open it (sealed with another)."""
+        if self.sealer is None:
+            return False
+        try:
+            self.live.start_state = self.sealer.open(base64.b64decode(sealed), _STATE_OF + self.run_id)
+        except (SessionUnreadable, ValueError):
+            return False
+        return True
+
     def step(
         self,
         call: Call,
@@ -220,6 +247,38 @@ class AgentSession:
             with contextlib.suppress(Exception):  # the context is closing: nothing left to blank
                 await self._reading.goto("about:blank")
 
+    async def found_landed(self) -> list[str]:
+        """When a replay could not bring the page back where it was (the site moved on: an order
+        placed empties the checkout it came from): each submit in doubt that was sent and whose
+        verify finds it now is done, as recovery decides it (the verify is read on a page of its
+        own). The others stay in doubt: a *not done* would need the page, to send it again.
+        Returns what was found, said for the agent."""
+        found = []
+        journal, latest = self.live.journal, await self.latest_attempts()
+        for call in self.calls:
+            attempt = latest.get(call.step_id)
+            if call.verify is None or attempt is None or attempt.dispatched_at is None:
+                continue
+            if attempt.state not in (AttemptState.INTENT, AttemptState.UNKNOWN):
+                continue
+            async with self._reader(call.verify) as page:
+                proof = await found_now(page, call.verify)
+            if proof is None:
+                continue
+            if attempt.state == AttemptState.INTENT:
+                reason = "the owner stopped after dispatch, before an outcome"
+                attempt = await journal.finish(
+                    attempt, AttemptState.UNKNOWN, decided_by="recovery:dispatched", evidence={"reason": reason}
+                )
+            evidence = {"verdict": "done", "reason": "found by its verify while the page could not be re-opened"}
+            done = await journal.finish(
+                attempt, AttemptState.SUCCEEDED, decided_by="verifier", result=proof, evidence=evidence
+            )
+            await journal.decide(done, "duplicate_prevented", {"by": "verifier"})
+            await self.live.extensions.outcome(done)
+            found.append(f"its verify found {call.step_id} (effect key {call.key}) done: it is verified")
+        return found
+
     async def read_before(self, spec: VerifySpec | None) -> None:
         """Read a submit's verify (if any) before the submit, on a page of its own: a verify that
         finds its proof already (an earlier order's reference, a word every page shows) would
@@ -266,7 +325,9 @@ class AgentSession:
 
     async def history(self, *, upto: int | None = None) -> list[Step]:
         """The steps a new pass replays: each page-changing call that succeeded, in order (a call
-        refused or failed changed nothing), each effect that is done or in doubt."""
+        refused or failed changed nothing), each effect that is done or in doubt. A done submit is
+        skipped by the replay, so the page is then taken to where it left it (:func:`_landing`):
+        the next calls were made there."""
         latest = await self.latest_attempts()
         steps: list[Step] = []
         for call in self.calls:
@@ -284,6 +345,9 @@ class AgentSession:
                 continue
             in_doubt = call.is_effect and attempt is not None and attempt.state != AttemptState.SUCCEEDED
             steps.append(self.step(call, answered=in_doubt and await self.answered(attempt)))
+            landed = _landing(call, attempt)
+            if landed is not None:
+                steps.append(self.step(landed))
         return steps
 
     async def latest_attempts(self) -> dict[str, AttemptRecord]:
@@ -489,3 +553,16 @@ class _StaleRef(ToolCallError):
 
 def _stale(ref: str) -> ToolCallError:
     return _StaleRef(f"ref {ref!r} is stale: the page changed since the snapshot that gave it; take a new snapshot")
+
+
+def _landing(call: Call, attempt: AttemptRecord | None) -> Call | None:
+    """For a done submit, a navigation to the address its page was at when it was done (its
+    result's ``url``: where the site's redirect took it, an order's page, the signed-in form),
+    replayed in its place under the submit's number; None for any other call, or a submit done
+    with no such address (one a verify found done)."""
+    if not call.is_effect or attempt is None or attempt.state != AttemptState.SUCCEEDED:
+        return None
+    url = attempt.result.get("url") if isinstance(attempt.result, dict) else None
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return None
+    return Call(seq=call.seq, tool="navigate", args={"url": url, "ok": True})

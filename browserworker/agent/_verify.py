@@ -39,7 +39,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = ["PROOF_WAIT", "VerifySpec", "address", "check", "found_before", "parse_verify", "shows", "verifier", "words"]
+__all__ = [
+    "PROOF_WAIT",
+    "VerifySpec",
+    "address",
+    "check",
+    "found_before",
+    "found_now",
+    "parse_verify",
+    "shows",
+    "verifier",
+    "words",
+]
 
 PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read
@@ -184,6 +195,17 @@ async def check(page: Page, spec: VerifySpec) -> str | None:
     except Exception as exc:  # the address does not answer, a selector that is no selector
         return f"reading it failed: {str(exc).splitlines()[0]}"
     return None if verdict.kind == "done" else verdict.reason or verdict.kind
+
+
+async def found_now(page: Page, spec: VerifySpec) -> dict[str, Any] | None:
+    """What a submit's verify finds on ``page`` now, as a verifier's *done* result, or None where
+    it finds nothing or cannot be read: a *done* needs no page of the session and no settle time
+    (only a *not done* does), so it decides a submit in doubt on its own."""
+    try:
+        verdict = await asyncio.wait_for(_read(page, spec), spec.wait + CHECK_SLACK)
+    except Exception:  # noqa: BLE001 - a verify that cannot be read now decides nothing
+        return None
+    return dict(verdict.result or {}) if verdict.kind == "done" else None
 
 
 async def found_before(page: Page, spec: VerifySpec) -> str | None:

@@ -111,6 +111,7 @@ class LiveRun:
         )
         self.session = SessionRun(self.scope) if flow.session_key(self.scope.inputs) is not None else None
         self.between: list[SentBetween] = []  # what pages sent between steps, since last read
+        self.start_state: dict[str, Any] | None = None  # the storage state a pass's context starts from
         self._pass: Pass | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = False
@@ -179,9 +180,10 @@ class LiveRun:
     # -- passes --------------------------------------------------------------------------
 
     async def open(self, replay: Sequence[Step] = ()) -> list[StepOutcome]:
-        """Open a pass: a fresh context (from the saved login of the run's session key, if one
-        may be reused), the route in from the start, a page; then replay ``replay`` (actions re-run,
-        effects skipped when done, recovered when in doubt). Returns the replayed steps' outcomes."""
+        """Open a pass: a fresh context (from :attr:`start_state` if set, else the saved login of
+        the run's session key, if one may be reused), the route in from the start, a page; then
+        replay ``replay`` (actions re-run, effects skipped when done, recovered when in doubt).
+        Returns the replayed steps' outcomes."""
         await self.close_pass()
         if not self._started:
             if self.run.state != RunState.RUNNING:
@@ -191,6 +193,8 @@ class LiveRun:
         options = self.flow.context_options(self.scope.inputs)
         if self.session is not None:
             options.update(await self.session.context_options())
+        if self.start_state is not None:
+            options["storage_state"] = self.start_state
         stack = contextlib.AsyncExitStack()
         context = await stack.enter_async_context(self.browser.context(**options))
         p = Pass(context=context, route=ContextRoute(context))

@@ -11,9 +11,8 @@ import pytest
 
 from browserworker.agent import AgentPolicy, MaySend, VerifySpec, submit_status
 from browserworker.agent._answers import loads, sent_between
-from browserworker.agent._calls import Call, step_of
+from browserworker.agent._calls import Call, retried_call, same_call, step_of
 from browserworker.agent._export import _Writer
-from browserworker.agent._service import _retried, _same
 from browserworker.agent._snapshot import Target
 from browserworker.agent._verify import parse_verify, shows
 from browserworker.flow import Action, ChannelRequest, Effect
@@ -117,13 +116,13 @@ def test_which_journaled_submit_a_call_repeats() -> None:
         page_url="http://shop.test/orders/new",
     )
     fill = Call(6, "fill", {"value": "x"})
-    assert _retried([journaled], "k", _asked(verify)) is journaled and _same(journaled, _asked(verify))
-    assert not _same(journaled, _asked(verify, ref="e19")), "other arguments under the same key: a conflict"
-    assert not _same(journaled, _asked({"get": "/api/orders?reference=S", "path": "orders"}))
-    assert _retried([journaled], "other", _asked(verify)) is None
-    assert _retried([journaled], None, _asked(verify)) is journaled, "keyless: the last call, repeated"
-    assert _retried([journaled, fill], None, _asked(verify)) is None, "something happened since: a new submit"
-    assert _retried([journaled], None, _asked(verify, ref="e19")) is None
+    assert retried_call([journaled], "k", _asked(verify)) is journaled and same_call(journaled, _asked(verify))
+    assert not same_call(journaled, _asked(verify, ref="e19")), "other arguments under the same key: a conflict"
+    assert not same_call(journaled, _asked({"get": "/api/orders?reference=S", "path": "orders"}))
+    assert retried_call([journaled], "other", _asked(verify)) is None
+    assert retried_call([journaled], None, _asked(verify)) is journaled, "keyless: the last call, repeated"
+    assert retried_call([journaled, fill], None, _asked(verify)) is None, "something happened since: a new submit"
+    assert retried_call([journaled], None, _asked(verify, ref="e19")) is None
 
 
 def _attempt(no: int, state: AttemptState, decided_by: str, epoch: int = 1) -> AttemptRecord:
@@ -283,13 +282,16 @@ Call log:
             "    - retrying hover action\n",
             "element is not visible (it is hidden",
         ),
-        ('Locator.click: Timeout 5000ms exceeded.\nCall log:\n  - waiting for locator("#y")\n', "did not become ready"),
+        (
+            'Locator.click: Timeout 5000ms exceeded.\nCall log:\n  - waiting for locator("#y")\n',
+            "no element on the page",
+        ),
     ],
 )
 def test_an_element_that_will_not_take_an_action_is_told_with_what_stood_in_its_way(log: str, said: str) -> None:
     """A Playwright action's timeout on an element is raised again, the same class, naming the last
     thing its call log says of the element (not the waiting and retrying around it), with what to
-    do."""
+    do; where the log only waited for an element, that none matched (a replay on another page)."""
     from playwright.async_api import TimeoutError as PlaywrightTimeout
 
     from browserworker.agent._actionable import on_element
@@ -359,3 +361,41 @@ def test_an_export_writes_a_submit_that_sent_nothing_as_an_action_and_marks_one_
     refused_comment = source.split('@flow.effect(id="t0007.submit"')[0].rsplit("\n\n\n", 1)[1]
     assert "the page showed errors after this submit" in refused_comment and "delete" in refused_comment
     compile(source, "exported.py", "exec")
+
+
+def test_a_replay_takes_the_page_where_a_done_submit_left_it() -> None:
+    """A done submit is skipped by a replay; in its place the page goes to the address in its
+    result (under the submit's number, so no call's step is taken). A submit in doubt, one done
+    with no address (found by a verify), and any other call get no such step."""
+    from dataclasses import replace
+
+    from browserworker.agent._session import _landing
+
+    submit = Call(7, "submit", {"selector": "#submit"}, key="k")
+    done = replace(_attempt(1, S, "return"), result={"url": "http://shop.test/orders/1", "title": "Order 1"})
+    landed = _landing(submit, done)
+    assert landed is not None and landed.tool == "navigate" and landed.args["url"] == "http://shop.test/orders/1"
+    assert landed.step_id == "t0007.navigate" and landed.args["ok"]
+    assert _landing(submit, replace(done, state=AttemptState.UNKNOWN)) is None, "in doubt: recovered, not skipped"
+    assert _landing(submit, replace(done, result={"verified": 1})) is None
+    assert _landing(submit, replace(done, result={"url": "javascript:alert(1)"})) is None
+    assert _landing(Call(8, "fill", {"value": "x"}), done) is None
+
+
+def test_the_latest_kept_browser_state_is_the_one_a_session_starts_from() -> None:
+    """Each done submit keeps the browser state it left (sealed); a session taken up starts from
+    the latest, and from none where no submit kept one."""
+    from browserworker.agent._calls import KEPT_STATE, kept_state
+    from browserworker.store.records import EventRecord
+
+    def event(kind: str, detail: dict[str, Any]) -> EventRecord:
+        return EventRecord(
+            id=0, at=0.0, run_id="r", step_id="t0001.submit", attempt_no=None, worker=None, lease_epoch=1,
+            kind=kind, from_state=None, to_state=None, decision=None, detail=detail,
+        )  # fmt: skip
+
+    assert kept_state([event("tool_call", {"seq": 1})]) is None
+    assert (
+        kept_state([event(KEPT_STATE, {"sealed": "A"}), event("tool_call", {}), event(KEPT_STATE, {"sealed": "B"})])
+        == "B"
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,22 +35,32 @@ EXPECTED = {
 
 
 async def _crash_then_retry(
-    db: str, base_url: str, point: str, reference: str, verify: Any, env: dict[str, str] | None = None
+    db: str,
+    base_url: str,
+    point: str,
+    reference: str,
+    verify: Any,
+    env: dict[str, str] | None = None,
+    *,
+    user: str = "demo",
+    between: Callable[[], None] = lambda: None,
 ) -> tuple[str, Any, Any]:
-    """Sign in and submit an order with the server set to SIGKILL itself at ``point``; then, in a
-    new server, retry the same call twice. Returns the run id and the two answers."""
+    """Sign in as ``user`` (password ``user``) and submit an order with the server set to SIGKILL
+    itself at ``point``; then, after ``between``, retry the same call twice in a new server.
+    Returns the run id and the two answers."""
     submit: dict[str, Any] = {"selector": "#submit", "effect_key": "order-1"}
     if verify is not None:
         submit["verify"] = verify
     run_id = ""
     with pytest.raises(BaseException) as died:  # noqa: PT012 - the call dies with the server
         async with stdio_agent(db, env={"BROWSERWORKER_FAULTS": f"{point}=kill", **(env or {})}) as agent:
-            run_id = await agent.sign_in(base_url)
+            run_id = await agent.sign_in(base_url, user, user)
             await agent.fill_order(run_id, reference)
             await agent.client.call_tool("submit", {"run_id": run_id, **submit})
     assert run_id, f"the session never opened: {died.value!r}"
     kill_servers(db)
     assert await gone(db)
+    between()
     async with stdio_agent(db, env=env) as agent:
         first = await agent.call("submit", run_id=run_id, **submit)
         again = await agent.call("submit", run_id=run_id, **submit)
@@ -75,6 +86,34 @@ def test_killed_at_each_point_of_a_submit_the_retry_places_one_order(tmp_path: P
     if first["status"] == "not_applied":
         assert [a.state.name for a in store.attempts(run_id) if a.kind == "effect"][-1] == "SUCCEEDED"
         assert dispatched[-1].lease_epoch >= 2, "done once, under the new lease"
+
+
+def test_a_submit_that_landed_is_verified_though_its_page_cannot_be_reopened(tmp_path: Path, shop: Any) -> None:
+    """Killed after the shop took the order, the session cannot be re-opened where it was: its
+    user's password changed meanwhile, so the replayed sign-in fails and the order form is not
+    there to fill. The submit is still decided by its verify, read on a page of its own:
+    ``verified``, the replay's failure told in the answer's note; nothing is clicked; one order."""
+    user = f"moved-{tmp_path.name}"[-40:]
+    shop.add_user(user, user)
+    reference = f"moved-{tmp_path.name}"[:60]
+    db = str(tmp_path / "browserworker.db")
+    run_id, first, again = asyncio.run(
+        _crash_then_retry(
+            db,
+            shop.url,
+            "reply_lost",
+            reference,
+            order_verify(reference),
+            user=user,
+            between=lambda: shop.add_user(user, "changed"),
+        )
+    )
+    assert first["status"] == "verified", first
+    assert "could not be re-opened where it was" in first["note"] and "t0007.submit" in first["note"], first
+    assert again["status"] == "verified" and again["result"] == first["result"]
+    assert len(shop.orders(reference)) == 1
+    effects = [a for a in open_store(db).attempts(run_id) if a.kind == "effect"]
+    assert [(a.state.name, a.decided_by) for a in effects] == [("SUCCEEDED", "verifier")], "decided, not redone"
 
 
 def test_an_uncertain_submit_without_a_verifier_goes_to_review_never_to_a_retry(

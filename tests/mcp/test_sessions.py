@@ -14,6 +14,7 @@ from mcp import Client
 
 from browserworker.agent import AgentPolicy, AgentService
 from browserworker.mcp import build_server
+from browserworker.sandbox.app import SESSION_COOKIE
 from browserworker.states import RunState
 from browserworker.store import Store, open_store
 from tests.support.agent import Agent, order_verify
@@ -194,3 +195,43 @@ def test_a_last_call_journaled_done_that_a_replay_cannot_redo_is_dropped_not_fat
     assert shop.orders(reference) == []
     kinds = [e.kind for e in store.events(state["run_id"]) if e.kind.startswith("tool_call")]
     assert kinds[-1] == "tool_call_undone"
+
+
+def test_a_session_signed_in_by_a_submit_is_taken_up_signed_in(tmp_path: Path, shop: Any) -> None:
+    """An agent signs in with a plain submit (an effect: a replay never redoes it), so the shop's
+    session cookie came from a submit. Taken up by another server, the session starts from the
+    browser state that submit left (kept sealed in the journal): the order form, filled again,
+    is still signed in; the shop saw one login, and the order is placed once. No cookie is
+    journaled in clear."""
+    store = open_store(tmp_path / "browserworker.db")
+    reference = f"kept-{tmp_path.name}"
+    logins = shop.logins("demo")
+    state: dict[str, Any] = {}
+
+    async def before() -> None:
+        async with server(store) as agent:
+            opened = await agent.call("open_session", site=f"{shop.url}/login?next=/orders/new")
+            run_id = state["run_id"] = opened["run_id"]
+            await agent.call("fill", run_id=run_id, selector="#username", value="demo")
+            await agent.call("fill", run_id=run_id, selector="#password", value="demo")
+            signed = await agent.call("submit", run_id=run_id, selector="#login", effect_key="sign-in")
+            assert signed["status"] == "committed" and signed["url"].endswith("/orders/new"), signed
+            await agent.fill_order(run_id, reference)
+
+    async def after() -> None:
+        async with server(store) as agent:
+            run_id = state["run_id"]
+            resumed = await agent.call("resume", run_id=run_id)
+            assert resumed["url"].endswith("/orders/new"), resumed
+            done = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+            assert done["status"] == "committed", done
+            await agent.call("close_session", run_id=run_id)
+
+    asyncio.run(before())
+    asyncio.run(after())
+    assert shop.logins("demo") == logins + 1, "the replay did not sign in again"
+    assert len(shop.orders(reference)) == 1
+    kept = [e.detail for e in store.events(state["run_id"]) if e.kind == "tool_state_kept"]
+    assert len(kept) == 2 and all(set(d) == {"sealed"} for d in kept), "one state per submit, sealed"
+    journaled = " ".join(str(e.detail) for e in store.events(state["run_id"]))
+    assert "cookies" not in journaled and SESSION_COOKIE not in journaled

@@ -47,12 +47,12 @@ class Agent:
         assert result.is_error, f"{tool} did not fail: {answer_of(result)}"
         return str(answer_of(result))
 
-    async def sign_in(self, base_url: str) -> str:
+    async def sign_in(self, base_url: str, user: str = "demo", password: str = "demo") -> str:
         """Open a session at the shop's login form and sign in (an idempotent submit): its run id."""
         opened = await self.call("open_session", site=f"{base_url}/login?next=/orders/new")
         run_id = str(opened["run_id"])
-        await self.call("fill", run_id=run_id, selector="#username", value="demo")
-        await self.call("fill", run_id=run_id, selector="#password", value="demo")
+        await self.call("fill", run_id=run_id, selector="#username", value=user)
+        await self.call("fill", run_id=run_id, selector="#password", value=password)
         signed = await self.call("submit", run_id=run_id, selector="#login", idempotent=True)
         assert signed["url"].endswith("/orders/new"), signed
         return run_id
