@@ -14,8 +14,9 @@ send too, and the effects do not count as theirs.
 The values the agent typed become the flow's inputs, with what was typed as their defaults; a
 secret value (a password) becomes a required ``SecretStr`` input and is never written. A typed
 value the submit's verifier looks for is the submit's *proof*: a new run must not find the
-proof of an earlier one, so by default each run types its own run id there (give the input to
-type something else).
+proof of an earlier one, so by default each run types its own run id there, in the proof's shape
+where it has one (an email keeps its domain: ``{run id}@example.com``, as an email field takes
+nothing else), or the input given.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ from ._calls import EVIDENCE, STAGING, Call, journaled_calls, latest_by_step
 from ._verify import VerifySpec, words
 
 __all__ = ["export_flow"]
+
+
+_DOMAIN = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+
+
+def _email_domain(value: str) -> str | None:
+    """The domain of ``value`` if it is an email address."""
+    local, at, domain = value.rpartition("@")
+    return domain if at and local and " " not in local and _DOMAIN.fullmatch(domain) else None
 
 
 def _identifier(text: str, taken: set[str]) -> str:
@@ -107,14 +117,20 @@ class _Writer:
             return f"ctx.inputs.{name}.get_secret_value()"
         value = str(call.args.get("value"))
         if value in self.proofs:
-            self.inputs.append(
-                f"    {name}: str | None = None  # the proof its verifier looks for (default: the run id)"
-            )
             self.values[name] = value
-            return f"(ctx.inputs.{name} or ctx.run_id)"
+            fresh = "the run id" + ("@" + domain if (domain := _email_domain(value)) else "")
+            self.inputs.append(f"    {name}: str | None = None  # the proof its verifier looks for (default: {fresh})")
+            return self._proof(name)
         self.inputs.append(f"    {name}: str = {value!r}")
         self.values[name] = value
         return f"ctx.inputs.{name}"
+
+    def _proof(self, name: str, quote: str = '"') -> str:
+        """The expression a new run types for proof input ``name``: the input if given, else the
+        run id (with an email's domain, its string in ``quote``s: inside an f-string the other
+        kind of quotes than the f-string's own)."""
+        domain = _email_domain(self.values[name])
+        return f"(ctx.inputs.{name} or ctx.run_id{f' + {quote}@{domain}{quote}' if domain else ''})"
 
     def _files(self, call: Call) -> str:
         """The input an upload's files are read from (their paths by default); its expression."""
@@ -139,11 +155,13 @@ class _Writer:
             mark = chr(0xE000 + len(marks))
             escaped, n = words(value).subn(mark, escaped)
             if n:
-                marks.append(f"(ctx.inputs.{name} or ctx.run_id)" if value in self.proofs else f"ctx.inputs.{name}")
+                marks.append(name)
         if not marks:
             return repr(text)
         written = repr(escaped)
-        for at, read in enumerate(marks):
+        other = "'" if written[0] == '"' else '"'
+        for at, name in enumerate(marks):
+            read = self._proof(name, other) if self.values[name] in self.proofs else f"ctx.inputs.{name}"
             written = written.replace(f"\\ue{at:03x}", "{" + read + "}")
         return "f" + written
 

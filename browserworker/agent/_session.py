@@ -19,13 +19,13 @@ from playwright.async_api import Error as PlaywrightError
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ToolCallError
-from ..flow import Flow, Step
+from ..flow import Effect, Flow, Step
 from ..runtime import LiveRun, SessionUnreadable, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
 from ._calls import EVIDENCE, KEPT_STATE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
-from ._verify import VerifySpec, address, check, found_before, found_now
+from ._verify import VerifySpec, address, check, found_before
 
 __all__ = [
     "FLOW_NAME",
@@ -249,34 +249,18 @@ class AgentSession:
 
     async def found_landed(self) -> list[str]:
         """When a replay could not bring the page back where it was (the site moved on: an order
-        placed empties the checkout it came from): each submit in doubt that was sent and whose
-        verify finds it now is done, as recovery decides it (the verify is read on a page of its
-        own). The others stay in doubt: a *not done* would need the page, to send it again.
-        Returns what was found, said for the agent."""
+        placed empties the checkout it came from): each submit in doubt whose verify finds it done
+        now is done, as recovery decides it (:meth:`LiveRun.found_done`). The others stay in doubt:
+        a *not done* would need the page, to send it again. Returns what was found, for the agent."""
         found = []
-        journal, latest = self.live.journal, await self.latest_attempts()
+        latest = await self.latest_attempts()
         for call in self.calls:
             attempt = latest.get(call.step_id)
-            if call.verify is None or attempt is None or attempt.dispatched_at is None:
+            if not call.is_effect or call.verify is None or attempt is None:
                 continue
-            if attempt.state not in (AttemptState.INTENT, AttemptState.UNKNOWN):
-                continue
-            async with self._reader(call.verify) as page:
-                proof = await found_now(page, call.verify)
-            if proof is None:
-                continue
-            if attempt.state == AttemptState.INTENT:
-                reason = "the owner stopped after dispatch, before an outcome"
-                attempt = await journal.finish(
-                    attempt, AttemptState.UNKNOWN, decided_by="recovery:dispatched", evidence={"reason": reason}
-                )
-            evidence = {"verdict": "done", "reason": "found by its verify while the page could not be re-opened"}
-            done = await journal.finish(
-                attempt, AttemptState.SUCCEEDED, decided_by="verifier", result=proof, evidence=evidence
-            )
-            await journal.decide(done, "duplicate_prevented", {"by": "verifier"})
-            await self.live.extensions.outcome(done)
-            found.append(f"its verify found {call.step_id} (effect key {call.key}) done: it is verified")
+            step = self.step(call)
+            if isinstance(step, Effect) and await self.live.found_done(step, attempt):
+                found.append(f"its verify found {call.step_id} (effect key {call.key}) done: it is verified")
         return found
 
     async def read_before(self, spec: VerifySpec | None) -> None:

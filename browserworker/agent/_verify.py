@@ -45,7 +45,6 @@ __all__ = [
     "address",
     "check",
     "found_before",
-    "found_now",
     "parse_verify",
     "shows",
     "verifier",
@@ -195,17 +194,6 @@ async def check(page: Page, spec: VerifySpec) -> str | None:
     except Exception as exc:  # the address does not answer, a selector that is no selector
         return f"reading it failed: {str(exc).splitlines()[0]}"
     return None if verdict.kind == "done" else verdict.reason or verdict.kind
-
-
-async def found_now(page: Page, spec: VerifySpec) -> dict[str, Any] | None:
-    """What a submit's verify finds on ``page`` now, as a verifier's *done* result, or None where
-    it finds nothing or cannot be read: a *done* needs no page of the session and no settle time
-    (only a *not done* does), so it decides a submit in doubt on its own."""
-    try:
-        verdict = await asyncio.wait_for(_read(page, spec), spec.wait + CHECK_SLACK)
-    except Exception:  # noqa: BLE001 - a verify that cannot be read now decides nothing
-        return None
-    return dict(verdict.result or {}) if verdict.kind == "done" else None
 
 
 async def found_before(page: Page, spec: VerifySpec) -> str | None:

@@ -31,6 +31,7 @@ from ._browser import BrowserProcess
 from ._effects import run_effect
 from ._login_sessions import SessionRun
 from ._passes import Again, Pass, PassOutcome, RunScope, Stop
+from ._recover import found_done, in_doubt
 from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["Executor", "PassOutcome"]
@@ -188,6 +189,8 @@ class Executor:
             except Again as again:
                 return PassOutcome("again", str(again), again.backoff)
             except Stop as stop:
+                if stop.kind == "failed":
+                    return await self._stranded(p, str(stop))
                 return PassOutcome(stop.kind, str(stop))
             finally:
                 self._pass_now = None
@@ -196,6 +199,33 @@ class Executor:
                 # stopped, so nothing leaves late and no document sends as it is unloaded
                 await p.route.shut()
         return PassOutcome("done")
+
+    async def _stranded(self, p: Pass, reason: str) -> PassOutcome:
+        """The pass failed before it reached an effect in doubt (sent, then its owner stopped):
+        the steps before it could not be run again, so its recovery never ran. Its verifier is
+        asked on a page of its own (:func:`~browserworker.runtime._recover.found_done`): found
+        done, it is SUCCEEDED, and so is the run if nothing is left to do; else a person decides
+        (NEEDS_REVIEW), as a run left FAILED would hold an effect in doubt that nobody decides."""
+        latest: dict[str, AttemptRecord] = {}
+        for a in await self.journal.attempts():
+            if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
+                latest[a.step_id] = a
+        stranded = [s for s in self.flow.steps if isinstance(s, Effect) and in_doubt(latest.get(s.id))]
+        if not stranded:
+            return PassOutcome("failed", reason)
+        page = await p.context.new_page()
+        for step in stranded:
+            if not await found_done(self.scope, step, latest[step.id], page, p.results):
+                why = f"effect {step.id} is in doubt and the steps before it could not be run again ({reason})"
+                await self.journal.decide(latest[step.id], "needs_review", {"reason": why})
+                return PassOutcome("review", f"{why}; its verifier did not find it done")
+        if nothing_left(self.flow.steps, await self.journal.attempts()):
+            self._ending = asyncio.ensure_future(
+                self._finish(RunState.SUCCEEDED, None, "the effects in doubt were found done by their verifiers")
+            )
+            self._ending.add_done_callback(self._settle)
+            return PassOutcome("done")
+        return PassOutcome("failed", reason)
 
     def _between_steps(self, after: str, method: str, url: str, refused: bool) -> None:
         """A page sent while no step ran (see :class:`~browserworker.gate._guard.StepGap`): say so."""

@@ -30,12 +30,13 @@ from ..journal import Lease, LeaseSettings, RunJournal
 from ..logs import get_logger
 from ..states import RunState
 from ..store.aio import AsyncStore
-from ..store.records import Owner, RunRecord
+from ..store.records import AttemptRecord, Owner, RunRecord
 from ._browser import BrowserProcess
 from ._effects import run_effect
 from ._leased_run import acquire
 from ._login_sessions import SessionRun
 from ._passes import Again, Pass, RunScope, Stop, in_own_task
+from ._recover import found_done, in_doubt
 from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["LiveRun", "SentBetween", "StepOutcome"]
@@ -332,6 +333,20 @@ class LiveRun:
             return {}
 
         return await self.session.run(Login(id=step_id, fn=nothing, sends=True), p, save_now=True)
+
+    async def found_done(self, step: Effect, attempt: AttemptRecord) -> bool:
+        """Whether ``step``'s verifier, asked on a page of its own in the open pass, finds the
+        effect of ``attempt`` done while it is in doubt (then SUCCEEDED by the verifier): for a
+        pass whose replay stopped before reaching it (:func:`~browserworker.runtime._recover.found_done`)."""
+        if not in_doubt(attempt):
+            return False
+        p = self._need_pass()
+        page = await p.context.new_page()
+        try:
+            return await found_done(self.scope, step, attempt, page, p.results)
+        finally:
+            with contextlib.suppress(Exception):
+                await page.close()
 
     async def _replayed(self, step: Step) -> StepOutcome:
         assert isinstance(step, Action)

@@ -21,7 +21,7 @@ from ..store.records import AttemptRecord, OutboxRecord
 from ._passes import REPLAY_NOW, Again, RunScope, Stop, in_own_task, jsonable, response_evidence, safe_url
 from ._recovery_rules import default_judge, plan_recovery, settle_deadline
 
-__all__ = ["judge_of", "recover", "restore_gap", "restore_gap_open", "verify"]
+__all__ = ["found_done", "in_doubt", "judge_of", "recover", "restore_gap", "restore_gap_open", "verify"]
 
 
 def judge_of(step: Effect) -> Any:
@@ -93,6 +93,52 @@ async def recover(scope: RunScope, step: Effect, attempt: AttemptRecord, page: P
         )
         raise Stop("review", f"effect {step.id}: {plan.reason}")
     return await verify(scope, step, attempt, outbox, page, results)
+
+
+def in_doubt(attempt: AttemptRecord | None) -> bool:
+    """Whether an effect's latest attempt is in doubt: its owner stopped after it may have been
+    sent (UNKNOWN, or INTENT with its dispatch journaled), before its outcome."""
+    if attempt is None:
+        return False
+    return attempt.state == AttemptState.UNKNOWN or (
+        attempt.state == AttemptState.INTENT and attempt.dispatched_at is not None
+    )
+
+
+async def found_done(
+    scope: RunScope, step: Effect, attempt: AttemptRecord, page: Page, results: dict[str, Any]
+) -> bool:
+    """Ask ``step``'s verifier once about ``attempt`` (:func:`in_doubt`) on ``page``, where the
+    steps before the effect could not be run again (the site moved on: an order placed empties
+    the checkout it came from), so recovery never reached it. Where it finds the effect done, the
+    attempt is SUCCEEDED by the verifier, as recovery would decide it (a *done* needs no settle
+    time), and True. Its *not done* or *unknown* decides nothing here: a replay would need the
+    page those steps make."""
+    if step.verifier is None:
+        return False
+    ctx = scope.step_context(page, step.id, attempt, attempt.request_fingerprint, results)
+    with Observed(page) as looked:
+        verdict = await _ask(step, ctx)
+    scope.journal.check()
+    if verdict.kind != "done":
+        return False
+    if attempt.state == AttemptState.INTENT:
+        attempt = await scope.journal.finish(
+            attempt,
+            AttemptState.UNKNOWN,
+            decided_by="recovery:dispatched",
+            evidence={"reason": "the owner stopped after dispatch, before an outcome"},
+        )
+        await scope.extensions.outcome(attempt)
+    evidence = {
+        "verdict": verdict.kind,
+        "reason": "asked where the steps before it could not be run again",
+        "page_url": safe_url(page),
+        "verifier": _name(step.verifier),
+        "checked": looked.checked,
+    }
+    await _verified_done(scope, attempt, verdict, evidence, scope.attempt_log(attempt))
+    return True
 
 
 async def restore_gap_open(scope: RunScope, step: Effect) -> bool:

@@ -363,6 +363,26 @@ def test_an_export_writes_a_submit_that_sent_nothing_as_an_action_and_marks_one_
     compile(source, "exported.py", "exec")
 
 
+def test_an_export_types_an_email_proof_as_an_email_of_the_run() -> None:
+    """django-oscar's guest checkout: the email typed at its gateway is what the verify looks for
+    (the shop's orders by email). A new run types its run id at the typed address's domain (the
+    field takes nothing but an email), in the fill and in the verify's address alike."""
+    verify = parse_verify({"get": "/verify/orders?email=g5@example.com", "path": "orders"}).resolved("http://h/")
+    calls = [
+        Call(1, "navigate", {"url": "http://h/checkout/", "ok": True}),
+        Call(2, "fill", {"value": "g5@example.com", "ok": True}, Target("#id_username", field="username")),
+        Call(3, "submit", {"ok": True}, Target("#place-order"), key="order", verify=verify),
+    ]
+    source = _Writer("r-1", calls, {"t0003.submit"}, [], False).source("agent-r-1")
+    assert (
+        "    username: str | None = None  # the proof its verifier looks for (default: the run id@example.com)"
+        in source
+    )
+    assert """.fill((ctx.inputs.username or ctx.run_id + "@example.com"))""" in source
+    assert """'get': f'http://h/verify/orders?email={(ctx.inputs.username or ctx.run_id + "@example.com")}'""" in source
+    compile(source, "exported.py", "exec")
+
+
 def test_a_replay_takes_the_page_where_a_done_submit_left_it() -> None:
     """A done submit is skipped by a replay; in its place the page goes to the address in its
     result (under the submit's number, so no call's step is taken). A submit in doubt, one done

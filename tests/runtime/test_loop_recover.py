@@ -50,12 +50,25 @@ def crashed(
 
 
 def order_flow(
-    name: str, verdicts: list[Any] | None = None, clock: FakeClock | None = None, **options: Any
+    name: str,
+    verdicts: list[Any] | None = None,
+    clock: FakeClock | None = None,
+    *,
+    cart_gone: bool = False,
+    **options: Any,
 ) -> tuple[Flow[Any], list[float]]:
     """A flow whose effect ``submit`` POSTs an order; with ``verdicts``, its verifier returns
-    (or raises) them in turn. Returns the flow and when (on ``clock``) the verifier was asked."""
+    (or raises) them in turn. Returns the flow and when (on ``clock``) the verifier was asked.
+    With ``cart_gone``, an action ``checkout`` before it can no longer be run (the site emptied
+    the cart once the order was placed)."""
     flow = Flow(name)
     asked: list[float] = []
+
+    if cart_gone:
+
+        @flow.step
+        async def checkout(ctx: StepContext[Any]) -> None:
+            raise RuntimeError("the cart is empty: no checkout form")
 
     @flow.effect(**options)
     async def submit(ctx: StepContext[Any]) -> str:
@@ -284,3 +297,53 @@ def test_a_run_restored_from_a_backup_is_reconciled_as_if_its_effect_had_been_se
         assert final.state == RunState.NEEDS_REVIEW
         assert (first.state, first.decided_by, rest) == (AttemptState.UNKNOWN, "restore:unproven", [])
         assert loop.site.sent() == []
+
+
+def test_an_effect_in_doubt_whose_earlier_steps_cannot_run_again_is_decided_by_its_verifier(loop: Loop) -> None:
+    """The order was sent, then its owner died; the new pass cannot run the step before it (the
+    checkout is gone once the order is placed), so recovery never reaches the effect. Its
+    verifier is asked all the same and finds it done: SUCCEEDED by the verifier, and the run too
+    (nothing is left to do); no second POST."""
+    flow, asked = order_flow("stranded-done", [Verdict.done({"order": 7})], cart_gone=True)
+    run, _ = crashed(loop, flow)
+
+    final = execute(loop, flow, run)
+
+    assert final.state == RunState.SUCCEEDED, final.error
+    [after] = loop.attempts(run.id, "submit")
+    assert (after.state, after.decided_by, after.result) == (AttemptState.SUCCEEDED, "verifier", {"order": 7})
+    assert "could not be run again" in after.evidence["reason"]
+    assert len(asked) == 1 and "duplicate_prevented" in loop.decisions(run.id)
+    assert len(loop.site.sent()) == 1
+
+
+@pytest.mark.parametrize("verdict", [Verdict.not_done("no order"), Verdict.unknown("the API is down"), None])
+def test_an_effect_in_doubt_whose_earlier_steps_cannot_run_again_goes_to_a_person_unless_found_done(
+    loop: Loop, verdict: Verdict | None
+) -> None:
+    """The same, where the verifier does not find the order (or there is none): the effect stays
+    in doubt and the run goes to review with both reasons, not to FAILED (a failed run would
+    hold an effect nobody decides), and nothing is sent again."""
+    flow, _ = order_flow("stranded-review", None if verdict is None else [verdict], cart_gone=True)
+    run, _ = crashed(loop, flow)
+
+    final = execute(loop, flow, run)
+
+    assert final.state == RunState.NEEDS_REVIEW
+    assert final.error is not None and "submit is in doubt" in final.error and "the cart is empty" in final.error
+    [after] = loop.attempts(run.id, "submit")
+    assert after.state in (AttemptState.INTENT, AttemptState.UNKNOWN)
+    assert "needs_review" in loop.decisions(run.id)
+    assert len(loop.site.sent()) == 1
+
+
+def test_a_failure_before_an_effect_never_sent_stays_a_failure(loop: Loop) -> None:
+    """An effect whose intent was journaled but never sent is not in doubt: a pass failing
+    before it fails the run as any failure does, and its verifier is not asked."""
+    flow, asked = order_flow("unsent", [Verdict.done({"order": 7})], cart_gone=True)
+    run, _ = crashed(loop, flow, dispatched=False)
+
+    final = execute(loop, flow, run)
+
+    assert final.state == RunState.FAILED and asked == []
+    assert loop.site.sent() == []
