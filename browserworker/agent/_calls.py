@@ -34,14 +34,12 @@ from ._verify import VerifySpec, verifier
 
 __all__ = [
     "EVIDENCE",
-    "KEPT_STATE",
     "STAGING",
     "TOOL_CALL",
     "UNDONE",
     "Call",
     "MaySend",
     "journaled_calls",
-    "kept_state",
     "latest_by_step",
     "missed_verifies",
     "retried_call",
@@ -56,11 +54,6 @@ UNDONE = "tool_call_undone"
 EVIDENCE = "tool_evidence"
 """The event of what a done submit left on the page: its screenshot, and whether the page showed
 errors (``errors_shown``: a form re-rendered with them, the site may have refused it)."""
-
-KEPT_STATE = "tool_state_kept"
-"""The event that keeps the session's browser state (cookies, storage) as a done submit left it,
-sealed: a replay skips the submit, so a new pass starts from this state (the cart it filled, the
-login it made) instead of a blank one."""
 
 STAGING = ("navigate", "back", "click", "hover", "fill", "select", "check", "press", "upload")
 """The tools that replay as actions (with ``submit``, the page-changing tools)."""
@@ -203,12 +196,6 @@ def missed_verifies(events: Iterable[EventRecord]) -> set[str]:
         for e in events
         if e.kind == EVIDENCE and isinstance(e.detail, dict) and e.detail.get("verify_missed")
     }
-
-
-def kept_state(events: Iterable[EventRecord]) -> str | None:
-    """The session's latest kept browser state (sealed, base64), if a done submit kept one."""
-    kept = [e.detail["sealed"] for e in events if e.kind == KEPT_STATE and isinstance(e.detail, dict)]
-    return str(kept[-1]) if kept else None
 
 
 def journaled_calls(events: Iterable[EventRecord]) -> list[Call]:

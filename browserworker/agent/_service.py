@@ -67,7 +67,6 @@ from ._calls import (
     Call,
     MaySend,
     journaled_calls,
-    kept_state,
     latest_by_step,
     missed_verifies,
     retried_call,
@@ -295,12 +294,6 @@ class AgentService:
         events = await self.astore.call(self.store.events, run_id)  # its calls, and its verifies that missed
         inputs = AgentInputs.model_validate(run.inputs)
         session = await self._lease(run, agent_flow(inputs), journaled_calls(events), missed_verifies(events))
-        kept = kept_state(events)
-        notes = []
-        if kept is not None and not session.start_from(kept):
-            notes.append(
-                "the browser state its last submit left is sealed with another key: the page starts without it"
-            )
         try:
             steps = await session.history()
             replayed = await session.live.open(steps)
@@ -308,7 +301,7 @@ class AgentService:
             self.live.pop(run_id, None)
             await session.live.detach()
             raise
-        notes.insert(0, f"session taken up by this server: {len(replayed)} step(s) replayed, effects not redone")
+        notes = [f"session taken up by this server: {len(replayed)} step(s) replayed, effects not redone"]
         notes += [
             f"replaying {st.id}: {o.kind} ({o.reason})"
             for st, o in zip(steps, replayed, strict=False)
@@ -691,7 +684,6 @@ class AgentService:
                 notes.append(MESSAGES)
             landed = answer["status"] != "verified" and attempts[-1].dispatched_at is not None and not errors
             answer |= await s.leave_evidence(call, errors, read_verify=landed, notes=notes)
-            await s.keep_state(call)  # a replay skips this submit: new passes start from what it left
         if notes:
             answer["note"] = "; ".join(notes)
         return answer

@@ -15,15 +15,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Error as PlaywrightError
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ToolCallError
 from ..flow import Effect, Flow, Step
-from ..runtime import LiveRun, SessionUnreadable, StepOutcome
+from ..runtime import LiveRun, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
-from ._calls import EVIDENCE, KEPT_STATE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
+from ._calls import EVIDENCE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
 from ._verify import VerifySpec, address, check, found_before
 
@@ -44,8 +43,6 @@ NOTE_AFTER = 0.05
 """Seconds a read call's record waits for the read calls after it, to be journaled with them."""
 SNAPSHOT_KEPT = 20_000
 """Characters of the snapshot an agent acted on kept with a submit (its evidence)."""
-
-_STATE_OF = "state of "  # what a kept state is sealed for: never taken for a typed secret, nor one for it
 
 _ELEMENT_INFO = """els => els.slice(0, 1).map(e => ({tag: e.tagName.toLowerCase(),
     type: (e.type || '').toLowerCase(), field: e.name || e.id || '', secret: e.type === 'password'}))"""
@@ -167,30 +164,6 @@ class AgentSession:
         if self.sealer is None or call.secret is None:
             return None
         return str(self.sealer.open(base64.b64decode(call.secret), self.run_id)["value"])
-
-    async def keep_state(self, call: Call) -> None:
-        """Keep the browser state (cookies, storage) a done submit left (:data:`KEPT_STATE`): a
-        replay skips the submit, so every new pass of this session starts from this state. It is
-        journaled sealed (with no key to seal it with, it is kept for this server only)."""
-        try:
-            state = dict(await self.page.context.storage_state(indexed_db=True))
-        except PlaywrightError:  # the page went away meanwhile: the last state kept stands
-            return
-        self.live.start_state = state
-        if self.sealer is not None:
-            sealed = base64.b64encode(self.sealer.seal(state, _STATE_OF + self.run_id)).decode()
-            await self.live.journal.record(KEPT_STATE, step_id=call.step_id, detail={"sealed": sealed})
-
-    def start_from(self, sealed: str) -> bool:
-        """Start this session's new passes from a state :meth:`keep_state` journaled; False if
-        this server's key cannot open it (sealed with another)."""
-        if self.sealer is None:
-            return False
-        try:
-            self.live.start_state = self.sealer.open(base64.b64decode(sealed), _STATE_OF + self.run_id)
-        except (SessionUnreadable, ValueError):
-            return False
-        return True
 
     def step(
         self,

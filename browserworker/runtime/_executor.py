@@ -29,6 +29,7 @@ from ..store.records import AttemptRecord, RunRecord
 from ._actions import run_action
 from ._browser import BrowserProcess
 from ._effects import run_effect
+from ._kept import KeptState
 from ._login_sessions import SessionRun
 from ._passes import Again, Pass, PassOutcome, RunScope, Stop
 from ._recover import found_done, in_doubt
@@ -84,6 +85,7 @@ class Executor:
         )
         self.log = self.scope.log
         self.session = SessionRun(self.scope) if flow.login_step is not None else None
+        self.kept = KeptState(journal, self.scope.sessions)  # the state a done effect left, for later passes
         self._pass_now: Pass | None = None
         self._starting: asyncio.Future[Any] | None = None  # the RUNNING transition, in flight
         self._ending: asyncio.Future[RunRecord] | None = None  # the SUCCEEDED transition, in flight
@@ -102,6 +104,8 @@ class Executor:
             )
         self.scope.restored_at = restored_at
         self.scope.budget_since = requeued_at
+        if any(a.kind == "effect" and a.state == AttemptState.SUCCEEDED for a in attempts):
+            await self.kept.load()  # the passes start from what the done effects left
         if self.run.state != RunState.RUNNING:
             # committed while the first browser context opens; awaited before the first step
             self._starting = asyncio.ensure_future(self.journal.start())
@@ -171,6 +175,7 @@ class Executor:
                 options.update(await self.session.context_options())
             except SessionKeyError as exc:
                 return PassOutcome("failed", str(exc))
+        options.update(self.kept.options())  # newer than the saved login, which it came from
         async with self.browser.context(**options) as context:
             p = self._pass_now = Pass(context=context, route=ContextRoute(context))
             p.gap = StepGap(p.route, self._between_steps)
@@ -259,7 +264,10 @@ class Executor:
     async def _step(self, step: Step, p: Pass) -> Any:
         latest = await self._boundary(step)
         if isinstance(step, Effect):
-            return await run_effect(self.scope, step, p, latest)
+            value = await run_effect(self.scope, step, p, latest)
+            if latest is None or latest.state != AttemptState.SUCCEEDED:  # done in this pass: later ones skip it
+                await self.kept.keep(p.context, step.id)
+            return value
         if isinstance(step, Login) and self.session is not None:
             p.gap_closed()  # a login posts its form: the step is running
             return await self.session.run(step, p)

@@ -28,11 +28,12 @@ from ..flow import Action, Effect, Extensions, Flow, Login, Step
 from ..gate import ActionGuard, ContextRoute, StepGap, watch_navigations
 from ..journal import Lease, LeaseSettings, RunJournal
 from ..logs import get_logger
-from ..states import RunState
+from ..states import AttemptState, RunState
 from ..store.aio import AsyncStore
 from ..store.records import AttemptRecord, Owner, RunRecord
 from ._browser import BrowserProcess
 from ._effects import run_effect
+from ._kept import KeptState
 from ._leased_run import acquire
 from ._login_sessions import SessionRun
 from ._passes import Again, Pass, RunScope, Stop, in_own_task
@@ -112,7 +113,7 @@ class LiveRun:
         )
         self.session = SessionRun(self.scope) if flow.session_key(self.scope.inputs) is not None else None
         self.between: list[SentBetween] = []  # what pages sent between steps, since last read
-        self.start_state: dict[str, Any] | None = None  # the storage state a pass's context starts from
+        self.kept = KeptState(journal, self.scope.sessions)  # the state a done effect left, for later passes
         self._pass: Pass | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = False
@@ -161,6 +162,8 @@ class LiveRun:
             lets=lets,
         )
         held.start()
+        if not claimed.fresh:  # taken up: its passes start from what its done effects left
+            await live.kept.load()
         return live
 
     @property
@@ -181,10 +184,10 @@ class LiveRun:
     # -- passes --------------------------------------------------------------------------
 
     async def open(self, replay: Sequence[Step] = ()) -> list[StepOutcome]:
-        """Open a pass: a fresh context (from :attr:`start_state` if set, else the saved login of
-        the run's session key, if one may be reused), the route in from the start, a page; then
-        replay ``replay`` (actions re-run, effects skipped when done, recovered when in doubt).
-        Returns the replayed steps' outcomes."""
+        """Open a pass: a fresh context (from the state the run's last done effect left, else the
+        saved login of the run's session key, if one may be reused: :class:`KeptState`), the route
+        in from the start, a page; then replay ``replay`` (actions re-run, effects skipped when
+        done, recovered when in doubt). Returns the replayed steps' outcomes."""
         await self.close_pass()
         if not self._started:
             if self.run.state != RunState.RUNNING:
@@ -194,8 +197,7 @@ class LiveRun:
         options = self.flow.context_options(self.scope.inputs)
         if self.session is not None:
             options.update(await self.session.context_options())
-        if self.start_state is not None:
-            options["storage_state"] = self.start_state
+        options.update(self.kept.options())
         stack = contextlib.AsyncExitStack()
         context = await stack.enter_async_context(self.browser.context(**options))
         p = Pass(context=context, route=ContextRoute(context))
@@ -295,6 +297,8 @@ class LiveRun:
                 if cancelled:
                     raise Stop("cancelled", "cancelled on request")
                 value = await run_effect(self.scope, step, p, latest)
+                if latest is None or latest.state != AttemptState.SUCCEEDED:  # done in this pass: replays skip it
+                    await self.kept.keep(p.context, step.id)
             except Again as again:
                 await self.close_pass()
                 if again.backoff:

@@ -400,22 +400,3 @@ def test_a_replay_takes_the_page_where_a_done_submit_left_it() -> None:
     assert _landing(submit, replace(done, result={"verified": 1})) is None
     assert _landing(submit, replace(done, result={"url": "javascript:alert(1)"})) is None
     assert _landing(Call(8, "fill", {"value": "x"}), done) is None
-
-
-def test_the_latest_kept_browser_state_is_the_one_a_session_starts_from() -> None:
-    """Each done submit keeps the browser state it left (sealed); a session taken up starts from
-    the latest, and from none where no submit kept one."""
-    from browserworker.agent._calls import KEPT_STATE, kept_state
-    from browserworker.store.records import EventRecord
-
-    def event(kind: str, detail: dict[str, Any]) -> EventRecord:
-        return EventRecord(
-            id=0, at=0.0, run_id="r", step_id="t0001.submit", attempt_no=None, worker=None, lease_epoch=1,
-            kind=kind, from_state=None, to_state=None, decision=None, detail=detail,
-        )  # fmt: skip
-
-    assert kept_state([event("tool_call", {"seq": 1})]) is None
-    assert (
-        kept_state([event(KEPT_STATE, {"sealed": "A"}), event("tool_call", {}), event(KEPT_STATE, {"sealed": "B"})])
-        == "B"
-    )

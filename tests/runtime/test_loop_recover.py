@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 
 from browserworker.flow import Flow, StepContext, Verdict
+from browserworker.runtime._kept import KeptState
+from browserworker.runtime._settings import SessionSettings
 from browserworker.states import AttemptState, RunState
 from browserworker.store.records import AttemptRecord, Owner, RunRecord
 from tests.support.loop_fakes import (
     SITE,
     FakeClock,
+    FakeContext,
     Heard,
     Loop,
     page,
@@ -347,3 +350,55 @@ def test_a_failure_before_an_effect_never_sent_stays_a_failure(loop: Loop) -> No
 
     assert final.state == RunState.FAILED and asked == []
     assert loop.site.sent() == []
+
+
+def test_a_pass_after_a_crash_starts_from_the_browser_state_a_done_effect_left(loop: Loop) -> None:
+    """``add_to_cart`` was done by the owner that died (the site's answer set the cart's cookie,
+    which it kept, sealed, in the journal), and its order was in doubt. The new owner's pass skips
+    the done effect, so only the kept state brings the cart back: its context starts from it,
+    ``checkout`` finds the cart, and the order, verified not done, is placed again once."""
+    flow = Flow("cart")
+
+    @flow.effect
+    async def add_to_cart(ctx: StepContext[Any]) -> None:
+        raise AssertionError("done before the crash: never run again")
+
+    @flow.step
+    async def checkout(ctx: StepContext[Any]) -> None:
+        if not any(c["name"] == "cart" for c in page(ctx).context.cookies):
+            raise RuntimeError("the cart is empty: no checkout form")
+
+    @flow.effect
+    async def submit(ctx: StepContext[Any]) -> str:
+        await post(ctx)
+        return "placed"
+
+    @submit.verify
+    async def landed(ctx: StepContext[Any]) -> Verdict:
+        return Verdict.not_done("no order")
+
+    run = loop.new_run(flow)
+    dead = loop.claim(run.id, DEAD)
+    fp = flow.fingerprint(flow.get("add_to_cart"), flow.validate_inputs({}), {})  # type: ignore[arg-type]
+    added = loop.store.begin_attempt(run.id, dead.lease_epoch, "add_to_cart", "effect", f"{run.id}/a", fp)
+    loop.store.finish_attempt(added, dead.lease_epoch, AttemptState.SUCCEEDED, decided_by="return")
+    left = FakeContext(loop.site)
+    left.cookies = [{"name": "cart", "value": "tea", "domain": "shop.test", "path": "/"}]
+    asyncio.run(KeptState(loop.journal(dead, DEAD), SessionSettings()).keep(left, "add_to_cart"))  # type: ignore[arg-type]
+    [kept] = [e.detail for e in loop.store.events(run.id) if e.kind == "state_kept"]
+    assert set(kept) == {"sealed"} and "tea" not in str(kept), "sealed, never in clear"
+    key = f"{run.id}/submit"
+    fp = flow.fingerprint(flow.get("submit"), flow.validate_inputs({}), {})  # type: ignore[arg-type]
+    doubt = loop.store.begin_attempt(run.id, dead.lease_epoch, "submit", "effect", key, fp, worker=DEAD.worker)
+    loop.store.mark_dispatched(doubt, dead.lease_epoch, "POST", f"{SITE}/orders?key={key}")
+    loop.site.take("POST", f"{SITE}/orders?key={key}")
+    run = loop.claim(run.id, takeover_epoch=dead.lease_epoch)
+
+    final = execute(loop, flow, run)
+
+    assert final.state == RunState.SUCCEEDED, final.error
+    assert all(c.started_from is not None for c in loop.browser.contexts)
+    assert [c["value"] for c in loop.browser.contexts[0].started_from["cookies"]] == ["tea"]  # type: ignore[index]
+    first, replay = loop.attempts(run.id, "submit")
+    assert (first.state, replay.state) == (AttemptState.NOT_DONE, AttemptState.SUCCEEDED)
+    assert len(loop.site.sent()) == 2, "the one in doubt, then the replay once verified not done"

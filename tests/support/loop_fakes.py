@@ -305,6 +305,11 @@ class FakeContext(Emitter):
         self.opened: list[FakePage] = []  # every page it ever had
         self.route_handler: Callable[[FakeRoute, FakeRequest], Awaitable[None]] | None = None
         self.closed = False
+        self.cookies: list[dict[str, Any]] = []  # what the steps set, as the site's answers would
+        self.started_from: dict[str, Any] | None = None  # the storage state it was created with
+
+    async def storage_state(self, indexed_db: bool = False) -> dict[str, Any]:
+        return {"cookies": [dict(c) for c in self.cookies], "origins": []}
 
     @property
     def pages(self) -> list[FakePage]:
@@ -351,6 +356,8 @@ class FakeBrowser:
     @asynccontextmanager
     async def context(self, **options: Any) -> AsyncIterator[FakeContext]:
         ctx = FakeContext(self.site)
+        ctx.started_from = options.get("storage_state")
+        ctx.cookies = [dict(c) for c in (ctx.started_from or {}).get("cookies", [])]
         self.contexts.append(ctx)
         try:
             yield ctx
