@@ -265,7 +265,8 @@ class Executor:
         latest = await self._boundary(step)
         if isinstance(step, Effect):
             value = await run_effect(self.scope, step, p, latest)
-            if latest is None or latest.state != AttemptState.SUCCEEDED:  # done in this pass: later ones skip it
+            # done in this pass: a later pass skips it, and starts from what it left (if a step follows)
+            if (latest is None or latest.state != AttemptState.SUCCEEDED) and step is not self.flow.steps[-1]:
                 await self.kept.keep(p.context, step.id)
             return value
         if isinstance(step, Login) and self.session is not None:

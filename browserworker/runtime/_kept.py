@@ -2,9 +2,10 @@
 
 A new pass skips an effect that SUCCEEDED, and what the site's answer to it left in the browser
 went with the old pass's context: the cart an "Add to cart" filled, the session cookie of a
-sign-in made as an effect, the token a page stored from it. So after each effect done in a pass,
-the context's storage state (cookies, local storage, IndexedDB) is kept, and every later pass of
-the run starts from it. It is journaled sealed (the ``state_kept`` event, with the key of saved
+sign-in made as an effect, the token a page stored from it. So after each effect done in a pass
+(but a flow's last step: no pass needs what that one left), the context's storage state (cookies,
+local storage, IndexedDB) is kept when it holds anything new, and every later pass of the run
+starts from it. It is journaled sealed (the ``state_kept`` event, with the key of saved
 logins: :func:`~browserworker.runtime._login_sessions.sealer_for`), so that a pass in another
 process after a crash starts from it too; with no key to seal it with (PostgreSQL without
 ``BROWSERWORKER_SESSION_KEY``) it is kept by this process only.
@@ -54,8 +55,8 @@ class KeptState:
             state = dict(await context.storage_state(indexed_db=True))
         except PlaywrightError:  # the context went away meanwhile: the state kept before stands
             return
-        if state == self.state:
-            return
+        if state == self.state or (self.state is None and not (state.get("cookies") or state.get("origins"))):
+            return  # nothing new to start from (nothing at all, for a run's first)
         self.state = state
         sealer = await self._sealing()
         if sealer is not None:
