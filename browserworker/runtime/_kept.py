@@ -26,8 +26,10 @@ from ..logs import get_logger
 from ._login_sessions import Sealer, SessionUnreadable, sealer_for
 from ._settings import SessionSettings
 
-__all__ = ["KEPT", "KeptState"]
+__all__ = ["KEPT", "READ_TIMEOUT", "KeptState"]
 
+READ_TIMEOUT = 10.0
+"""Seconds the state may take to read (a page whose script never yields holds its storage)."""
 KEPT = "state_kept"
 """The event a kept state is journaled as (``{"sealed": base64}``)."""
 _SEALED_FOR = "browser state of run "  # what it is sealed for: never opened as a saved login or a typed secret
@@ -52,8 +54,9 @@ class KeptState:
     async def keep(self, context: BrowserContext, step_id: str) -> None:
         """Keep ``context``'s state, as effect ``step_id`` (done in it) left it."""
         try:
-            state = dict(await context.storage_state(indexed_db=True))
-        except PlaywrightError:  # the context went away meanwhile: the state kept before stands
+            state = dict(await asyncio.wait_for(context.storage_state(indexed_db=True), READ_TIMEOUT))
+        except (PlaywrightError, TimeoutError):  # gone meanwhile, or a page too busy: the state kept before stands
+            log.warning("the browser state after an effect could not be read", step_id=step_id)
             return
         if state == self.state or (self.state is None and not (state.get("cookies") or state.get("origins"))):
             return  # nothing new to start from (nothing at all, for a run's first)

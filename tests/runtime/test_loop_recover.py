@@ -402,3 +402,34 @@ def test_a_pass_after_a_crash_starts_from_the_browser_state_a_done_effect_left(l
     first, replay = loop.attempts(run.id, "submit")
     assert (first.state, replay.state) == (AttemptState.NOT_DONE, AttemptState.SUCCEEDED)
     assert len(loop.site.sent()) == 2, "the one in doubt, then the replay once verified not done"
+
+
+def test_a_state_that_cannot_be_read_after_an_effect_does_not_hold_the_run(
+    loop: Loop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page too busy to give its storage (a script that never yields) does not hold the run
+    after an effect: the state is read for at most ``READ_TIMEOUT`` seconds, then the run goes
+    on, with what was kept before (nothing here)."""
+    from browserworker.runtime import _kept
+
+    async def never(self: FakeContext, indexed_db: bool = False) -> dict[str, Any]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(_kept, "READ_TIMEOUT", 0.05)
+    monkeypatch.setattr(FakeContext, "storage_state", never)
+    flow = Flow("busy")
+
+    @flow.effect
+    async def submit(ctx: StepContext[Any]) -> str:
+        await post(ctx)
+        return "placed"
+
+    @flow.step
+    async def after(ctx: StepContext[Any]) -> None:
+        pass
+
+    final = loop.run_to_end(flow)
+
+    assert final.state == RunState.SUCCEEDED
+    assert not [e for e in loop.store.events(final.id) if e.kind == "state_kept"]
