@@ -163,7 +163,11 @@ class LiveRun:
         )
         held.start()
         if not claimed.fresh:  # taken up: its passes start from what its done effects left
-            await live.kept.load()
+            try:
+                await live.kept.load()
+            except BaseException:
+                await held.stop()  # nobody holds the run: no heartbeat left behind
+                raise
         return live
 
     @property
