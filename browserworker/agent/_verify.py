@@ -39,17 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = [
-    "PROOF_WAIT",
-    "VerifySpec",
-    "address",
-    "check",
-    "found_before",
-    "parse_verify",
-    "shows",
-    "verifier",
-    "words",
-]
+__all__ = ["PROOF_WAIT", "VerifySpec", "address", "check", "found_before", "parse_verify", "shows", "verifier", "words"]
 
 PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read

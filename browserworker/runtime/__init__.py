@@ -18,15 +18,7 @@ if TYPE_CHECKING:  # the names of this face; each loads on first use (browserwor
     from ._browser import ENV_ARGS, LEAN_FEATURES, BrowserProcess, BrowserSettings, find_chromium, launch_options
     from ._engine import Engine
     from ._live import LiveRun, SentBetween, StepOutcome
-    from ._login_sessions import (
-        SessionInfo,
-        SessionUnreadable,
-        drop_session,
-        generate_key,
-        list_sessions,
-        replay_seed,
-        sealer_for,
-    )
+    from ._login_sessions import SessionInfo, drop_session, generate_key, list_sessions, replay_seed, sealer_for
     from ._run_request import RunRequest, new_run_id, prepare_run, validate_run_id
     from ._settings import ApprovalSettings, SessionSettings
     from ._worker import Worker, WorkerSettings, WorkerStats
@@ -45,7 +37,6 @@ __all__ = [
     "SentBetween",
     "SessionInfo",
     "SessionSettings",
-    "SessionUnreadable",
     "StepOutcome",
     "Worker",
     "WorkerSettings",

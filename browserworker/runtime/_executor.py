@@ -211,10 +211,7 @@ class Executor:
         asked on a page of its own (:func:`~browserworker.runtime._recover.found_done`): found
         done, it is SUCCEEDED, and so is the run if nothing is left to do; else a person decides
         (NEEDS_REVIEW), as a run left FAILED would hold an effect in doubt that nobody decides."""
-        latest: dict[str, AttemptRecord] = {}
-        for a in await self.journal.attempts():
-            if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
-                latest[a.step_id] = a
+        latest = _latest(await self.journal.attempts())
         stranded = [s for s in self.flow.steps if isinstance(s, Effect) and in_doubt(latest.get(s.id))]
         if not stranded:
             return PassOutcome("failed", reason)
@@ -326,13 +323,19 @@ def nothing_left(steps: Sequence[Step], attempts: Sequence[AttemptRecord]) -> bo
     """Whether a resumed run has nothing left to do: every effect's latest attempt SUCCEEDED,
     and so did every action after the last effect. (The actions before an effect only prepare
     its page: with every effect done there is nothing for them to prepare.)"""
+    latest = _latest(attempts)
+    last_effect = max((i for i, s in enumerate(steps) if isinstance(s, Effect)), default=-1)
+    needed = [s for i, s in enumerate(steps) if isinstance(s, Effect) or i > last_effect]
+    return all(s.id in latest and latest[s.id].state == AttemptState.SUCCEEDED for s in needed)
+
+
+def _latest(attempts: Sequence[AttemptRecord]) -> dict[str, AttemptRecord]:
+    """Each step's latest attempt."""
     latest: dict[str, AttemptRecord] = {}
     for a in attempts:
         if a.step_id not in latest or a.attempt_no > latest[a.step_id].attempt_no:
             latest[a.step_id] = a
-    last_effect = max((i for i, s in enumerate(steps) if isinstance(s, Effect)), default=-1)
-    needed = [s for i, s in enumerate(steps) if isinstance(s, Effect) or i > last_effect]
-    return all(s.id in latest and latest[s.id].state == AttemptState.SUCCEEDED for s in needed)
+    return latest
 
 
 async def _shut_and_close(context: BrowserContext, route: ContextRoute) -> None:
