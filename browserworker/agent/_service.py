@@ -322,14 +322,22 @@ class AgentService:
             )
             last = None
         if last is not None and last.kind != "done":  # the page is not where it was: touch nothing but verifies
-            found, at = await session.found_landed(), session.page.url
-            self.live.pop(run_id, None)
-            await session.live.release("agent session could not be replayed")
             step = steps[len(replayed) - 1].id
+            why = (
+                f"session {run_id} could not be re-opened where it was: replaying {step} {last.kind} on "
+                f"{session.page.url} ({last.reason or ', '.join(last.refused)})"
+            )
+            self.live.pop(run_id, None)
+            try:
+                found, review = await session.stranded(why)
+            except BaseException:
+                await session.live.detach()
+                raise
+            if review is not None:
+                raise _RunLeft(f"{review}: the session waits for a person's review; see {self.policy.link(run_id)}")
+            await session.live.release("agent session could not be replayed")
             raise ToolCallError(
-                f"session {run_id} could not be re-opened where it was: replaying {step} {last.kind} on {at}"
-                f" ({last.reason or ', '.join(last.refused)}); nothing more was done, its submits stand as journaled"
-                + "".join(f"; {said}" for said in found)
+                f"{why}; nothing more was done, its submits stand as journaled" + "".join(f"; {said}" for said in found)
             )
         return session, notes
 

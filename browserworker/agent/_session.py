@@ -220,21 +220,18 @@ class AgentSession:
             with contextlib.suppress(Exception):  # the context is closing: nothing left to blank
                 await self._reading.goto("about:blank")
 
-    async def found_landed(self) -> list[str]:
-        """When a replay could not bring the page back where it was (the site moved on: an order
-        placed empties the checkout it came from): each submit in doubt whose verify finds it done
-        now is done, as recovery decides it (:meth:`LiveRun.found_done`). The others stay in doubt:
-        a *not done* would need the page, to send it again. Returns what was found, for the agent."""
-        found = []
+    async def stranded(self, reason: str) -> tuple[list[str], str | None]:
+        """When a replay could not bring the page back where it was (``reason``; the site moved
+        on: an order placed empties the checkout it came from), its submits in doubt are decided
+        as recovery decides them (:meth:`LiveRun.stranded`): each whose verify finds it done now
+        is done; one left in doubt (no verify, or it did not find it) goes to a person, and the
+        run ends NEEDS_REVIEW: a *not done* would need the page, to send it again. Returns what
+        was found, for the agent, and why a person decides, if one does."""
         latest = await self.latest_attempts()
-        for call in self.calls:
-            attempt = latest.get(call.step_id)
-            if not call.is_effect or call.verify is None or attempt is None:
-                continue
-            step = self.step(call)
-            if isinstance(step, Effect) and await self.live.found_done(step, attempt):
-                found.append(f"its verify found {call.step_id} (effect key {call.key}) done: it is verified")
-        return found
+        effects = [(self.step(c), latest.get(c.step_id)) for c in self.calls if c.is_effect]
+        done, review = await self.live.stranded([(s, a) for s, a in effects if isinstance(s, Effect)], reason)
+        keys = {c.step_id: c.key for c in self.calls}
+        return [f"its verify found {step} (effect key {keys[step]}) done: it is verified" for step in done], review
 
     async def read_before(self, spec: VerifySpec | None) -> None:
         """Read a submit's verify (if any) before the submit, on a page of its own: a verify that

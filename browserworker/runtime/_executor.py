@@ -32,7 +32,7 @@ from ._effects import run_effect
 from ._kept import KeptState
 from ._login_sessions import SessionRun
 from ._passes import Again, Pass, PassOutcome, RunScope, Stop
-from ._recover import found_done, in_doubt
+from ._recover import in_doubt, stranded
 from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["Executor", "PassOutcome"]
@@ -212,15 +212,12 @@ class Executor:
         done, it is SUCCEEDED, and so is the run if nothing is left to do; else a person decides
         (NEEDS_REVIEW), as a run left FAILED would hold an effect in doubt that nobody decides."""
         latest = _latest(await self.journal.attempts())
-        stranded = [s for s in self.flow.steps if isinstance(s, Effect) and in_doubt(latest.get(s.id))]
-        if not stranded:
+        effects = [(s, latest.get(s.id)) for s in self.flow.steps if isinstance(s, Effect)]
+        if not any(in_doubt(attempt) for _, attempt in effects):
             return PassOutcome("failed", reason)
-        page = await p.context.new_page()
-        for step in stranded:
-            if not await found_done(self.scope, step, latest[step.id], page, p.results):
-                why = f"effect {step.id} is in doubt and the steps before it could not be run again ({reason})"
-                await self.journal.decide(latest[step.id], "needs_review", {"reason": why})
-                return PassOutcome("review", f"{why}; its verifier did not find it done")
+        _, review = await stranded(self.scope, effects, await p.context.new_page(), p.results, reason)
+        if review is not None:
+            return PassOutcome("review", review)
         if nothing_left(self.flow.steps, await self.journal.attempts()):
             self._ending = asyncio.ensure_future(
                 self._finish(RunState.SUCCEEDED, None, "the effects in doubt were found done by their verifiers")

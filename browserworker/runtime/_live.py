@@ -37,7 +37,7 @@ from ._kept import KeptState
 from ._leased_run import acquire
 from ._login_sessions import SessionRun
 from ._passes import Again, Pass, RunScope, Stop, in_own_task
-from ._recover import found_done, in_doubt
+from ._recover import stranded
 from ._settings import ApprovalSettings, SessionSettings
 
 __all__ = ["LiveRun", "SentBetween", "StepOutcome"]
@@ -342,19 +342,24 @@ class LiveRun:
 
         return await self.session.run(Login(id=step_id, fn=nothing, sends=True), p, save_now=True)
 
-    async def found_done(self, step: Effect, attempt: AttemptRecord) -> bool:
-        """Whether ``step``'s verifier, asked on a page of its own in the open pass, finds the
-        effect of ``attempt`` done while it is in doubt (then SUCCEEDED by the verifier): for a
-        pass whose replay stopped before reaching it (:func:`~browserworker.runtime._recover.found_done`)."""
-        if not in_doubt(attempt):
-            return False
+    async def stranded(
+        self, effects: Sequence[tuple[Effect, AttemptRecord | None]], reason: str
+    ) -> tuple[list[str], str | None]:
+        """The open pass's replay stopped (``reason``) before ``effects`` (each with its latest
+        attempt), so their recovery never ran: decided as an executor decides a pass that failed
+        before them (:func:`~browserworker.runtime._recover.stranded`), on a page of its own. Returns
+        the ids of those a verifier found done (SUCCEEDED), and why a person decides the rest, if
+        any is left in doubt: then the run has ended NEEDS_REVIEW, in the review queue."""
         p = self._need_pass()
         page = await p.context.new_page()
         try:
-            return await found_done(self.scope, step, attempt, page, p.results)
+            done, review = await stranded(self.scope, effects, page, p.results, reason)
         finally:
             with contextlib.suppress(Exception):
                 await page.close()
+        if review is not None:
+            await self.end(RunState.NEEDS_REVIEW, review, "needs_review")
+        return done, review
 
     async def _replayed(self, step: Step) -> StepOutcome:
         assert isinstance(step, Action)

@@ -8,6 +8,7 @@ pass the way the plan says: replay now, hand on a result, park for review, or fa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from playwright.async_api import Page
@@ -21,7 +22,7 @@ from ..store.records import AttemptRecord, OutboxRecord
 from ._passes import REPLAY_NOW, Again, RunScope, Stop, in_own_task, jsonable, response_evidence, safe_url
 from ._recovery_rules import default_judge, plan_recovery, settle_deadline
 
-__all__ = ["found_done", "in_doubt", "judge_of", "recover", "restore_gap", "restore_gap_open", "verify"]
+__all__ = ["found_done", "in_doubt", "judge_of", "recover", "restore_gap", "restore_gap_open", "stranded", "verify"]
 
 
 def judge_of(step: Effect) -> Any:
@@ -139,6 +140,33 @@ async def found_done(
     }
     await _verified_done(scope, attempt, verdict, evidence, scope.attempt_log(attempt))
     return True
+
+
+async def stranded(
+    scope: RunScope,
+    effects: Sequence[tuple[Effect, AttemptRecord | None]],
+    page: Page,
+    results: dict[str, Any],
+    reason: str,
+) -> tuple[list[str], str | None]:
+    """A pass stopped (``reason``) before it reached ``effects`` (each with its latest attempt):
+    their recovery never ran. Each in doubt (:func:`in_doubt`) is asked its verifier on ``page``
+    (:func:`found_done`). Returns the ids of those found done, and, for the first left in doubt
+    (no verifier, or it did not find it done), why a person must decide it: that attempt is
+    journaled ``needs_review`` here, and the caller parks the run (never a retry: nothing can be
+    clicked without the page the steps before it make). None: nothing is left in doubt."""
+    done: list[str] = []
+    for step, attempt in effects:
+        if attempt is None or not in_doubt(attempt):
+            continue
+        if await found_done(scope, step, attempt, page, results):
+            done.append(step.id)
+            continue
+        why = f"effect {step.id} is in doubt and the steps before it could not be run again ({reason})"
+        await scope.journal.decide(attempt, "needs_review", {"reason": why})
+        said = "it has no verifier" if step.verifier is None else "its verifier did not find it done"
+        return done, f"{why}; {said}"
+    return done, None
 
 
 async def restore_gap_open(scope: RunScope, step: Effect) -> bool:

@@ -116,6 +116,42 @@ def test_a_submit_that_landed_is_verified_though_its_page_cannot_be_reopened(tmp
     assert [(a.state.name, a.decided_by) for a in effects] == [("SUCCEEDED", "verifier")], "decided, not redone"
 
 
+def test_a_submit_in_doubt_whose_page_cannot_be_reopened_and_verify_finds_nothing_goes_to_review(
+    tmp_path: Path, shop: Any
+) -> None:
+    """Killed once the submit's dispatch was journaled, before its request went, the session
+    cannot be re-opened where it was (its user's password changed meanwhile), and the verify finds
+    no order. Sending it again would need the order form the replay could not make: the retry
+    is answered needs_review with the console's link, every later retry alike, the run waits in
+    the review queue, and nothing reached the shop."""
+    user = f"stuck-{tmp_path.name}"[-40:]
+    shop.add_user(user, user)
+    reference = f"stuck-{tmp_path.name}"[:60]
+    db = str(tmp_path / "browserworker.db")
+    run_id, first, again = asyncio.run(
+        _crash_then_retry(
+            db,
+            shop.url,
+            "after_dispatch_commit",
+            reference,
+            order_verify(reference),
+            user=user,
+            between=lambda: shop.add_user(user, "changed"),
+        )
+    )
+    assert first["status"] == "needs_review" and "show" in first["review"], first
+    assert "could not be re-opened where it was" in first["reason"] and "did not find it done" in first["reason"]
+    assert again["status"] == "needs_review" and again["reason"] == first["reason"]
+    assert shop.orders(reference) == []
+    store = open_store(db)
+    run = store.get_run(run_id)
+    assert run is not None and run.state == RunState.NEEDS_REVIEW
+    effects = [a for a in store.attempts(run_id) if a.kind == "effect"]
+    assert len(effects) == 1 and effects[0].state.name == "INTENT", "left as journaled, for a person"
+    shown = json.loads(BW(db=Path(db)).run("show", run_id, "--json").stdout)
+    assert [e["kind"] for e in shown["events"]].count("decision") >= 1, "the needs_review decision is journaled"
+
+
 def test_an_uncertain_submit_without_a_verifier_goes_to_review_never_to_a_retry(
     tmp_path: Path, shop: Any, bw: BW
 ) -> None:
