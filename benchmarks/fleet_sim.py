@@ -5,7 +5,10 @@ commit) and N slots. A slot claims a run (``claim_next``, timed) and makes the s
 run of six actions and four effects makes (the shape of benchmark (a)'s flow), with a real :class:`~browserworker.journal.Lease`
 heartbeating it at the real cadence (TTL 30 s: every 10 s); between its steps it sleeps 0.5-2 s
 (what a page would take): RUNNING (in the claim, as the worker claims), each action's attempt begun and finished, each effect's
-boundary, intent, dispatch, response and outcome, SUCCEEDED.
+boundary, intent, dispatch, response (a redirect, and its last answer) and outcome, and after each
+effect but a last step the browser state it left (a ``state_kept`` event of the size the sandbox's
+sealed state has, written every time, as for a site that re-signs its session cookie on each
+answer; the executor skips a state unchanged since the last), SUCCEEDED.
 
 The parent bulk-loads a backlog (COPY), then for each level of runs in flight (100 ... 10,000)
 starts as many hosts as it takes, lets them ramp up, and measures a window: runs finished per
@@ -42,8 +45,11 @@ SLOTS_PER_HOST = 1000
 RAMP = 12.0  # seconds a level runs before its window: the slots are busy, steps under way
 TTL = 30.0
 STEP = (0.5, 2.0)
-# the shape of benchmark (a)'s flow: 6 actions and 4 effects
-STEPS = ("action", "action", "effect", "action", "effect", "action", "effect", "action", "action", "effect")
+# the shape of benchmark (a)'s flow (benchmarks/flows/ten_steps.py): 6 actions and 4 effects, in its order
+STEPS = ("action", "effect", "action", "effect", "action", "effect", "action", "effect", "action", "action")
+KEPT = (
+    "x" * 390
+)  # the sealed state's base64 after an effect of benchmark (a)'s flow on the sandbox: about 390 characters
 
 
 # -- a simulated host -------------------------------------------------------------------------
@@ -85,6 +91,7 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
         await asyncio.sleep(rng.uniform(*STEP))
 
     async def action(run_id: str, epoch: int, step: str) -> None:
+        await astore.call(store.cancel_requested, run_id)  # as the executor asks before each action
         attempt = await astore.call(
             store.begin_attempt, run_id, epoch, step, "action", f"{run_id}/{step}", "fp", worker=owner.worker
         )
@@ -92,7 +99,7 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
             store.finish_attempt, attempt, epoch, AttemptState.SUCCEEDED, decided_by="return", worker=owner.worker
         )
 
-    async def effect(run_id: str, epoch: int, step: str) -> None:
+    async def effect(run_id: str, epoch: int, step: str, last: bool) -> None:
         await astore.call(store.effect_boundary, run_id, step)
         attempt = await astore.call(
             store.begin_attempt,
@@ -108,6 +115,7 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
         outbox = await astore.call(store.mark_dispatched, attempt, epoch, "POST", "sim://", margin=5.0)
         await asyncio.sleep(rng.uniform(0.05, 0.3))  # the site answers
         await astore.call(store.record_response, outbox, 303, "sim://", {"location": "/done"})
+        await astore.call(store.record_final, outbox, 200, "sim://done")  # the redirect's last answer
         await astore.call(
             store.finish_attempt,
             attempt,
@@ -117,6 +125,16 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
             result={"ok": True},
             worker=owner.worker,
         )
+        if not last:  # as the executor keeps the browser state a done effect left (runtime/_kept.py)
+            await astore.call(
+                store.record_event,
+                run_id,
+                "state_kept",
+                step_id=step,
+                worker=owner.worker,
+                epoch=epoch,
+                detail={"sealed": KEPT},
+            )
 
     async def one_run() -> bool:
         nonlocal done_in_window
@@ -136,10 +154,12 @@ async def _host(dsn: str, slots: int, start_at: float, window: float, seed: int)
                 )
             for i, kind in enumerate(STEPS):
                 await pause()
+                if time.time() > window_end:  # measured no more: left as it is (a saturated level's
+                    return True  # runs would take minutes to end, with the database dropped after)
                 if kind == "action":
                     await action(run.id, epoch, f"s{i}")
                 else:
-                    await effect(run.id, epoch, f"s{i}")
+                    await effect(run.id, epoch, f"s{i}", last=i == len(STEPS) - 1)
             lease.ending = True  # as RunJournal.end: a heartbeat racing the end is not a lost lease
             await astore.call(store.set_run_state, run.id, epoch, RunState.SUCCEEDED, worker=owner.worker)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,44 @@ def test_the_agent_line_times_a_snapshot_of_a_big_page_served_on_loopback() -> N
         f"| g | `snapshot` tool on a page of 560 lines ({agent.BIG_ROWS} table"
     )
     assert "rounds of 10" in rows[1] and "1.12x (1.00-1.25)" in rows[1] and "the median only" in rows[1]
+
+
+def test_the_fleet_simulation_makes_the_store_calls_of_a_run_of_benchmark_a(
+    tmp_path: Path, shop: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fleet_sim.py`` stands for a fleet running benchmark (a)'s flow (six actions, four
+    effects): one of its simulated runs makes the store calls a worker's run of that flow makes,
+    the same methods as many times each, with its pauses taken out; it keeps the browser state
+    after every effect, the real run only after those that changed it."""
+    from browserworker.store import open_store
+
+    fleet = _bench_module("fleet_sim")
+    monkeypatch.setattr(fleet, "STEP", (0.0, 0.0))
+    monkeypatch.setattr(fleet, "RAMP", 0.0)
+    store = open_store(pg_url)
+    store.create_run(NewRun(id="sim-1", flow_name="sim", flow_path="sim.py", inputs={}))
+    store.close()
+    calls = _calls(monkeypatch)
+    done = asyncio.run(fleet._host(pg_url, 1, time.time(), 4.0, 0))
+    sim = calls[:]
+    ended = open_store(pg_url).get_run("sim-1")
+    assert ended is not None and ended.state == RunState.SUCCEEDED, done
+
+    store = SQLiteStore(tmp_path / "real.db")
+    flow_file = BENCHMARKS / "flows" / "ten_steps.py"
+    store.create_run(
+        NewRun(id="real-1", flow_name="ten-steps", flow_path=str(flow_file), inputs={"base_url": shop.url})
+    )
+    worker = Engine(store, browser=BrowserSettings.discover()).worker(WorkerSettings(concurrency=1, once=True))
+    del calls[:]
+    assert asyncio.run(worker.run()).finished == {"SUCCEEDED": 1}
+    real = [name for name in calls if name not in _WORKER_ONLY]
+
+    def made(names: list[str]) -> Counter[str]:
+        return Counter(n for n in names if n not in _LEASING)
+
+    # a state is kept after an effect only when it changed (the sandbox's session cookie changes
+    # with the second it was signed in); the simulation keeps one after every effect
+    kept = {"sim": made(sim).pop("record_event"), "real": made(real).pop("record_event")}
+    assert 1 <= kept["real"] <= kept["sim"] == 4, kept
+    assert made(sim) - Counter(record_event=4) == made(real) - Counter(record_event=kept["real"]), ",".join(real)
