@@ -227,11 +227,11 @@ class Lease:
             try:
                 # a heartbeat still unanswered when the lease runs out (by the local clock) is
                 # too late: the database unreachable (a partition holds a call for seconds), or
-                # this process paused past its lease
-                await asyncio.wait_for(
-                    self.store.call(self.store.store.heartbeat, self.run_id, self.epoch, self.settings.ttl),
-                    timeout=max(0.0, self.valid_until - started),
-                )
+                # this process paused past its lease. Not asyncio.wait_for: on Python 3.11 it
+                # swallows a cancel that comes as the heartbeat is answered, and :meth:`stop`
+                # then waited forever on a lease that went on beating
+                async with asyncio.timeout(max(0.0, self.valid_until - started)):
+                    await self.store.call(self.store.store.heartbeat, self.run_id, self.epoch, self.settings.ttl)
                 self.valid_until = started + self.settings.ttl - self.settings.skew
             except LeaseLost as exc:
                 if not self.ending:

@@ -323,14 +323,16 @@ class InFlight:
         while True:
             self._changed.clear()
             with contextlib.suppress(Exception):  # the context may be closing
-                await asyncio.wait_for(flush(), max(deadline - loop.time(), 0.01))
+                async with asyncio.timeout(max(deadline - loop.time(), 0.01)):  # (wait_for may swallow a cancel)
+                    await flush()
             if not self.pending - self.streams:
                 return True
             left = deadline - loop.time()
             if left <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._changed.wait()
 
 
 # -- a segment's HAR ------------------------------------------------------------------------

@@ -4,6 +4,7 @@ live owner's lease, taking over a provably dead one), heartbeating, its journal 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -162,8 +163,7 @@ async def _stopped(stop: asyncio.Event | None, seconds: float) -> bool:
     if stop is None:
         await asyncio.sleep(seconds)
         return False
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        pass
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):  # not wait_for, which may swallow a cancel (Python 3.11)
+            await stop.wait()
     return stop.is_set()

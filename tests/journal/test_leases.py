@@ -54,3 +54,40 @@ def test_heartbeats_fall_on_shared_ticks_three_quarters_to_one_interval_apart() 
     # and they stay together: each renewal's next beat is on the same tick again
     first = next_beat(base, every)
     assert len({next_beat(first + rng.uniform(0.001, 0.2), every) for _ in range(20)}) == 1
+
+
+def test_stopping_a_lease_as_its_heartbeat_is_answered_ends_its_heartbeats() -> None:
+    """A lease stopped in the very turn of the loop its heartbeat is answered in (a run ending
+    as its lease beats: at a fleet's scale, a few runs in every thousand) stops beating, and
+    ``stop`` returns. Python 3.11's ``asyncio.wait_for`` swallowed that cancel: the heartbeat
+    task went on beating the ended run's lease and ``stop`` waited for it forever."""
+    import asyncio
+    from types import SimpleNamespace
+    from typing import Any
+
+    from browserworker.journal import Lease, LeaseSettings
+
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Future[None]] = []
+        asked = asyncio.Event()
+
+        class Store:
+            store = SimpleNamespace(heartbeat=lambda *a: None)
+
+            def call(self, fn: Any, *args: Any) -> asyncio.Future[None]:
+                answers.append(loop.create_future())
+                asked.set()
+                return answers[-1]
+
+        lease = Lease(Store(), "r1", 1, LeaseSettings(ttl=0.3, skew=0.0))  # type: ignore[arg-type]
+        lease.start()
+        await asyncio.wait_for(asked.wait(), 5)
+        answers[-1].set_result(None)  # the heartbeat answered, and in the same turn:
+        await asyncio.wait_for(lease.stop(), 2)
+        beats = len(answers)
+        await asyncio.sleep(0.3)  # past the next beat it would have made
+        assert len(answers) == beats, "the stopped lease beat again"
+        return beats
+
+    assert asyncio.run(scenario()) == 1
