@@ -85,7 +85,8 @@ async def asked(astore: AsyncStore, store: Store, run_id: str, ask: AskPerson, l
     while (held := await held_approval(astore, store, run_id)) is None:
         await asyncio.sleep(_ASK_POLL)
     try:
-        decision = await asyncio.wait_for(ask(held, link), ASK_FOR)
+        async with asyncio.timeout(ASK_FOR):
+            decision = await ask(held, link)
     except Exception as exc:  # no answer in time, or the client could not ask: the console decides
         log.info("a person was not asked, or did not answer", run_id=run_id, error=str(exc) or type(exc).__name__)
         return False

@@ -361,7 +361,8 @@ class _Downloads(_Heard[Download]):
             while path.exists():
                 path, n = into / f"{Path(name).stem} ({n}){Path(name).suffix}", n + 1
             try:
-                await asyncio.wait_for(download.save_as(path), timeout)
+                async with asyncio.timeout(timeout):
+                    await download.save_as(path)
             except Exception as exc:
                 out.append({"name": name, "failed": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
                 continue
@@ -452,7 +453,8 @@ class _InFlight:
                 raise TimeoutError(f"still waiting after {timeout:g} s for {waiting}")
             until = min(left, began + SETTLE_LONG - loop.time()) if self.patient else left
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.quiet.wait(), max(0.01, until))
+                async with asyncio.timeout(max(0.01, until)):
+                    await self.quiet.wait()
 
     def close(self) -> None:
         self.page.remove_listener("request", self._started)

@@ -387,7 +387,8 @@ async def _read(frame: Frame, first_ref: int, limit: int, prefix: str, depth: in
             continue
         enter = prefix + shown[mark]["selector"] + ENTER_FRAME
         try:
-            sub = await asyncio.wait_for(_read(child, read.next_ref, limit - read.count, enter, depth + 1), FRAME_WAIT)
+            async with asyncio.timeout(FRAME_WAIT):
+                sub = await _read(child, read.next_ref, limit - read.count, enter, depth + 1)
         except Exception as exc:  # gone, navigating, or never loading
             reason = "still loading" if isinstance(exc, TimeoutError) else str(exc).splitlines()[0][:120]
             inside[at] = [f"{indent}- (frame not read: {reason})"]

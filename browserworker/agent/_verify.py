@@ -178,7 +178,8 @@ async def check(page: Page, spec: VerifySpec) -> str | None:
     a crash, and have it made again."""
     bound = spec.wait + CHECK_SLACK
     try:
-        verdict = await asyncio.wait_for(_read(page, spec), bound)
+        async with asyncio.timeout(bound):
+            verdict = await _read(page, spec)
     except TimeoutError:
         return f"it was not read within {bound:g} s"
     except Exception as exc:  # the address does not answer, a selector that is no selector
@@ -192,7 +193,8 @@ async def found_before(page: Page, spec: VerifySpec) -> str | None:
     that never landed), else None (an address that errors or does not answer included). The page
     is read once, as soon as its document is in: a proof a script writes later is not waited for."""
     try:
-        verdict = await asyncio.wait_for(_read(page, spec.model_copy(update={"wait": 0.0})), CHECK_SLACK)
+        async with asyncio.timeout(CHECK_SLACK):
+            verdict = await _read(page, spec.model_copy(update={"wait": 0.0}))
     except Exception:  # noqa: BLE001 - a verify that cannot be read now finds nothing
         return None
     return str((verdict.result or {}).get("verified")) if verdict.kind == "done" else None

@@ -198,12 +198,10 @@ class ApprovalCheck:
         """Before the effect runs: the names of the page's password fields (masked in the
         request shown; while the page submits it runs no script to ask)."""
         try:
-            self.password_fields = await asyncio.wait_for(
-                self.page.eval_on_selector_all(
+            async with asyncio.timeout(_CDP_WAIT):
+                self.password_fields = await self.page.eval_on_selector_all(
                     "input[type=password]", "els => els.flatMap(e => [e.name, e.id]).filter(Boolean)"
-                ),
-                _CDP_WAIT,
-            )
+                )
         except Exception:  # no page to look at: the secret inputs and the usual names still apply
             self.password_fields = []
 
@@ -268,7 +266,8 @@ class ApprovalCheck:
             return None
         path = evidence / self.scope.run.id.replace(":", "_") / f"{name}.png"
         try:
-            shot = await asyncio.wait_for(self._cdp("Page.captureScreenshot", {"format": "png"}), _CDP_WAIT)
+            async with asyncio.timeout(_CDP_WAIT):
+                shot = await self._cdp("Page.captureScreenshot", {"format": "png"})
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(base64.b64decode(shot["data"]))
         except Exception:  # evidence is best effort: the page may be gone

@@ -131,7 +131,8 @@ class DispatchGate:
         if route is None or self._closed:
             return
         try:
-            await asyncio.wait_for(self._settled.wait(), timeout=SETTLE_WAIT)
+            async with asyncio.timeout(SETTLE_WAIT):
+                await self._settled.wait()
         except TimeoutError:
             log.warning(
                 "dispatches the gate never saw decided; they will be aborted if they turn up",

@@ -391,11 +391,13 @@ async def stop_renderer(context: BrowserContext, page: Page) -> None:
         session = await context.new_cdp_session(page)
         sent.append(_background(session.send("Page.navigate", _EXIT)))
         try:
-            await asyncio.wait_for(asyncio.shield(gone), _EXIT_WAIT)
+            async with asyncio.timeout(_EXIT_WAIT):
+                await asyncio.shield(gone)
         except TimeoutError:
             log.warning("a page's renderer did not exit when told to; making it crash", url=page.url, waited=_EXIT_WAIT)
             sent.append(_background(session.send("Page.crash")))
-            await asyncio.wait_for(gone, SHUT_TIMEOUT - _EXIT_WAIT)
+            async with asyncio.timeout(SHUT_TIMEOUT - _EXIT_WAIT):
+                await gone
     except Exception as exc:  # closed, crashed by a page sharing its renderer, or stuck
         log.debug("page renderer not seen stopped before closing", error=str(exc) or type(exc).__name__)
     finally:

@@ -54,7 +54,8 @@ class KeptState:
     async def keep(self, context: BrowserContext, step_id: str) -> None:
         """Keep ``context``'s state, as effect ``step_id`` (done in it) left it."""
         try:
-            state = dict(await asyncio.wait_for(context.storage_state(indexed_db=True), READ_TIMEOUT))
+            async with asyncio.timeout(READ_TIMEOUT):
+                state = dict(await context.storage_state(indexed_db=True))
         except (PlaywrightError, TimeoutError):  # gone meanwhile, or a page too busy: the state kept before stands
             log.warning("the browser state after an effect could not be read", step_id=step_id)
             return
