@@ -16,6 +16,7 @@ from ..store.records import AttemptRecord
 
 __all__ = [
     "MESSAGES",
+    "REOPENED",
     "held",
     "loads",
     "sent_between",
@@ -126,6 +127,11 @@ async def shown_messages(page: Page) -> tuple[list[str], bool]:
 MESSAGES = (
     "the page shows errors; if the site refused what was sent, fix the form "
     "and submit with a new effect_key (this one is done)"
+)
+REOPENED = (
+    "the submit's outcome was in doubt (the site did not answer in time), so the session's page was "
+    "opened again: the calls before it were replayed, the submit was not redone and was decided as "
+    "the answer says; take a snapshot to see the page as it is"
 )
 REFUSED_AGAIN = "the page shows errors: the site may have refused what was sent (a wrong password, say); fix the form and submit again"
 

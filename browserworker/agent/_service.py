@@ -52,6 +52,7 @@ from ..store.records import ApprovalRecord, NewRun, RunRecord
 from ._actionable import refused_value
 from ._answers import (
     MESSAGES,
+    REOPENED,
     held,
     loads,
     sent_between,
@@ -642,8 +643,10 @@ class AgentService:
         await s.read_before(resolved)
         await s.flush()
         await s.record(call)  # before the intent: recovery needs the call and its verifier
-        outcome = await s.live.effect(s.step(call, live_selector=live), lambda: [])  # type: ignore[arg-type]
-        return await self._answer(s, call, outcome)
+        passes = s.live.passes
+        before = partial(s.history, upto=call.seq)  # replayed only if the submit's outcome is in doubt
+        outcome = await s.live.effect(s.step(call, live_selector=live), before)  # type: ignore[arg-type]
+        return await self._answer(s, call, outcome, reopened=s.live.passes != passes)
 
     async def _retry(self, s: AgentSession, call: Call) -> dict[str, Any]:
         latest = (await s.latest_attempts()).get(call.step_id)
@@ -658,10 +661,12 @@ class AgentService:
             return failed | {"reason": latest.error} | unsent(latest.state)
         history = await s.history(upto=call.seq)
         step = s.step(call, answered=await s.answered(latest))  # the site's 2xx is not overruled by a verify
-        outcome = await s.live.effect(step, lambda: history)  # type: ignore[arg-type]
+        outcome = await s.live.effect(step, history)  # type: ignore[arg-type]
         return await self._answer(s, call, outcome)
 
-    async def _answer(self, s: AgentSession, call: Call, outcome: StepOutcome) -> dict[str, Any]:
+    async def _answer(
+        self, s: AgentSession, call: Call, outcome: StepOutcome, *, reopened: bool = False
+    ) -> dict[str, Any]:
         base: dict[str, Any] = {"run_id": s.run_id, "effect_key": call.key, "seq": call.seq}
         if outcome.kind in ("review", "cancelled", "approval"):
             self.live.pop(s.run_id, None)
@@ -683,6 +688,8 @@ class AgentService:
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
         notes = what_was_sent(attempts[-1], answer)
+        if reopened and s.live.is_open:
+            notes.append(REOPENED)
         if s.live.is_open:
             answer["url"] = s.page.url
             alerts, errors = await shown_messages(s.page)

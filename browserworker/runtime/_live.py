@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -117,6 +117,8 @@ class LiveRun:
         self._pass: Pass | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = False
+        self.passes = 0
+        """Passes opened so far (a pass re-opened during an effect replays the steps before it)."""
 
     # -- leasing -------------------------------------------------------------------------
 
@@ -193,6 +195,7 @@ class LiveRun:
         in from the start, a page; then replay ``replay`` (actions re-run, effects skipped when
         done, recovered when in doubt). Returns the replayed steps' outcomes."""
         await self.close_pass()
+        self.passes += 1
         if not self._started:
             if self.run.state != RunState.RUNNING:
                 await self.journal.start()
@@ -284,15 +287,16 @@ class LiveRun:
         p.results[step.id] = value
         return StepOutcome("done", value)
 
-    async def effect(self, step: Effect, before: Sequence[Step] | Callable[[], Sequence[Step]]) -> StepOutcome:
+    async def effect(
+        self, step: Effect, before: Sequence[Step] | Callable[[], Awaitable[Sequence[Step]]]
+    ) -> StepOutcome:
         """Run an effect in the open pass (intent, gate, outcome; recovery if its latest attempt
         is in doubt). If its outcome is unknown, a new pass replays ``before`` (the steps done
-        before it) and recovers it. ``review``, ``approval`` and ``cancelled`` end the run here:
+        before it; made only then, if it is a function) and recovers it. ``review``, ``approval`` and ``cancelled`` end the run here:
         it is parked, waiting, or over, and this object holds it no more."""
         for _ in range(MAX_PASSES):
             if self._pass is None:
-                steps = before() if callable(before) else before
-                replayed = await self.open(steps)
+                replayed = await self.open(await before() if callable(before) else before)
                 if replayed and replayed[-1].kind != "done":
                     return replayed[-1]
             p = self._need_pass()

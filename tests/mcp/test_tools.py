@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -136,6 +137,33 @@ def test_a_site_slow_to_answer_a_submit_is_waited_for_not_taken_for_a_refused_cl
         assert time.monotonic() - began >= 7
         [attempt] = [a for a in store.attempts(run_id) if a.kind == "effect"]
         assert attempt.decided_by != "verifier" and attempt.attempt_no == 1
+
+    play(tmp_path, scenario)
+    assert len(shop.orders(reference)) == 1
+
+
+def test_a_submit_whose_answer_never_settles_is_verified_and_its_page_opened_again_where_it_was(
+    tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shop commits the order and then takes longer to answer than the submit waits (cut to
+    2 s here, 30 s as shipped): the submit's outcome is in doubt, so the session's page is opened
+    again and the order decided by its verify, ``verified``, one order. The page is the order
+    form as the calls before the submit left it (replayed; the submit not redone), not a blank
+    page, and the answer's note says so."""
+    from browserworker.agent import _calls
+
+    reference = f"unsettled-{tmp_path.name}"
+    monkeypatch.setattr(_calls, "click_and_settle", partial(_calls.click_and_settle, timeout=2.0))
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = await agent.sign_in(shop.url)
+        await agent.fill_order(run_id, reference)
+        shop.set_faults(delay_after_commit=6, times=1)
+        placed = await agent.call("submit", run_id=run_id, selector="#submit", verify=order_verify(reference))
+        assert placed["status"] == "verified", placed
+        assert placed["url"].endswith("/orders/new") and "opened again" in placed["note"], placed
+        form = await agent.call("snapshot", run_id=run_id)
+        assert reference in str(form), "the calls before the submit were replayed"
 
     play(tmp_path, scenario)
     assert len(shop.orders(reference)) == 1
