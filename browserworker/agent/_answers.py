@@ -20,7 +20,9 @@ __all__ = [
     "held",
     "loads",
     "sent_between",
+    "server_errors",
     "shown_messages",
+    "site_failed",
     "submit_status",
     "unsent",
     "untrusted",
@@ -61,6 +63,29 @@ def what_was_sent(latest: AttemptRecord, answer: dict[str, Any]) -> list[str]:
     if signs:
         notes.append(possibly_sent(signs, requests))
     return notes
+
+
+def server_errors(answer: dict[str, Any]) -> list[str]:
+    """The requests of a done submit's ``answer`` the site answered with a server error (5xx)."""
+    return [
+        f"HTTP {r['status']} to {r['method']} {r['url']}"
+        for r in answer.get("responses", [])
+        if isinstance(r.get("status"), int) and r["status"] >= 500
+    ]
+
+
+def site_failed(failed: list[str], found: bool | None) -> str:
+    """The note of a submit the site answered with a server error (:func:`server_errors`);
+    ``found``: whether its verify, read after it, finds it (None: no verify was read)."""
+    said = (
+        "your verify finds it done all the same"
+        if found
+        else "look at the site before doing it again"
+        if found is None
+        else "your verify does not find it either: it was most likely not done"
+    )
+    again = "" if found else "; this effect_key is done: submit with a new effect_key if it is needed"
+    return f"the site answered {'; '.join(failed)}, a server error: it may or may not have done what was sent; {said}{again}"
 
 
 NOTHING_SENT = (

@@ -56,6 +56,7 @@ from ._answers import (
     held,
     loads,
     sent_between,
+    server_errors,
     shown_messages,
     submit_status,
     unsent,
@@ -687,18 +688,19 @@ class AgentService:
         attempts = [a for a in await s.live.journal.attempts() if a.step_id == call.step_id]
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
-        notes = what_was_sent(attempts[-1], answer)
-        if reopened and s.live.is_open:
-            notes.append(REOPENED)
+        notes = what_was_sent(attempts[-1], answer) + ([REOPENED] if reopened and s.live.is_open else [])
         if s.live.is_open:
             answer["url"] = s.page.url
             alerts, errors = await shown_messages(s.page)
             if alerts:
                 answer["alerts"] = alerts
-            if errors:  # a form re-rendered with its errors: the site took nothing, though the key is done
+            # a form shown again with errors: nothing taken (the key is done); a 5xx page: the verify tells
+            failed = server_errors(answer)
+            if errors and not failed:
                 notes.append(MESSAGES)
-            landed = answer["status"] != "verified" and attempts[-1].dispatched_at is not None and not errors
-            answer |= await s.leave_evidence(call, errors, read_verify=landed, notes=notes)
+            sent = answer["status"] != "verified" and attempts[-1].dispatched_at is not None
+            read = sent and (bool(failed) or not errors)
+            answer |= await s.leave_evidence(call, errors, read_verify=read, notes=notes, failed=failed)
         if notes:
             answer["note"] = "; ".join(notes)
         return answer

@@ -22,6 +22,7 @@ from ..flow import Effect, Flow, Step
 from ..runtime import LiveRun, StepOutcome
 from ..states import AttemptState
 from ..store.records import AttemptRecord
+from ._answers import site_failed
 from ._calls import EVIDENCE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
 from ._verify import VerifySpec, address, check, found_before
@@ -249,19 +250,25 @@ class AgentSession:
                 "nothing was done"
             )
 
-    async def leave_evidence(self, call: Call, errors: bool, *, read_verify: bool, notes: list[str]) -> dict[str, Any]:
+    async def leave_evidence(
+        self, call: Call, errors: bool, *, read_verify: bool, notes: list[str], failed: list[str]
+    ) -> dict[str, Any]:
         """Journal what a done submit left: its page's screenshot, whether the page showed errors
         (an export tells of them) and, with ``read_verify``, whether its verify finds it, read on a page
         of its own (:func:`~browserworker.agent._verify.check`). A verify that misses it is told in
         ``notes``, and from then on its address's *not done* is not trusted in this session (a
-        person decides instead of a retry). Returns the answer's ``screenshot``, if any."""
+        person decides instead of a retry), unless the site answered it with a server error
+        (``failed``): then the miss is the site's, and the note says what the verify found.
+        Returns the answer's ``screenshot``, if any."""
         shot = await self.live.scope.screenshot(self.page, f"{call.step_id}-after")
         left = {"screenshot": shot} if shot is not None else {}
         detail: dict[str, Any] = left | ({"errors_shown": True} if errors else {})
         if read_verify and call.verify is not None:
             async with self._reader(call.verify) as page:
                 missed = await check(page, call.verify)
-            if missed is not None:
+            if failed:
+                notes.append(site_failed(failed, missed is None))
+            elif missed is not None:
                 where = address(call.verify)
                 self.missed.add(where)
                 detail |= {"verify_missed": where, "verify_read": missed}
@@ -270,6 +277,8 @@ class AgentSession:
                     f"such a submit for one that never landed, so in this session a person decides those it reads "
                     f"at {where}; declare a verify that finds what the submit did (a page that shows the text you typed)"
                 )
+        elif failed:
+            notes.append(site_failed(failed, None))
         if detail:
             await self.live.journal.record(EVIDENCE, step_id=call.step_id, detail=detail)
         return left

@@ -169,6 +169,33 @@ def test_a_submit_whose_answer_never_settles_is_verified_and_its_page_opened_aga
     assert len(shop.orders(reference)) == 1
 
 
+def test_a_submit_the_site_answers_with_a_server_error_is_told_with_what_its_verify_finds(
+    tmp_path: Path, shop: Any
+) -> None:
+    """The shop answers an order's POST with a 500, once after taking the order and once before:
+    each submit is done (its effect key used), and its note says the site answered with a server
+    error and whether the verify finds the order; a verify that does not find an order the site
+    failed to take is not told as a verify that misses what a submit did."""
+    taken, refused = f"taken-{tmp_path.name}", f"refused-{tmp_path.name}"
+
+    async def scenario(agent: Agent, store: Store) -> None:
+        run_id = await agent.sign_in(shop.url)
+        for reference, fault in ((taken, "fail_after_commit"), (refused, "fail_before_commit")):
+            await agent.call("navigate", run_id=run_id, url=f"{shop.url}/orders/new")
+            await agent.fill_order(run_id, reference)
+            shop.set_faults(**{fault: True}, times=1)
+            answer = await agent.call(
+                "submit", run_id=run_id, selector="#submit", effect_key=reference, verify=order_verify(reference)
+            )
+            assert answer["status"] == "committed" and answer["responses"][0]["status"] >= 500, answer
+            assert "a server error" in answer["note"], answer
+            found = "finds it done all the same" if reference == taken else "does not find it either"
+            assert found in answer["note"] and "your verify did not find this submit" not in answer["note"], answer
+
+    play(tmp_path, scenario)
+    assert len(shop.orders(taken)) == 1 and shop.orders(refused) == []
+
+
 def test_a_verify_that_misses_a_done_submit_is_told_and_its_not_done_trusted_no_more(tmp_path: Path, shop: Any) -> None:
     """Right after a submit is done its verify is read on a page of its own: one that does not find
     the order just placed (it looks for a text the list never shows, as a verify of a page that
