@@ -88,26 +88,34 @@ def test_killed_at_each_point_of_a_submit_the_retry_places_one_order(tmp_path: P
         assert dispatched[-1].lease_epoch >= 2, "done once, under the new lease"
 
 
-def test_a_submit_that_landed_is_verified_though_its_page_cannot_be_reopened(tmp_path: Path, shop: Any) -> None:
-    """Killed after the shop took the order, the session cannot be re-opened where it was: its
-    user's password changed meanwhile, so the replayed sign-in fails and the order form is not
-    there to fill. The submit is still decided by its verify, read on a page of its own:
-    ``verified``, the replay's failure told in the answer's note; nothing is clicked; one order."""
-    user = f"moved-{tmp_path.name}"[-40:]
+def _crash_and_lock_out(tmp_path: Path, shop: Any, point: str, name: str) -> tuple[str, str, str, Any, Any]:
+    """:func:`_crash_then_retry` at ``point`` as a user of its own whose password changes before
+    the retries, so the replayed sign-in fails and the session cannot be re-opened where it was.
+    Returns the store's path, the order's reference, the run id and the two answers."""
+    user = f"{name}-{tmp_path.name}"[-40:]
     shop.add_user(user, user)
-    reference = f"moved-{tmp_path.name}"[:60]
+    reference = f"{name}-{tmp_path.name}"[:60]
     db = str(tmp_path / "browserworker.db")
     run_id, first, again = asyncio.run(
         _crash_then_retry(
             db,
             shop.url,
-            "reply_lost",
+            point,
             reference,
             order_verify(reference),
             user=user,
             between=lambda: shop.add_user(user, "changed"),
         )
     )
+    return db, reference, run_id, first, again
+
+
+def test_a_submit_that_landed_is_verified_though_its_page_cannot_be_reopened(tmp_path: Path, shop: Any) -> None:
+    """Killed after the shop took the order, the session cannot be re-opened where it was: its
+    user's password changed meanwhile, so the replayed sign-in fails and the order form is not
+    there to fill. The submit is still decided by its verify, read on a page of its own:
+    ``verified``, the replay's failure told in the answer's note; nothing is clicked; one order."""
+    db, reference, run_id, first, again = _crash_and_lock_out(tmp_path, shop, "reply_lost", "moved")
     assert first["status"] == "verified", first
     assert "could not be re-opened where it was" in first["note"] and "t0007.submit" in first["note"], first
     assert again["status"] == "verified" and again["result"] == first["result"]
@@ -124,21 +132,7 @@ def test_a_submit_in_doubt_whose_page_cannot_be_reopened_and_verify_finds_nothin
     no order. Sending it again would need the order form the replay could not make: the retry
     is answered needs_review with the console's link, every later retry alike, the run waits in
     the review queue, and nothing reached the shop."""
-    user = f"stuck-{tmp_path.name}"[-40:]
-    shop.add_user(user, user)
-    reference = f"stuck-{tmp_path.name}"[:60]
-    db = str(tmp_path / "browserworker.db")
-    run_id, first, again = asyncio.run(
-        _crash_then_retry(
-            db,
-            shop.url,
-            "after_dispatch_commit",
-            reference,
-            order_verify(reference),
-            user=user,
-            between=lambda: shop.add_user(user, "changed"),
-        )
-    )
+    db, reference, run_id, first, again = _crash_and_lock_out(tmp_path, shop, "after_dispatch_commit", "stuck")
     assert first["status"] == "needs_review" and "show" in first["review"], first
     assert "could not be re-opened where it was" in first["reason"] and "did not find it done" in first["reason"]
     assert again["status"] == "needs_review" and again["reason"] == first["reason"]
