@@ -128,21 +128,50 @@ ERRORS = (
 )
 """Which of those messages say something went wrong (ARIA's alerts, the frameworks' error
 classes, a Rails ``alert`` flash): only then is the agent told the site may have refused it."""
-SHOWN = (
-    "(els, errors) => { const shown = els.filter(e => e.checkVisibility());"
-    " return shown.filter(e => !shown.some(o => o !== e && o.contains(e)))"
-    ".map(e => [e.innerText, e.matches(errors) || [...e.querySelectorAll(errors)].some(c => c.checkVisibility())]) }"
-)
+ERRING = "[class*=error i], [class*=danger i], [class*=invalid i], [aria-invalid=true]"
+"""Where else a page may show an error: an element whose class names one in a word of its own
+(Roundup's ``error-message``, Bulma's ``is-danger``, Ant Design's ``ant-form-item-explain-error``,
+MUI's ``Mui-error``), and a field marked invalid (ARIA's ``aria-invalid``), told with the text its
+``aria-errormessage`` or ``aria-describedby`` points to. Such a class counts only on a short text
+that holds no form, field or page heading: an ``error-boundary`` that wraps a page is no message."""
+SHOWN = r"""(els, [alerts, errors]) => {
+    const WORDS = new Set(["error", "errors", "danger", "invalid"]);
+    const erring = e => [...e.classList].some(c => {
+        const words = c.split(/[-_]+|(?<=[a-z])(?=[A-Z])/).map(w => w.toLowerCase());
+        return words.some((w, i) => WORDS.has(w) && !["no", "non", "without"].includes(words[i - 1]));
+    });
+    const text = e => (e.innerText || "").trim();
+    const byId = (e, ids) => (ids || "").split(/\s+/).filter(Boolean)
+        .map(id => (e.getRootNode().getElementById ? e.getRootNode() : document).getElementById(id)).filter(Boolean);
+    const said = [];  // [element, its text, an error?, the elements it tells of]
+    for (const e of els) {
+        if (!e.checkVisibility()) continue;
+        if (e.matches(alerts) || e.matches(errors)) said.push([e, text(e), e.matches(errors), [e]]);
+        else if (e.getAttribute("aria-invalid") === "true") {
+            const told = byId(e, e.getAttribute("aria-errormessage") || e.getAttribute("aria-describedby"));
+            const why = told.map(text).filter(Boolean).join(" ") || "not valid";
+            const name = (e.labels && e.labels[0] ? text(e.labels[0]) : "") || e.getAttribute("aria-label") || e.name || "a field";
+            said.push([e, `${name.replace(/[\s:*]+$/, "")}: ${why}`, true, told]);
+        } else if (erring(e) && text(e).length <= 300 && !e.querySelector("form, input, select, textarea, h1, main")) {
+            said.push([e, text(e), true, [e]]);
+        }
+    }
+    const inside = (e, o) => o !== e && o.contains(e);
+    // a field's message once: where its element is shown as a message of its own, the field is not told
+    const kept = said.filter(([e, , , told]) =>
+        !said.some(([o]) => inside(e, o)) && !(told[0] !== e && said.some(([o]) => told.some(t => t === o || inside(t, o)))));
+    return kept.map(([e, t, error]) => [t, error || said.some(([o, , err]) => err && inside(o, e))]);
+}"""
 """Each element shown and not inside another one shown (a message list and its items once; an
 error element the page keeps hidden, whose ``innerText`` is its whole text, not at all): its
-text, and whether it or an element shown in it is one of :data:`ERRORS`."""
+text, and whether it or an element shown in it is an error (:data:`ERRORS`, :data:`ERRING`)."""
 
 
 async def shown_messages(page: Page) -> tuple[list[str], bool]:
     """The messages a page shows after a submit (alerts, status lines, error texts), best effort,
     and whether one of them is an error."""
     try:
-        shown = await page.locator(ALERTS).evaluate_all(SHOWN, ERRORS)
+        shown = await page.locator(f"{ALERTS}, {ERRORS}, {ERRING}").evaluate_all(SHOWN, [ALERTS, ERRORS])
     except Exception:  # the page is gone or navigating: nothing to report
         return [], False
     kept = [(text.strip()[:300], error) for text, error in shown if text.strip()][:10]

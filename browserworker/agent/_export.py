@@ -16,13 +16,16 @@ secret value (a password) becomes a required ``SecretStr`` input and is never wr
 value the submit's verifier looks for is the submit's *proof*: a new run must not find the
 proof of an earlier one, so by default each run types its own run id there, in the proof's shape
 where it has one (an email keeps its domain: ``{run id}@example.com``, as an email field takes
-nothing else), or the input given.
+nothing else), or the input given. In a verifier's address the proof is found as the agent
+wrote it, or percent-encoded (``%20`` or ``+`` for a space), and a new run's proof is encoded
+the same way.
 """
 
 from __future__ import annotations
 
 import keyword
 import re
+from urllib.parse import quote, quote_plus
 
 from ..errors import ToolCallError
 from ..states import AttemptState
@@ -40,6 +43,15 @@ def _email_domain(value: str) -> str | None:
     """The domain of ``value`` if it is an email address."""
     local, at, domain = value.rpartition("@")
     return domain if at and local and " " not in local and _DOMAIN.fullmatch(domain) else None
+
+
+def _url_forms(value: str) -> dict[str, str]:
+    """The ways an address may hold ``value``: as it is, and percent-encoded (a space as ``%20``
+    or ``+``), each with the function of :mod:`urllib.parse` that encodes it ("" for none)."""
+    forms: dict[str, str] = {}
+    for form, how in ((value, ""), (quote(value), "quote"), (quote_plus(value), "quote_plus")):
+        forms.setdefault(form, how)
+    return forms
 
 
 def _identifier(text: str, taken: set[str]) -> str:
@@ -78,6 +90,7 @@ class _Writer:
         self.taken: set[str] = {"ctx", "flow"}
         self.steps: list[str] = []
         self.uploads = False  # a step chooses files (imports choose_files)
+        self.encodes: set[str] = set()  # the urllib.parse functions an address's proof is encoded with
 
     def kept(self) -> list[Call]:
         kept = []
@@ -102,9 +115,10 @@ class _Writer:
             value = c.args.get("value")
             if c.tool != "fill" or not isinstance(value, str) or len(value) < 3:
                 continue
-            found = words(value)
-            if any(found.search(t) for t in shown) or (
-                any(found.search(a) for a in addresses) and not any(found.search(u) for u in visited)
+            forms = [words(form) for form in _url_forms(value)]
+            if any(words(value).search(t) for t in shown) or (
+                any(f.search(a) for f in forms for a in addresses)
+                and not any(f.search(u) for f in forms for u in visited)
             ):
                 self.proofs.add(value)
 
@@ -145,23 +159,28 @@ class _Writer:
 
     def _template(self, text: str, *, address: bool = False) -> str:
         """``text`` as a Python expression, the typed values in it (as whole words) read from the
-        inputs; in an ``address`` (a URL) only the proofs, whose input a new run types anew."""
-        marks: list[str] = []
+        inputs; in an ``address`` (a URL) only the proofs, whose input a new run types anew,
+        encoded as the address had it."""
+        marks: list[tuple[str, str]] = []
         escaped = text.replace("{", "{{").replace("}", "}}")
         # the proofs first, then the longest values: a value inside another is not taken apart
         for name, value in sorted(self.values.items(), key=lambda kv: (kv[1] not in self.proofs, -len(kv[1]))):
             if len(value) < 3 or (address and value not in self.proofs):
                 continue
-            mark = chr(0xE000 + len(marks))
-            escaped, n = words(value).subn(mark, escaped)
-            if n:
-                marks.append(name)
+            for form, how in (_url_forms(value) if address else {value: ""}).items():
+                mark = chr(0xE000 + len(marks))
+                escaped, n = words(form).subn(mark, escaped)
+                if n:
+                    marks.append((name, how))
         if not marks:
             return repr(text)
         written = repr(escaped)
         other = "'" if written[0] == '"' else '"'
-        for at, name in enumerate(marks):
+        for at, (name, how) in enumerate(marks):
             read = self._proof(name, other) if self.values[name] in self.proofs else f"ctx.inputs.{name}"
+            if how:
+                self.encodes.add(how)
+                read = f"{how}({read})"
             written = written.replace(f"\\ue{at:03x}", "{" + read + "}")
         return "f" + written
 
@@ -252,6 +271,7 @@ class _Writer:
             "from __future__ import annotations",
             "",
             "from typing import Any",
+            *([f"from urllib.parse import {', '.join(sorted(self.encodes))}"] if self.encodes else []),
             "",
             "from pydantic import BaseModel, SecretStr",
             "",

@@ -383,6 +383,38 @@ def test_an_export_types_an_email_proof_as_an_email_of_the_run() -> None:
     compile(source, "exported.py", "exec")
 
 
+def test_an_export_encodes_a_proof_in_an_address_as_the_agent_did() -> None:
+    """Roundup's new issue: the title the agent typed (with spaces) is what its verify looks for,
+    on a search page whose address has the title percent-encoded (``%20``), and in a REST query
+    form-encoded (``+``). Both are found as the proof, and a new run's proof goes into each
+    address encoded the same way (``quote``, ``quote_plus``, imported); a site's path with no
+    proof in it stays as it was."""
+    title = "agent issue 42"
+    search = parse_verify({"url": "/demo/issue?@search_text=agent%20issue%2042&@columns=title", "text": title})
+    calls = [
+        Call(1, "navigate", {"url": "http://h/demo/issue?@template=item", "ok": True}),
+        Call(2, "fill", {"value": title, "ok": True}, Target("#title", field="title")),
+        Call(3, "submit", {"ok": True}, Target("#submit_button"), key="issue", verify=search.resolved("http://h/")),
+    ]
+    source = _Writer("r-1", calls, {"t0003.submit"}, [], False).source("agent-r-1")
+    proof = "(ctx.inputs.title or ctx.run_id)"
+    assert "from urllib.parse import quote\n" in source
+    assert (
+        f"'url': f'http://h/demo/issue?@search_text={{quote({proof})}}&@columns=title', 'text': f'{{{proof}}}'"
+        in source
+    )
+    assert "await go_to(ctx.page, 'http://h/demo/issue?@template=item')" in source
+    compile(source, "exported.py", "exec")
+
+    rest = parse_verify({"get": "/rest/data/issue?title=agent+issue+42", "path": "data.collection"})
+    calls[2] = Call(3, "submit", {"ok": True}, Target("#submit_button"), key="issue", verify=rest.resolved("http://h/"))
+    source = _Writer("r-1", calls, {"t0003.submit"}, [], False).source("agent-r-1")
+    assert "    title: str | None = None  # the proof" in source, "found in the address alone, encoded"
+    assert "from urllib.parse import quote_plus\n" in source
+    assert f"'get': f'http://h/rest/data/issue?title={{quote_plus({proof})}}'" in source
+    compile(source, "exported.py", "exec")
+
+
 def test_a_replay_takes_the_page_where_a_done_submit_left_it() -> None:
     """A done submit is skipped by a replay; in its place the page goes to the address in its
     result (under the submit's number, so no call's step is taken). A submit in doubt, one done

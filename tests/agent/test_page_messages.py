@@ -29,6 +29,21 @@ PAGES = {
     # ARIA: a status line is news, an alert is trouble
     "aria status": '<div role="status">3 results</div>',
     "aria alert": '<div role="alert">Session expired.</div>',
+    # a class that names an error in a word of its own (Roundup, Bulma, Ant Design, MUI)
+    "roundup refused": '<p class="ok-message" style="display:none"></p>'
+    '<p class="error-message">Error: Required issue property priority not supplied</p>',
+    "bulma danger": '<div class="notification is-danger">Payment failed.</div>',
+    "ant design field": '<input><div class="ant-form-item-explain-error">Please input your username!</div>',
+    "mui helper": '<p class="MuiFormHelperText-root Mui-error">Required</p>',
+    # ... but not a wrapper of the page, a group that holds its field, nor a class that says none
+    "error boundary": '<div class="error-boundary"><h1>Thank you</h1><p>Order 12 is placed.</p></div>',
+    "field group": '<div class="form-group has-error"><label>Name <input></label></div>',
+    "no errors": '<div class="no-errors">All good.</div>',
+    # a field marked invalid, told with the text it points to, once
+    "aria invalid": '<label for="m">Email:</label><input id="m" aria-invalid="true" aria-describedby="m-hint m-why">'
+    '<span id="m-hint">We never share it.</span><span id="m-why">Enter a valid address.</span>',
+    "aria invalid told": '<input aria-invalid="true" aria-errormessage="w"><p id="w" class="field-error">Too short.</p>',
+    "aria invalid bare": '<input name="zip" aria-invalid="true">',
 }
 
 
@@ -47,7 +62,9 @@ def _read() -> dict[str, tuple[list[str], bool]]:
 
 def test_messages_are_read_once_and_only_errors_tell_of_a_refusal() -> None:
     """Each page's messages, outermost element once, hidden ones left out; an error among them
-    (an error class, a Rails alert, a Bootstrap danger or warning, ARIA's alert) says so."""
+    (an error class, a Rails alert, a Bootstrap danger or warning, ARIA's alert, a class that names
+    an error in a word of its own, a field marked invalid) says so. A class that wraps a page or a
+    field, or says there is no error, is no message."""
     read = _read()
     assert read == {
         "django saved": (['The order "R-1" was added successfully.'], False),
@@ -65,4 +82,14 @@ def test_messages_are_read_once_and_only_errors_tell_of_a_refusal() -> None:
         "bootstrap field": (["Required."], True),
         "aria status": (["3 results"], False),
         "aria alert": (["Session expired."], True),
+        "roundup refused": (["Error: Required issue property priority not supplied"], True),
+        "bulma danger": (["Payment failed."], True),
+        "ant design field": (["Please input your username!"], True),
+        "mui helper": (["Required"], True),
+        "error boundary": ([], False),
+        "field group": ([], False),
+        "no errors": ([], False),
+        "aria invalid": (["Email: We never share it. Enter a valid address."], True),
+        "aria invalid told": (["Too short."], True),
+        "aria invalid bare": (["zip: not valid"], True),
     }, read
