@@ -641,13 +641,13 @@ class AgentService:
         )
         if asked.idempotent:
             return await with_messages(s.page, await self._unstaged(s, call, s.step(call, live_selector=live)))
-        await s.read_before(resolved)
+        undecided = await s.read_before(resolved)  # a note where it cannot tell
         await s.flush()
         await s.record(call)  # before the intent: recovery needs the call and its verifier
         passes = s.live.passes
         before = partial(s.history, upto=call.seq)  # replayed only if the submit's outcome is in doubt
         outcome = await s.live.effect(s.step(call, live_selector=live), before)  # type: ignore[arg-type]
-        return await self._answer(s, call, outcome, reopened=s.live.passes != passes)
+        return await self._answer(s, call, outcome, reopened=s.live.passes != passes, told=undecided)
 
     async def _retry(self, s: AgentSession, call: Call) -> dict[str, Any]:
         latest = (await s.latest_attempts()).get(call.step_id)
@@ -666,7 +666,7 @@ class AgentService:
         return await self._answer(s, call, outcome)
 
     async def _answer(
-        self, s: AgentSession, call: Call, outcome: StepOutcome, *, reopened: bool = False
+        self, s: AgentSession, call: Call, outcome: StepOutcome, *, reopened: bool = False, told: str | None = None
     ) -> dict[str, Any]:
         base: dict[str, Any] = {"run_id": s.run_id, "effect_key": call.key, "seq": call.seq}
         if outcome.kind in ("review", "cancelled", "approval"):
@@ -688,7 +688,7 @@ class AgentService:
         attempts = [a for a in await s.live.journal.attempts() if a.step_id == call.step_id]
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
-        notes = what_was_sent(attempts[-1], answer) + ([REOPENED] if reopened and s.live.is_open else [])
+        notes = what_was_sent(attempts[-1], answer) + ([REOPENED] if reopened and s.live.is_open else []) + [told or ""]
         if s.live.is_open:
             answer["url"] = s.page.url
             alerts, errors = await shown_messages(s.page)
@@ -701,8 +701,8 @@ class AgentService:
             sent = answer["status"] != "verified" and attempts[-1].dispatched_at is not None
             read = sent and (bool(failed) or not errors)
             answer |= await s.leave_evidence(call, errors, read_verify=read, notes=notes, failed=failed)
-        if notes:
-            answer["note"] = "; ".join(notes)
+        if any(notes):  # ("" where the verify could tell before it)
+            answer["note"] = "; ".join(filter(None, notes))
         return answer
 
     async def _answer_from_journal(self, run_id: str, key: str | None, asked: Call) -> dict[str, Any] | None:

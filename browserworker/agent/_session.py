@@ -25,7 +25,7 @@ from ..store.records import AttemptRecord
 from ._answers import site_failed
 from ._calls import EVIDENCE, STAGING, TOOL_CALL, UNDONE, Call, MaySend, latest_by_step, step_of
 from ._snapshot import REF_ATTRIBUTE, Snapshot, Target, take_snapshot
-from ._verify import VerifySpec, address, check, found_before
+from ._verify import VerifySpec, address, check, read_first
 
 __all__ = [
     "FLOW_NAME",
@@ -234,21 +234,27 @@ class AgentSession:
         keys = {c.step_id: c.key for c in self.calls}
         return [f"its verify found {step} (effect key {keys[step]}) done: it is verified" for step in done], review
 
-    async def read_before(self, spec: VerifySpec | None) -> None:
+    async def read_before(self, spec: VerifySpec | None) -> str | None:
         """Read a submit's verify (if any) before the submit, on a page of its own: a verify that
         finds its proof already (an earlier order's reference, a word every page shows) would
-        answer *verified* after a crash for a submit that never landed; the submit is refused."""
+        answer *verified* after a crash for a submit that never landed; the submit is refused.
+        One that cannot tell (its address answers a client error) would leave the submit to a
+        person after a crash: returns the note that says so, for the answer."""
         if spec is None:
-            return
+            return None
         async with self._reader(spec) as page:
-            proof = await found_before(page, spec)
-        if proof is not None:
+            verdict = await read_first(page, spec)
+        if verdict is not None and verdict.kind == "done":
+            proof = (verdict.result or {}).get("verified")
             raise ToolCallError(
                 f"invalid verify: it finds its proof ({proof!r} at {spec.url or spec.get}) before the submit, so after "
                 "a crash it would take the submit for done even if it never landed; look for something only this "
                 "submit makes (a reference you type), or give no verify (a person then decides after a crash); "
                 "nothing was done"
             )
+        if verdict is not None and verdict.kind == "unknown":
+            return f"before this submit your verify could not tell whether it had landed ({verdict.reason}); after a crash a person would decide it"
+        return None
 
     async def leave_evidence(
         self, call: Call, errors: bool, *, read_verify: bool, notes: list[str], failed: list[str]

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..flow import StepContext, Verdict
 
-__all__ = ["PROOF_WAIT", "VerifySpec", "address", "check", "found_before", "parse_verify", "shows", "verifier", "words"]
+__all__ = ["PROOF_WAIT", "VerifySpec", "address", "check", "parse_verify", "read_first", "shows", "verifier", "words"]
 
 PROOF_WAIT = 5.0
 """Seconds a verifier's page has, once its document is in, to show the proof before it is read
@@ -187,17 +187,25 @@ async def check(page: Page, spec: VerifySpec) -> str | None:
     return None if verdict.kind == "done" else verdict.reason or verdict.kind
 
 
-async def found_before(page: Page, spec: VerifySpec) -> str | None:
-    """Read a submit's verify on ``page`` before the submit: the proof, where it shows already (a
-    verify that finds its proof before the submit would answer *verified* after a crash for one
-    that never landed), else None (an address that errors or does not answer included). The page
-    is read once, as soon as its document is in: a proof a script writes later is not waited for."""
+async def read_first(page: Page, spec: VerifySpec) -> Verdict | None:
+    """Read a submit's verify on ``page`` before the submit, once, as soon as its document is in
+    (a proof a script writes later is not waited for): its verdict, None where it could not be
+    read (an address that does not answer). One that finds its proof already would answer
+    *verified* after a crash for a submit that never landed; one that cannot tell would leave
+    such a submit to a person."""
     try:
         async with asyncio.timeout(CHECK_SLACK):
-            verdict = await _read(page, spec.model_copy(update={"wait": 0.0}))
+            return await _read(page, spec.model_copy(update={"wait": 0.0}))
     except Exception:  # noqa: BLE001 - a verify that cannot be read now finds nothing
         return None
-    return str((verdict.result or {}).get("verified")) if verdict.kind == "done" else None
+
+
+def _absent_hint(checked: VerifySpec, status: int) -> str:
+    """What to declare so that a client error the verify's address answers says *not landed*
+    (a wiki's page, a REST record, that does not exist until the submit makes it)."""
+    if checked.absent_status is not None or not 400 <= status <= 499:
+        return ""
+    return f": a verify with absent_status {status} takes that answer as not landed, if its address answers it for nothing else"
 
 
 async def _read(page: Page, checked: VerifySpec) -> Verdict:
@@ -206,7 +214,7 @@ async def _read(page: Page, checked: VerifySpec) -> Verdict:
         if reply.status == checked.absent_status:
             return Verdict.not_done(f"GET {checked.get} answered {reply.status}")
         if not reply.ok:
-            return Verdict.unknown(f"GET {checked.get} answered {reply.status}")
+            return Verdict.unknown(f"GET {checked.get} answered {reply.status}{_absent_hint(checked, reply.status)}")
         try:
             found = _at(await reply.json(), checked.path)
         except ValueError:
@@ -217,7 +225,7 @@ async def _read(page: Page, checked: VerifySpec) -> Verdict:
     if response is not None and response.status == checked.absent_status:
         return Verdict.not_done(f"{checked.url} answered {response.status}")
     if response is not None and not response.ok:
-        return Verdict.unknown(f"{checked.url} answered {response.status}")
+        return Verdict.unknown(f"{checked.url} answered {response.status}{_absent_hint(checked, response.status)}")
     proof, body = await _proof(page, checked)
     if proof is not None:
         return Verdict.done({"verified": proof})

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from playwright.async_api import Request
 
-__all__ = ["ChannelRequest", "is_dispatch", "matches", "parse_rule", "rule_problem"]
+__all__ = ["ChannelRequest", "browser_report", "is_dispatch", "matches", "parse_rule", "rule_problem"]
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_REPORTS = frozenset({"application/csp-report", "application/reports+json"})
 _METHOD_RULE = re.compile(r"^([A-Z]+(?:\|[A-Z]+)*)\s+(\S.*)$")
 _METHODS = re.compile(r"[A-Z]+(?:\|[A-Z]+)*")
 
@@ -82,11 +83,24 @@ def _body_text(request: Any) -> str | None:
 
 
 def is_dispatch(rule: Callable[[Request], bool] | str | None, method: str, url: str, request: Any = None) -> bool:
-    """Whether a request counts as "sent": by default any method but GET/HEAD/OPTIONS; with a
-    rule, what the rule matches (see :func:`matches`: a glob matches every method)."""
+    """Whether a request counts as "sent": by default any method but GET/HEAD/OPTIONS, save a
+    report the browser sends of its own (:func:`browser_report`); with a rule, what the rule
+    matches (see :func:`matches`: a glob matches every method)."""
     if rule is None:
-        return method.upper() not in _SAFE_METHODS
+        return method.upper() not in _SAFE_METHODS and not browser_report(request)
     return matches(rule, method, url, request)
+
+
+def browser_report(request: Any) -> bool:
+    """Whether ``request`` is a report Chromium sends of its own: a Content-Security-Policy
+    violation posted to the policy's ``report-uri`` as a page loads (a policy in report-only
+    mode over a page with an inline style, as MoinMoin's). No script sends it (a page's
+    ``fetch`` of the same type is a ``fetch``), it says only which rule the page broke, and no
+    site acts on it: it is no effect, so it is not held, refused nor counted."""
+    if getattr(request, "resource_type", None) != "other":
+        return False
+    kind = str((getattr(request, "headers", None) or {}).get("content-type", ""))
+    return kind.split(";")[0].strip().lower() in _REPORTS
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from browserworker.runtime import BrowserProcess, BrowserSettings
 from tests.support.channel_target import ChannelTarget
 
 
-def _verdicts(specs: list[dict[str, Any]]) -> list[tuple[str, float]]:
-    """Each spec's verdict (its kind) and the seconds it took, on one page of a real Chromium."""
+def _verdicts(specs: list[dict[str, Any]], reasons: list[str | None] | None = None) -> list[tuple[str, float]]:
+    """Each spec's verdict (its kind) and the seconds it took, on one page of a real Chromium;
+    each verdict's reason appended to ``reasons``, if given."""
 
     async def main() -> list[tuple[str, float]]:
         out = []
@@ -26,6 +27,8 @@ def _verdicts(specs: list[dict[str, Any]]) -> list[tuple[str, float]]:
                 began = time.monotonic()
                 verdict = await verifier(spec)(ctx)
                 out.append((verdict.kind, time.monotonic() - began))
+                if reasons is not None:
+                    reasons.append(verdict.reason)
         return out
 
     return asyncio.run(main())
@@ -59,10 +62,11 @@ def test_a_list_a_script_writes_after_the_page_loads_is_waited_for() -> None:
 def test_an_error_status_proves_a_submit_did_not_land_only_where_the_spec_names_it() -> None:
     """A REST API answers 404 for a record that does not exist: declared as ``absent_status``, a
     GET or a page answering it is not done (the submit may be made once now); undeclared it is
-    ``unknown`` (a mistyped address answers 404 too: a person decides), and so is a status other
-    than the one declared."""
+    ``unknown`` (a mistyped address answers 404 too: a person decides), its reason saying what
+    to declare, and so is a status other than the one declared."""
     with ChannelTarget() as site:
         gone = f"{site.url}/orders/K-1"  # the target answers 404 for any address it does not serve
+        reasons: list[str | None] = []
         verdicts = _verdicts(
             [
                 {"get": gone, "path": "reference", "absent_status": 404},
@@ -70,9 +74,12 @@ def test_an_error_status_proves_a_submit_did_not_land_only_where_the_spec_names_
                 {"get": gone, "path": "reference", "absent_status": 410},
                 {"url": gone, "text": "K-1", "absent_status": 404},
                 {"url": gone, "text": "K-1"},
-            ]
+            ],
+            reasons,
         )
     assert [kind for kind, _ in verdicts] == ["not_done", "unknown", "unknown", "not_done", "unknown"], verdicts
+    hint = "a verify with absent_status 404 takes that answer as not landed"
+    assert [hint in str(reason) for reason in reasons] == [False, True, False, False, True], reasons
 
 
 def test_a_verify_read_right_after_its_submit_says_what_it_found_instead_of_the_proof() -> None:

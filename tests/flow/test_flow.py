@@ -13,7 +13,7 @@ from pydantic import BaseModel, SecretStr
 
 from browserworker import Flow, FlowDefinitionError, FlowLoadError, InputError, Verdict
 from browserworker._canonical import canonical_json, fingerprint_of
-from browserworker.flow import ChannelRequest, Effect, RecordedResponse, load_flow, parse_inputs
+from browserworker.flow import ChannelRequest, Effect, RecordedResponse, is_dispatch, load_flow, parse_inputs
 
 
 class Inputs(BaseModel):
@@ -216,6 +216,35 @@ def test_a_rule_may_name_the_body_it_matches() -> None:
 
     assert save.is_dispatch("POST", "http://x/update", Posted(b'{"calls": [{"m": "save"}]}'))
     assert not save.is_dispatch("POST", "http://x/update", Posted(b'{"calls": []}'))
+
+
+def test_a_report_the_browser_sends_of_its_own_is_no_dispatch() -> None:
+    """A Content-Security-Policy violation report (a POST Chromium makes of its own, resource type
+    ``other``, of type ``application/csp-report``; or the Reporting API's) counts as no send by
+    default: not held in an effect, not refused in an action. A script's fetch or XHR of the
+    same type is the page's own send and counts; a rule the flow gives still decides alone."""
+
+    class Sent:  # what a Playwright request shows of its kind and headers
+        def __init__(self, resource_type: str, content_type: str) -> None:
+            self.method, self.url, self.resource_type = "POST", "http://x/csp", resource_type
+            self.headers = {"content-type": content_type}
+
+    flow = Flow("f")
+
+    @flow.effect()
+    async def anything(ctx): ...
+
+    @flow.effect(dispatch="POST */csp*")
+    async def named(ctx): ...
+
+    report = Sent("other", "application/csp-report")
+    assert not is_dispatch(None, "POST", "http://x/csp", report)
+    assert not is_dispatch(None, "POST", "http://x/csp", Sent("other", "application/reports+json; charset=utf-8"))
+    assert not anything.is_dispatch("POST", "http://x/csp", report)
+    assert is_dispatch(None, "POST", "http://x/csp", Sent("fetch", "application/csp-report")), "a script's own"
+    assert is_dispatch(None, "POST", "http://x/csp", Sent("xhr", "application/csp-report"))
+    assert is_dispatch(None, "POST", "http://x/csp", Sent("other", "text/plain")), "a ping, say"
+    assert named.is_dispatch("POST", "http://x/csp", report), "the flow's rule decides"
 
 
 def test_bad_dispatch_and_sends_rules_are_refused_at_load() -> None:

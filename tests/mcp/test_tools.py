@@ -416,6 +416,53 @@ def test_a_submit_presses_a_key_in_its_element_where_the_page_sends_on_enter(tmp
     assert len(shop.orders(run_id)) == 1, "the exported run placed its own order, by Enter"
 
 
+def test_a_verify_that_cannot_tell_before_its_submit_is_told_in_the_answer(tmp_path: Path) -> None:
+    """A verify whose page answers 404 until the submit makes it (a wiki's new page): read before
+    the submit, it cannot tell, and after a crash a person would decide. The submit goes (one
+    landing), and its answer says so and what to declare (``absent_status``); declared, the
+    answer says nothing of it."""
+    key = f"undecided-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/page/form?key={key}"))["run_id"]
+            verify = {"url": f"/wiki/{key}", "text": key}
+            done = await agent.call("submit", run_id=run_id, selector="#go", effect_key="one", verify=verify)
+            assert done["status"] == "committed", done
+            assert "before this submit your verify could not tell whether it had landed" in done["note"], done
+            assert "a person would decide it" in done["note"] and "absent_status 404" in done["note"], done
+            await agent.call("navigate", run_id=run_id, url=f"/page/form?key={key}-2")
+            verify = {"url": f"/wiki/{key}-2", "text": key, "absent_status": 404}
+            done = await agent.call("submit", run_id=run_id, selector="#go", effect_key="two", verify=verify)
+            assert "before this submit" not in done.get("note", ""), done
+
+        play(tmp_path, scenario)
+        assert site.landings(key) == 1 and site.landings(f"{key}-2") == 1
+
+
+def test_the_reports_a_browser_sends_of_its_own_are_no_send(tmp_path: Path) -> None:
+    """A page under a Content-Security-Policy in report-only mode whose inline style breaks it
+    (MoinMoin serves its pages so): Chromium posts a violation report as the page loads. The
+    report is the browser's, not the page's, and changes nothing on the site: with no
+    ``--may-send`` rule a session opens there and a link to it is followed (the click was
+    stopped, its page's report taken for a POST only submit may send), and the reports reach
+    the site. A script's fetch of the same type is the page's own send, and is still stopped."""
+    key = f"csp-{tmp_path.name}"[:48]
+    with ChannelTarget() as site:
+
+        async def scenario(agent: Agent, store: Store) -> None:
+            run_id = (await agent.call("open_session", site=f"{site.url}/csp?key={key}"))["run_id"]
+            assert await asyncio.to_thread(site.wait_for, f"csp:{key}", 1, 20), "the load's report reached the site"
+            clicked = await agent.call("click", run_id=run_id, selector="#go")
+            assert clicked["url"].endswith("again=1") and "notes" not in clicked, clicked
+            assert await asyncio.to_thread(site.wait_for, f"csp:{key}", 2, 20), "and the next page's"
+            said = await agent.error("click", run_id=run_id, selector="#forge")
+            assert "click was stopped" in said and "/csp-report" in said, said
+
+        play(tmp_path, scenario)
+        assert site.landings(f"forged:{key}") == 0
+
+
 def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -> None:
     """A page that posts analytics as it loads, as it is typed into, as a tab is clicked, as its
     button sends the effect and a second after. With no ``--may-send`` rule a session does not open

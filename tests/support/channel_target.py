@@ -108,6 +108,12 @@ _EXTRA = {
     "document.getElementById('pay').src=location.protocol+'//localhost:'+location.port+'/pay?key={key}'</script>",
     "pay": "<form method=post action='/land?key={key}'><label for=card>Card</label><input id=card name=card>"
     "<button id=go>Pay</button></form>",
+    # a page under a Content-Security-Policy in report-only mode (``/csp``, as MoinMoin serves its
+    # pages) whose inline style breaks it: Chromium posts a report as the page loads
+    # (``/csp-report``, counted as csp:KEY); and a script's fetch of the same type (forged:KEY)
+    "csp": "<p style='color:red'>Styled inline</p><a id=go href='/csp?key={key}&again=1'>again</a>"
+    "<button id=forge onclick=\"fetch('/csp-report?key=forged:{key}',{{method:'POST',"
+    "headers:{{'content-type':'application/csp-report'}},body:'{{}}'}})\">forge</button>",
     # a menu whose entry shows only under the mouse
     "menu": "<style>#sub{{display:none}} #menu:hover #sub{{display:block}}</style>"
     "<nav id=menu><span>Account</span><a id=sub href='/done?from=menu'>Orders</a></nav>",
@@ -315,6 +321,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._websocket()
         if path.startswith("/page/") and path[6:] in CHANNEL_PAGES:
             return self._send(200, CHANNEL_PAGES[path[6:]].format(key=key))
+        if path == "/csp":
+            policy = f"default-src 'self'; style-src 'self'; report-uri /csp-report?key=csp:{key}"
+            return self._send(
+                200, _EXTRA["csp"].format(key=key), headers={"content-security-policy-report-only": policy}
+            )
         if path.lstrip("/") in _EXTRA:
             return self._send(200, _EXTRA[path.lstrip("/")].format(key=key))
         if path == "/file":  # an attachment: the browser downloads it
@@ -347,6 +358,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/stream":  # lands, then answers word by word for 40 s (or until the server stops)
             self.owner.land(key, body)
             return self._stream()
+        if path == "/csp-report":  # a report the browser sends, or a page's forged one
+            self.owner.land(key)
+            return self._send(204)
         if path == "/preview":  # not the effect: not counted
             return self._send(200, "preview")
         if path == "/collect":  # analytics: counted apart from landings
