@@ -23,6 +23,7 @@ __all__ = [
     "server_errors",
     "shown_messages",
     "site_failed",
+    "stopped",
     "submit_status",
     "unsent",
     "untrusted",
@@ -253,6 +254,18 @@ def held(outcome: StepOutcome) -> str:
     """What a refused staging call would have sent (held, not sent, unless it says so)."""
     leaked = f" (possibly sent all the same: {', '.join(outcome.possibly_sent)})" if outcome.possibly_sent else ""
     return f"this would send {'; '.join(outcome.refused)}, which only submit may send{leaked}"
+
+
+def stopped(tool: str, outcome: StepOutcome) -> str:
+    """Why staging call ``tool`` was stopped (``outcome`` refused): what it would have sent, and
+    the ways on."""
+    key = " (its key= presses this key in it)" if tool == "press" else ""
+    return (
+        f"{tool} was stopped: {held(outcome)}; use submit for the element that sends it{key}, with "
+        "idempotent=true where sending it again changes nothing (a preview, a search). If the page posts "
+        "it by itself (analytics, an autosave), not because of this call, call again; the server's "
+        "operator can let such posts go (browserworker mcp --may-send)"
+    )
 
 
 def untrusted(reason: str | None) -> str:

@@ -58,6 +58,7 @@ from ._answers import (
     sent_between,
     server_errors,
     shown_messages,
+    stopped,
     submit_status,
     unsent,
     untrusted,
@@ -505,12 +506,7 @@ class AgentService:
         if outcome.kind == "refused" and call.tool == "navigate":
             raise ToolCallError(f"navigate was stopped: {held(outcome)}, as the page loads; {loads(outcome)}")
         if outcome.kind == "refused":
-            raise ToolCallError(
-                f"{call.tool} was stopped: {held(outcome)}; use submit for the element that sends it"
-                f"{' (its key= presses this key in it)' if call.tool == 'press' else ''}. If the page posts it by "
-                "itself (analytics, an autosave), not because of this call, call again; the server's operator "
-                "can let such posts go (browserworker mcp --may-send)"
-            )
+            raise ToolCallError(stopped(call.tool, outcome))
         if outcome.kind == "failed":
             raise ToolCallError(f"{call.tool} failed: {outcome.reason}{untrusted(outcome.reason)}")
         answer: dict[str, Any] = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}

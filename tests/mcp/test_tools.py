@@ -358,7 +358,8 @@ def test_the_screenshots_kept_of_a_submit_hide_a_secret_typed_on_its_page(tmp_pa
 
 def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path: Path, shop: Any) -> None:
     """A click (or a key press) on a button that posts a form sends nothing: the agent is told
-    what it would have sent and to use submit; the shop sees no order, the page is back on the form."""
+    what it would have sent and to use submit (idempotent for what changes nothing if sent again,
+    a preview); the shop sees no order, the page is back on the form."""
     reference = f"held-{tmp_path.name}"
 
     async def scenario(agent: Agent, store: Store) -> None:
@@ -366,6 +367,7 @@ def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path:
         await agent.fill_order(run_id, reference)
         said = await agent.error("click", run_id=run_id, selector="#submit")
         assert f"would send POST {shop.url}/orders" in said and "use submit" in said
+        assert "idempotent=true where sending it again changes nothing (a preview, a search)" in said
         said = await agent.error("press", run_id=run_id, selector="#reference", key="Enter")
         assert "would send POST" in said and "use submit" in said
         page = await agent.call("extract", run_id=run_id, selector="h1")
