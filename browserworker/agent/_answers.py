@@ -4,6 +4,7 @@ shows, and why a call was stopped or failed (docs/agents.md's "What a submit ans
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -225,8 +226,16 @@ def loads(outcome: StepOutcome) -> str:
     if sockets:
         return f"if the page talks to its site over that socket, {_lets_socket(sockets[0])}"
     return (
-        "if the page posts it by itself (analytics), the server's operator can let it go (browserworker mcp --may-send)"
+        "if the page sends it by itself (analytics, the state of its own view), the server's operator can let it go "
+        f"(browserworker mcp --may-send{_rule_for(outcome)})"
     )
+
+
+def _rule_for(outcome: StepOutcome) -> str:
+    """The ``--may-send`` rule that names the first request ``outcome`` was refused, quoted for a
+    shell (to be made a glob that matches its kind: ``PUT */tiddlers/Draft*``), if there is one."""
+    first = next((sent for sent in outcome.refused if not sent.startswith("WEBSOCKET ")), None)
+    return f" {shlex.quote(first)}" if first else ""
 
 
 def sent_between(sent: Sequence[SentBetween]) -> list[str]:
@@ -264,7 +273,7 @@ def stopped(tool: str, outcome: StepOutcome) -> str:
         f"{tool} was stopped: {held(outcome)}; use submit for the element that sends it{key}, with "
         "idempotent=true where sending it again changes nothing (a preview, a search). If the page posts "
         "it by itself (analytics, an autosave), not because of this call, call again; the server's "
-        "operator can let such posts go (browserworker mcp --may-send)"
+        f"operator can let such posts go (browserworker mcp --may-send{_rule_for(outcome)})"
     )
 
 

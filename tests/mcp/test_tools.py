@@ -368,6 +368,7 @@ def test_a_staging_tool_that_would_send_is_held_and_told_to_use_submit(tmp_path:
         said = await agent.error("click", run_id=run_id, selector="#submit")
         assert f"would send POST {shop.url}/orders" in said and "use submit" in said
         assert "idempotent=true where sending it again changes nothing (a preview, a search)" in said
+        assert f"--may-send 'POST {shop.url}/orders'" in said, said
         said = await agent.error("press", run_id=run_id, selector="#reference", key="Enter")
         assert "would send POST" in said and "use submit" in said
         page = await agent.call("extract", run_id=run_id, selector="h1")
@@ -480,7 +481,8 @@ def test_what_the_operator_lets_pages_send_goes_with_no_submit(tmp_path: Path) -
 
         async def rule_less(agent: Agent, store: Store) -> None:
             said = await agent.error("open_session", site=page)
-            assert f"would send POST {collect}" in said and "as the page loads" in said and "--may-send" in said
+            assert f"would send POST {collect}" in said and "as the page loads" in said
+            assert f"browserworker mcp --may-send 'POST {collect}'" in said, "the rule that lets it go, ready to use"
             run_id = (await agent.call("open_session", site=f"{site.url}/done"))["run_id"]
             said = await agent.error("navigate", run_id=run_id, url=page)
             assert "navigate was stopped" in said and f"POST {collect}" in said and "--may-send" in said
