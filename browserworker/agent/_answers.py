@@ -145,23 +145,23 @@ SHOWN = r"""(els, [alerts, errors]) => {
     const text = e => (e.innerText || "").trim();
     const byId = (e, ids) => (ids || "").split(/\s+/).filter(Boolean)
         .map(id => (e.getRootNode().getElementById ? e.getRootNode() : document).getElementById(id)).filter(Boolean);
-    const said = [];  // [element, its text, an error?, the elements it tells of]
+    const said = [];  // [element, its text, an error?, for a field: the elements that tell its error]
     for (const e of els) {
         if (!e.checkVisibility()) continue;
-        if (e.matches(alerts) || e.matches(errors)) said.push([e, text(e), e.matches(errors), [e]]);
+        if (e.matches(alerts) || e.matches(errors)) said.push([e, text(e), e.matches(errors), null]);
         else if (e.getAttribute("aria-invalid") === "true") {
             const told = byId(e, e.getAttribute("aria-errormessage") || e.getAttribute("aria-describedby"));
             const why = told.map(text).filter(Boolean).join(" ") || "not valid";
             const name = (e.labels && e.labels[0] ? text(e.labels[0]) : "") || e.getAttribute("aria-label") || e.name || "a field";
             said.push([e, `${name.replace(/[\s:*]+$/, "")}: ${why}`, true, told]);
         } else if (erring(e) && text(e).length <= 300 && !e.querySelector("form, input, select, textarea, h1, main")) {
-            said.push([e, text(e), true, [e]]);
+            said.push([e, text(e), true, null]);
         }
     }
     const inside = (e, o) => o !== e && o.contains(e);
     // a field's message once: where its element is shown as a message of its own, the field is not told
     const kept = said.filter(([e, , , told]) =>
-        !said.some(([o]) => inside(e, o)) && !(told[0] !== e && said.some(([o]) => told.some(t => t === o || inside(t, o)))));
+        !said.some(([o]) => inside(e, o)) && !(told && said.some(([o]) => told.some(t => t === o || inside(t, o)))));
     return kept.map(([e, t, error]) => [t, error || said.some(([o, , err]) => err && inside(o, e))]);
 }"""
 """Each element shown and not inside another one shown (a message list and its items once; an

@@ -115,8 +115,8 @@ class _Writer:
             value = c.args.get("value")
             if c.tool != "fill" or not isinstance(value, str) or len(value) < 3:
                 continue
-            forms = [words(form) for form in _url_forms(value)]
-            if any(words(value).search(t) for t in shown) or (
+            forms = [words(form) for form in _url_forms(value)]  # the first: as typed
+            if any(forms[0].search(t) for t in shown) or (
                 any(f.search(a) for f in forms for a in addresses)
                 and not any(f.search(u) for f in forms for u in visited)
             ):

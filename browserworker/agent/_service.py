@@ -684,7 +684,9 @@ class AgentService:
         attempts = [a for a in await s.live.journal.attempts() if a.step_id == call.step_id]
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
-        notes = what_was_sent(attempts[-1], answer) + ([REOPENED] if reopened and s.live.is_open else []) + [told or ""]
+        notes = what_was_sent(attempts[-1], answer) + ([REOPENED] if reopened and s.live.is_open else [])
+        if told:
+            notes.append(told)
         if s.live.is_open:
             answer["url"] = s.page.url
             alerts, errors = await shown_messages(s.page)
@@ -697,8 +699,8 @@ class AgentService:
             sent = answer["status"] != "verified" and attempts[-1].dispatched_at is not None
             read = sent and (bool(failed) or not errors)
             answer |= await s.leave_evidence(call, errors, read_verify=read, notes=notes, failed=failed)
-        if any(notes):  # ("" where the verify could tell before it)
-            answer["note"] = "; ".join(filter(None, notes))
+        if notes:
+            answer["note"] = "; ".join(notes)
         return answer
 
     async def _answer_from_journal(self, run_id: str, key: str | None, asked: Call) -> dict[str, Any] | None:
