@@ -32,9 +32,9 @@ def test_fault_specs_parse_and_fire_on_the_nth_hit() -> None:
 
 
 # a child that opens a write transaction on its store's thread and, while it is open, reaches a
-# fault point whose rule is stop; it prints when the transaction began and when it committed
+# fault point whose rule is stop; it writes (one os.write a line) when the transaction began and when it committed
 _STOP_CHILD = """
-import sys, threading, time
+import os, sys, threading, time
 from browserworker import _faults as faults
 from browserworker.store.sqlite._store import SQLiteConnector
 
@@ -45,14 +45,14 @@ def heartbeat():
     with connector.transaction():
         began.set()
         time.sleep(0.5)  # the transaction stays open while the fault point is reached
-    print("committed", flush=True)
+    os.write(1, b"committed\\n")  # one write: the two threads' lines never interleave
 
 threading.Thread(target=heartbeat).start()
 began.wait()
-print("began", flush=True)
+os.write(1, b"began\\n")
 faults.configure("after_response=stop")
 faults.hit("after_response")
-print("resumed", flush=True)
+os.write(1, b"resumed\\n")
 """
 
 
