@@ -25,9 +25,18 @@ from .options import FlowArgs, emit, flow_options, headed_option, json_option
 )
 @click.option("--step", "steps", multiple=True, help="Only these effect steps (repeatable).")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per step and point.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Scenarios run at once (each a run of its own: the target must take that many at once).",
+)
 @json_option("the results")
 @click.pass_context
-def chaos(ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...], rounds: int, as_json: bool) -> None:
+def chaos(
+    ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...], rounds: int, jobs: int, as_json: bool
+) -> None:
     """Self-test each effect's verifier, then crash FLOW_FILE at every fault point of every
     effect, resume it, and check the target.
 
@@ -49,6 +58,7 @@ def chaos(ctx: click.Context, flow: FlowArgs, points: str, steps: tuple[str, ...
         browser=BrowserSettings.discover(),
         steps=steps,
         progress=progress,
+        jobs=jobs,
     )
     emit(report.to_dict(), as_json, lambda: print_chaos(report, terminal()))
     for line in report.problems():

@@ -18,9 +18,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,12 +261,17 @@ def run_chaos(
     browser: BrowserSettings,
     steps: Sequence[str] | None = None,
     progress: Callable[[ChaosResult | VerifierCheck], None] | None = None,
+    jobs: int = 1,
 ) -> ChaosReport:
     """Self-test every effect step's verifier in a clean run; then every effect step × every
-    point × ``rounds``: crash, resume, check the outcome."""
+    point × ``rounds``: crash, resume, check the outcome. ``jobs`` scenarios run at once (each
+    is a run of its own, so the target must take that many runs at once); the report lists
+    them in that order all the same, and ``progress`` hears each as it ends."""
     unknown = [p for p in points if p not in CHAOS_POINTS]
     if unknown:
         raise UsageError(f"unknown chaos point(s) {', '.join(unknown)} (known: {', '.join(CHAOS_POINTS)})")
+    if jobs < 1:
+        raise UsageError(f"jobs must be at least 1, not {jobs}")
     effects = [s for s in loaded.flow.steps if isinstance(s, Effect) and (not steps or s.id in steps)]
     if not effects:
         raise UsageError(f"flow {loaded.flow.name!r} has no effect steps to test")
@@ -280,13 +287,18 @@ def run_chaos(
             )
         finally:
             store.close()
-        for effect in effects:
-            for point in points:
-                for rnd in range(1, rounds + 1):
-                    result = _scenario(sc, effect, point, rnd, browser)
-                    report.results.append(result)
-                    if progress:
-                        progress(result)
+        told = threading.Lock()  # progress hears one scenario at a time
+
+        def scenario(effect: Effect, point: str, rnd: int) -> ChaosResult:
+            result = _scenario(sc, effect, point, rnd, browser)
+            if progress:
+                with told:
+                    progress(result)
+            return result
+
+        planned = [(e, p, r) for e in effects for p in points for r in range(1, rounds + 1)]
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chaos") as pool:
+            report.results = list(pool.map(lambda plan: scenario(*plan), planned))
     return report
 
 
