@@ -4,9 +4,11 @@ shows, and why a call was stopped or failed (docs/agents.md's "What a submit ans
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from playwright.async_api import Page
 
@@ -231,11 +233,31 @@ def loads(outcome: StepOutcome) -> str:
     )
 
 
+_GENERATED = re.compile(r"(?=[^&]*\d)(?=[^&]*[A-Za-z])[\w~.%-]{16,}|\d{10,}")
+"""A query value a page makes anew for each load or request: a token of letters and digits (Dash's
+``endId``), a timestamp (jQuery's ``_=1733580000000``)."""
+
+
+def rule_glob(url: str) -> str:
+    """``url`` as a rule's glob that matches it again: each query value the page makes anew
+    (:data:`_GENERATED`) is ``*``, and a ``[`` is matched as itself (``filter[name]=x``)."""
+    parts = urlsplit(url)
+    pieces = [piece.partition("=") for piece in parts.query.split("&")] if parts.query else []
+    query = "&".join(f"{k}=*" if sep and _GENERATED.fullmatch(v) else k + sep + v for k, sep, v in pieces)
+    return urlunsplit(parts._replace(query=query)).replace("[", "[[]")
+
+
 def _rule_for(outcome: StepOutcome) -> str:
     """The ``--may-send`` rule that names the first request ``outcome`` was refused, quoted for a
     shell (to be made a glob that matches its kind: ``PUT */tiddlers/Draft*``), if there is one."""
     first = next((sent for sent in outcome.refused if not sent.startswith("WEBSOCKET ")), None)
-    return f" {shlex.quote(first)}" if first else ""
+    if first is None:
+        return ""
+    method, _, url = first.partition(" ")
+    return (
+        f" {shlex.quote(f'{method} {rule_glob(url)}')}; where a button posts to that address too, "
+        "end the rule with a part of the body only this request carries, ' *PART*'"
+    )
 
 
 def sent_between(sent: Sequence[SentBetween]) -> list[str]:
@@ -248,7 +270,7 @@ def sent_between(sent: Sequence[SentBetween]) -> list[str]:
         notes.append(
             f"the page sends {posts[0].method} {posts[0].url} by itself (a live preview as a field is typed "
             "into, an autosave); refused, it may leave the page broken. If it changes nothing you answer for, "
-            f"the server's operator can let it go: browserworker mcp --may-send '{posts[0].method} {posts[0].url} "
+            f"the server's operator can let it go: browserworker mcp --may-send '{posts[0].method} {rule_glob(posts[0].url)} "
             "*PART*', with a part of its body that tells it from what a submit sends to the same address"
         )
     for url in dict.fromkeys(s.url for s in sent if s.refused and s.method == "WEBSOCKET"):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from browserworker.agent import AgentPolicy, MaySend, VerifySpec, submit_status
-from browserworker.agent._answers import loads, sent_between
+from browserworker.agent._answers import loads, sent_between, stopped
 from browserworker.agent._calls import Call, retried_call, same_call, step_of
 from browserworker.agent._export import _Writer
 from browserworker.agent._snapshot import Target
@@ -249,6 +249,31 @@ def test_a_refused_socket_is_named_with_the_rule_that_lets_the_page_use_it() -> 
     assert len(refused) == 2 and "--may-send 'POST https://a.test/queue/join *PART*'" in refused[1], refused
     assert f"--may-send 'WEBSOCKET {ws}'" in loads(StepOutcome("refused", refused=(f"WEBSOCKET {ws}",)))
     assert "analytics" in loads(StepOutcome("refused", refused=("POST https://a.test/collect",)))
+
+
+def test_the_rule_a_stopped_call_names_matches_the_pages_next_load_too() -> None:
+    """The ``--may-send`` rule a stopped call or a refused load names matches the same request of
+    the page's next load: a query value the page makes anew (Dash's ``endId`` token, jQuery's
+    ``_=`` timestamp) is a ``*``, the rest stays as sent (``filter[name]`` matched as itself), and
+    it matches no other address. It says to name the request's body where a button posts there too
+    (a Dash app's callbacks, its button's among them, all post to one address)."""
+    sent = "POST http://a.test/_dash-update-component?endId=UvhYrnJ9rXQNvzQx6knZ3nyF~f9556cec847&v=2"
+    said = stopped("fill", StepOutcome("refused", refused=(sent,)))
+    assert "--may-send 'POST http://a.test/_dash-update-component?endId=*&v=2'" in said, said
+    assert "where a button posts to that address too, end the rule with a part of the body" in said
+    rules = MaySend(said.split("--may-send '")[1].split("'")[0])
+    assert rules(ChannelRequest("POST", "http://a.test/_dash-update-component?endId=lfTtPB1nmMFVBFIt5H5E~0b6c25&v=2"))
+    assert not rules(ChannelRequest("POST", "http://a.test/_dash-update-component?endId=x&v=3"))
+    assert not rules(ChannelRequest("POST", "http://a.test/orders?endId=lfTtPB1nmMFVBFIt5H5E~0b6c25&v=2"))
+    jquery = loads(StepOutcome("refused", refused=("POST http://a.test/api/items?filter[name]=tea&_=1733580000123",)))
+    assert "--may-send 'POST http://a.test/api/items?filter[[]name]=tea&_=*'" in jquery, jquery
+    assert MaySend(jquery.split("--may-send '")[1].split("'")[0])(
+        ChannelRequest("POST", "http://a.test/api/items?filter[name]=tea&_=1733580009999")
+    )
+    kept = stopped("click", StepOutcome("refused", refused=("POST http://a.test/orders?step=2&lang=en",)))
+    assert "--may-send 'POST http://a.test/orders?step=2&lang=en'" in kept, "nothing made anew: the address as sent"
+    between = sent_between([SentBetween("t0002.fill", "POST", "http://a.test/save?t=1733580000123", True)])
+    assert "--may-send 'POST http://a.test/save?t=* *PART*'" in between[1], between
 
 
 _CLICK_LOG = """Locator.click: Timeout 5000ms exceeded.
