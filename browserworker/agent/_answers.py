@@ -233,17 +233,26 @@ def loads(outcome: StepOutcome) -> str:
     )
 
 
-_GENERATED = re.compile(r"(?=[^&]*\d)(?=[^&]*[A-Za-z])[\w~.%-]{16,}|\d{10,}")
-"""A query value a page makes anew for each load or request: a token of letters and digits (Dash's
-``endId``), a timestamp (jQuery's ``_=1733580000000``)."""
+_TOKEN = re.compile(r"[\w~.%-]{16,}")
+_MIXED = re.compile(r"[A-Za-z](?=\d)|\d(?=[A-Za-z])")  # a letter next to a digit
+_STAMP = re.compile(r"\d{10,}")
+
+
+def _generated(value: str) -> bool:
+    """Whether a query value looks made anew for each load or request: a token of letters and
+    digits mixed through it (Dash's ``endId``, a UUID), or a timestamp (jQuery's
+    ``_=1733580000000``); not a readable key with a number in it (``order-2026-12-07``)."""
+    if _STAMP.fullmatch(value):
+        return True
+    return bool(_TOKEN.fullmatch(value)) and len(_MIXED.findall(value)) >= 4
 
 
 def rule_glob(url: str) -> str:
     """``url`` as a rule's glob that matches it again: each query value the page makes anew
-    (:data:`_GENERATED`) is ``*``, and a ``[`` is matched as itself (``filter[name]=x``)."""
+    (:func:`_generated`) is ``*``, and a ``[`` is matched as itself (``filter[name]=x``)."""
     parts = urlsplit(url)
     pieces = [piece.partition("=") for piece in parts.query.split("&")] if parts.query else []
-    query = "&".join(f"{k}=*" if sep and _GENERATED.fullmatch(v) else k + sep + v for k, sep, v in pieces)
+    query = "&".join(f"{k}=*" if sep and _generated(v) else k + sep + v for k, sep, v in pieces)
     return urlunsplit(parts._replace(query=query)).replace("[", "[[]")
 
 

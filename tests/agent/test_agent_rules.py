@@ -270,8 +270,11 @@ def test_the_rule_a_stopped_call_names_matches_the_pages_next_load_too() -> None
     assert MaySend(jquery.split("--may-send '")[1].split("'")[0])(
         ChannelRequest("POST", "http://a.test/api/items?filter[name]=tea&_=1733580009999")
     )
-    kept = stopped("click", StepOutcome("refused", refused=("POST http://a.test/orders?step=2&lang=en",)))
-    assert "--may-send 'POST http://a.test/orders?step=2&lang=en'" in kept, "nothing made anew: the address as sent"
+    for readable in ("step=2&lang=en", "key=may-send-test_what_the_pa0", "ref=order-2026-12-07-0001"):
+        kept = stopped("click", StepOutcome("refused", refused=(f"POST http://a.test/orders?{readable}",)))
+        assert f"--may-send 'POST http://a.test/orders?{readable}'" in kept, "nothing made anew: the address as sent"
+    uuid = loads(StepOutcome("refused", refused=("PUT http://a.test/drafts?id=3f2a9c1e-4b7d-4e21-9a0c-5d6e7f8a9b0c",)))
+    assert "--may-send 'PUT http://a.test/drafts?id=*'" in uuid, uuid
     between = sent_between([SentBetween("t0002.fill", "POST", "http://a.test/save?t=1733580000123", True)])
     assert "--may-send 'POST http://a.test/save?t=* *PART*'" in between[1], between
 
