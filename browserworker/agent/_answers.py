@@ -212,10 +212,18 @@ def unsent(state: AttemptState | None) -> dict[str, str]:
     return {"note": "nothing was sent; this effect_key is spent: once the page is ready, submit with a new effect_key"}
 
 
+def _socket_glob(url: str) -> str:
+    """A socket's address as a rule's glob: its query a ``*`` (it carries what the page makes
+    anew for each connection, NiceGUI's client and tab ids)."""
+    address, query, _ = url.partition("?")
+    return address.replace("[", "[[]") + ("?*" if query else "")
+
+
 def _lets_socket(url: str) -> str:
     """The rule that lets a page use its socket ``url``, and what it then lets go."""
     return (
-        f"the server's operator can let the page use it: browserworker mcp --may-send 'WEBSOCKET {url}' "
+        f"the server's operator can let the page use it: browserworker mcp --may-send "
+        f"{shlex.quote(f'WEBSOCKET {_socket_glob(url)}')} "
         "(then a click or a key press sends over it too; what a submit's click sends over it is still held "
         "as the submit's until it is journaled)"
     )
@@ -260,12 +268,18 @@ def _rule_for(outcome: StepOutcome) -> str:
     """The ``--may-send`` rule that names the first request ``outcome`` was refused, quoted for a
     shell (to be made a glob that matches its kind: ``PUT */tiddlers/Draft*``), if there is one."""
     first = next((sent for sent in outcome.refused if not sent.startswith("WEBSOCKET ")), None)
-    if first is None:
+    if first is not None:
+        method, _, url = first.partition(" ")
+        return (
+            f" {shlex.quote(f'{method} {rule_glob(url)}')}; where a button posts to that address too, "
+            "end the rule with a part of the body only this request carries, ' *PART*'"
+        )
+    socket = next((sent.partition(" ")[2] for sent in outcome.refused), None)
+    if socket is None:
         return ""
-    method, _, url = first.partition(" ")
     return (
-        f" {shlex.quote(f'{method} {rule_glob(url)}')}; where a button posts to that address too, "
-        "end the rule with a part of the body only this request carries, ' *PART*'"
+        f" {shlex.quote(f'WEBSOCKET {_socket_glob(socket)} *PART*')}, PART a part of the message only what "
+        "it lets go carries: the socket's address alone lets every message on it go, a click's too"
     )
 
 
@@ -300,8 +314,9 @@ def stopped(tool: str, outcome: StepOutcome) -> str:
     """Why staging call ``tool`` was stopped (``outcome`` refused): what it would have sent, and
     the ways on."""
     key = " (its key= presses this key in it)" if tool == "press" else ""
+    typed = " (the field shows what was typed, yet the site got none of it)" if tool == "fill" else ""
     return (
-        f"{tool} was stopped: {held(outcome)}; use submit for the element that sends it{key}, with "
+        f"{tool} was stopped: {held(outcome)}{typed}; use submit for the element that sends it{key}, with "
         "idempotent=true where sending it again changes nothing (a preview, a search). If the page posts "
         "it by itself (analytics, an autosave), not because of this call, call again; the server's "
         f"operator can let such posts go (browserworker mcp --may-send{_rule_for(outcome)})"

@@ -31,6 +31,7 @@ from ..errors import ToolCallError
 from ..states import AttemptState
 from ..store.base import Store
 from ._calls import EVIDENCE, STAGING, Call, journaled_calls, latest_by_step
+from ._snapshot import Target
 from ._verify import VerifySpec, words
 
 __all__ = ["export_flow"]
@@ -52,6 +53,21 @@ def _url_forms(value: str) -> dict[str, str]:
     for form, how in ((value, ""), (quote(value), "quote"), (quote_plus(value), "quote_plus")):
         forms.setdefault(form, how)
     return forms
+
+
+_MADE_UP = re.compile(r"[A-Za-z]{0,2}\d+|[A-Za-z]+[-_]\d+|.*[:«»].*|(?=(?:.*[A-Za-z]\d|.*\d[A-Za-z]){3}).{12,}")
+"""An element id a framework makes up (NiceGUI's ``c5``, ``input-23``, ``mui-12``, React's
+``:r1:``, a generated token): it names no field, the label does (``line1`` is a name)."""
+
+
+def _field_name(target: Target | None, default: str) -> str:
+    """What an input for the value typed into ``target`` is called: the field's ``name``, else its
+    id unless the page made the id up (then its label, the name a snapshot shows)."""
+    if target is None:
+        return default
+    if target.field and not (_MADE_UP.fullmatch(target.field) and target.name):
+        return target.field
+    return target.name or default
 
 
 def _identifier(text: str, taken: set[str]) -> str:
@@ -125,7 +141,7 @@ class _Writer:
     def _input(self, call: Call) -> str:
         """The input a fill types; returns the expression that reads it."""
         target = call.target
-        name = _identifier(target.field or target.name if target else "value", self.taken)
+        name = _identifier(_field_name(target, "value"), self.taken)
         if call.args.get("secret"):
             self.inputs.append(f"    {name}: SecretStr  # typed as a secret: give it with --input {name}=...")
             return f"ctx.inputs.{name}.get_secret_value()"
@@ -149,7 +165,7 @@ class _Writer:
     def _files(self, call: Call) -> str:
         """The input an upload's files are read from (their paths by default); its expression."""
         target = call.target
-        name = _identifier(target.field or target.name if target else "files", self.taken)
+        name = _identifier(_field_name(target, "files"), self.taken)
         paths = [str(f["path"]) for f in call.args["files"]]
         self.inputs.append(
             f"    {name}: list[str] = {paths!r}  # the files chosen: others with --inputs-json '{{\"{name}\": [...]}}'"

@@ -46,7 +46,11 @@ SNAPSHOT_KEPT = 20_000
 """Characters of the snapshot an agent acted on kept with a submit (its evidence)."""
 
 _ELEMENT_INFO = """els => els.slice(0, 1).map(e => ({tag: e.tagName.toLowerCase(),
-    type: (e.type || '').toLowerCase(), field: e.name || e.id || '', secret: e.type === 'password'}))"""
+    type: (e.type || '').toLowerCase(), field: e.name || e.id || '', secret: e.type === 'password',
+    name: (e.getAttribute('aria-label') || (e.labels && e.labels.length ? e.labels[0].innerText : '')
+           || e.getAttribute('placeholder') || '').trim().slice(0, 80)}))"""
+"""What a selector's element is (for the journal): its tag, type, field name, whether it is a
+password, and its label (what an export calls the value typed into it, where its id is made up)."""
 
 
 class AgentInputs(BaseModel):

@@ -256,7 +256,9 @@ def test_the_rule_a_stopped_call_names_matches_the_pages_next_load_too() -> None
     the page's next load: a query value the page makes anew (Dash's ``endId`` token, jQuery's
     ``_=`` timestamp) is a ``*``, the rest stays as sent (``filter[name]`` matched as itself), and
     it matches no other address. It says to name the request's body where a button posts there too
-    (a Dash app's callbacks, its button's among them, all post to one address)."""
+    (a Dash app's callbacks, its button's among them, all post to one address); a socket is named
+    by its path, with the part of the message to name (NiceGUI's typing and its buttons share one
+    socket), and a stopped fill says the field shows what the site never got."""
     sent = "POST http://a.test/_dash-update-component?endId=UvhYrnJ9rXQNvzQx6knZ3nyF~f9556cec847&v=2"
     said = stopped("fill", StepOutcome("refused", refused=(sent,)))
     assert "--may-send 'POST http://a.test/_dash-update-component?endId=*&v=2'" in said, said
@@ -275,6 +277,15 @@ def test_the_rule_a_stopped_call_names_matches_the_pages_next_load_too() -> None
         assert f"--may-send 'POST http://a.test/orders?{readable}'" in kept, "nothing made anew: the address as sent"
     uuid = loads(StepOutcome("refused", refused=("PUT http://a.test/drafts?id=3f2a9c1e-4b7d-4e21-9a0c-5d6e7f8a9b0c",)))
     assert "--may-send 'PUT http://a.test/drafts?id=*'" in uuid, uuid
+    socket = "ws://a.test/_nicegui_ws/socket.io/?client_id=3a7c5645-2d8d-4859&EIO=4&transport=websocket"
+    said = loads(StepOutcome("refused", refused=(f"WEBSOCKET {socket}",)))
+    assert "--may-send 'WEBSOCKET ws://a.test/_nicegui_ws/socket.io/?*'" in said, "a socket by its path"
+    assert MaySend(said.split("--may-send '")[1].split("'")[0])(
+        ChannelRequest("WEBSOCKET", "ws://a.test/_nicegui_ws/socket.io/?client_id=other&EIO=4&transport=websocket")
+    )
+    typed = stopped("fill", StepOutcome("refused", refused=(f"WEBSOCKET {socket}",)))
+    assert "the field shows what was typed, yet the site got none of it" in typed, typed
+    assert "--may-send 'WEBSOCKET ws://a.test/_nicegui_ws/socket.io/?* *PART*', PART a part of the message" in typed
     between = sent_between([SentBetween("t0002.fill", "POST", "http://a.test/save?t=1733580000123", True)])
     assert "--may-send 'POST http://a.test/save?t=* *PART*'" in between[1], between
 
@@ -388,6 +399,26 @@ def test_an_export_writes_a_submit_that_sent_nothing_as_an_action_and_marks_one_
     assert "errors" not in good and "sent nothing" not in good
     refused_comment = source.split('@flow.effect(id="t0007.submit"')[0].rsplit("\n\n\n", 1)[1]
     assert "the page showed errors after this submit" in refused_comment and "delete" in refused_comment
+    compile(source, "exported.py", "exec")
+
+
+def test_an_export_names_an_input_by_its_label_where_the_page_made_up_the_fields_id() -> None:
+    """NiceGUI's fields have no name and ids it makes up (``c5``); React's are ``:r1:``: an
+    exported input is called by the field's label then (``item``), and by its name or a real id
+    otherwise (``reference``, ``line1``); with no label, by the id all the same (``c9``)."""
+    calls = [
+        Call(1, "navigate", {"url": "http://h/", "ok": True}),
+        Call(2, "fill", {"value": "tea", "ok": True}, Target("#c5", role="textbox", name="Item", field="c5")),
+        Call(3, "fill", {"value": "2", "ok": True}, Target("#x", role="textbox", name="Quantity", field=":r1:")),
+        Call(4, "fill", {"value": "R-1", "ok": True}, Target("#r", role="textbox", name="Ref", field="reference")),
+        Call(5, "fill", {"value": "Main St", "ok": True}, Target("#a", role="textbox", name="Street", field="line1")),
+        Call(6, "fill", {"value": "x", "ok": True}, Target("#c9", role="textbox", field="c9")),
+    ]
+    source = _Writer("r-1", calls, set(), [], False).source("agent-r-1")
+    inputs = [
+        line.split(":")[0].strip() for line in source.split("class Inputs")[1].split("\n\n\n")[0].splitlines()[3:]
+    ]
+    assert inputs == ["item", "quantity", "reference", "line1", "c9"], source
     compile(source, "exported.py", "exec")
 
 
