@@ -255,7 +255,7 @@ def _generated(value: str) -> bool:
     return bool(_TOKEN.fullmatch(value)) and len(_MIXED.findall(value)) >= 4
 
 
-def rule_glob(url: str) -> str:
+def _rule_glob(url: str) -> str:
     """``url`` as a rule's glob that matches it again: each query value the page makes anew
     (:func:`_generated`) is ``*``, and a ``[`` is matched as itself (``filter[name]=x``)."""
     parts = urlsplit(url)
@@ -271,7 +271,7 @@ def _rule_for(outcome: StepOutcome) -> str:
     if first is not None:
         method, _, url = first.partition(" ")
         return (
-            f" {shlex.quote(f'{method} {rule_glob(url)}')}; where a button posts to that address too, "
+            f" {shlex.quote(f'{method} {_rule_glob(url)}')}; where a button posts to that address too, "
             "end the rule with a part of the body only this request carries, ' *PART*'"
         )
     socket = next((sent.partition(" ")[2] for sent in outcome.refused), None)
@@ -293,7 +293,7 @@ def sent_between(sent: Sequence[SentBetween]) -> list[str]:
         notes.append(
             f"the page sends {posts[0].method} {posts[0].url} by itself (a live preview as a field is typed "
             "into, an autosave); refused, it may leave the page broken. If it changes nothing you answer for, "
-            f"the server's operator can let it go: browserworker mcp --may-send '{posts[0].method} {rule_glob(posts[0].url)} "
+            f"the server's operator can let it go: browserworker mcp --may-send '{posts[0].method} {_rule_glob(posts[0].url)} "
             "*PART*', with a part of its body that tells it from what a submit sends to the same address"
         )
     for url in dict.fromkeys(s.url for s in sent if s.refused and s.method == "WEBSOCKET"):
