@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 from browserworker import _faults as faults
+from browserworker.errors import UsageError
+from browserworker.flow import load_flow
+from browserworker.prove import run_chaos
+from browserworker.runtime import BrowserSettings
+from tests.support.paths import FLOWS
 
 
 def test_fault_specs_parse_and_fire_on_the_nth_hit() -> None:
@@ -84,3 +89,14 @@ def test_a_stop_pauses_the_process_only_once_its_stores_write_transaction_has_en
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_chaos_refuses_fewer_than_one_job_and_an_unknown_point_before_it_runs_anything() -> None:
+    """`run_chaos` with ``jobs`` below one, or a point that is not a fault point, is a usage error
+    before any verifier self-test or scenario (no browser, no run)."""
+    loaded = load_flow(FLOWS / "place_order.py")
+    settings = BrowserSettings(executable_path="/nonexistent/chromium")  # never launched
+    with pytest.raises(UsageError, match="jobs must be at least 1, not 0"):
+        run_chaos(loaded, {}, points=["after_dispatch"], browser=settings, jobs=0)
+    with pytest.raises(UsageError, match="unknown chaos point"):
+        run_chaos(loaded, {}, points=["nowhere"], browser=settings)
