@@ -265,14 +265,22 @@ def _rule_glob(url: str) -> str:
 
 
 def _rule_for(outcome: StepOutcome) -> str:
-    """The ``--may-send`` rule that names the first request ``outcome`` was refused, quoted for a
-    shell (to be made a glob that matches its kind: ``PUT */tiddlers/Draft*``), if there is one."""
-    first = next((sent for sent in outcome.refused if not sent.startswith("WEBSOCKET ")), None)
-    if first is not None:
-        method, _, url = first.partition(" ")
+    """The ``--may-send`` rule that names the request ``outcome`` was refused, quoted for a shell
+    (to be made a glob that matches its kind: ``PUT */tiddlers/Draft*``), if there is one; of
+    several (a form's post, and an inline check the page's timer sent meanwhile), each, for the
+    operator to choose the page's own: the first is often the call's."""
+    rules = list(
+        dict.fromkeys(
+            shlex.quote(f"{method} {_rule_glob(url)}")
+            for method, _, url in (sent.partition(" ") for sent in outcome.refused)
+            if method != "WEBSOCKET"
+        )
+    )
+    if rules:
+        which = f" RULE, one of {', '.join(rules)} (the page's own)" if len(rules) > 1 else f" {rules[0]}"
         return (
-            f" {shlex.quote(f'{method} {_rule_glob(url)}')}; where a button posts to that address too, "
-            "end the rule with a part of the body only this request carries, ' *PART*'"
+            f"{which}; where a button posts to that address too, end the rule with a part of the body "
+            "only this request carries, ' *PART*'"
         )
     socket = next((sent.partition(" ")[2] for sent in outcome.refused), None)
     if socket is None:

@@ -258,7 +258,8 @@ def test_the_rule_a_stopped_call_names_matches_the_pages_next_load_too() -> None
     it matches no other address. It says to name the request's body where a button posts there too
     (a Dash app's callbacks, its button's among them, all post to one address); a socket is named
     by its path, with the part of the message to name (NiceGUI's typing and its buttons share one
-    socket), and a stopped fill says the field shows what the site never got."""
+    socket), and a stopped fill says the field shows what the site never got. A click stopped for
+    a form's post and an inline check an htmx page's timer sent meanwhile names both to choose from."""
     sent = "POST http://a.test/_dash-update-component?endId=UvhYrnJ9rXQNvzQx6knZ3nyF~f9556cec847&v=2"
     said = stopped("fill", StepOutcome("refused", refused=(sent,)))
     assert "--may-send 'POST http://a.test/_dash-update-component?endId=*&v=2'" in said, said
@@ -283,6 +284,10 @@ def test_the_rule_a_stopped_call_names_matches_the_pages_next_load_too() -> None
     assert MaySend(said.split("--may-send '")[1].split("'")[0])(
         ChannelRequest("WEBSOCKET", "ws://a.test/_nicegui_ws/socket.io/?client_id=other&EIO=4&transport=websocket")
     )
+    both = stopped(
+        "click", StepOutcome("refused", refused=("POST http://a.test/orders", "POST http://a.test/validate"))
+    )
+    assert "--may-send RULE, one of 'POST http://a.test/orders', 'POST http://a.test/validate' (the page's own)" in both
     typed = stopped("fill", StepOutcome("refused", refused=(f"WEBSOCKET {socket}",)))
     assert "the field shows what was typed, yet the site got none of it" in typed, typed
     assert "--may-send 'WEBSOCKET ws://a.test/_nicegui_ws/socket.io/?* *PART*', PART a part of the message" in typed
