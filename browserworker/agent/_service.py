@@ -508,7 +508,8 @@ class AgentService:
         if outcome.kind == "refused":
             raise ToolCallError(stopped(call.tool, outcome))
         if outcome.kind == "failed":
-            raise ToolCallError(f"{call.tool} failed: {outcome.reason}{untrusted(outcome.reason)}")
+            reason = (outcome.reason or "").removeprefix("ValueError: ")  # the kit's own words, no class name
+            raise ToolCallError(f"{call.tool} failed: {reason}{untrusted(outcome.reason)}")
         answer: dict[str, Any] = {"run_id": s.run_id, "seq": call.seq, "url": s.page.url}
         settled = outcome.value if isinstance(outcome.value, dict) else {}  # a click's, a key press's
         answer.update(told(settled, keeps_downloads=self.policy.downloads is not None))
