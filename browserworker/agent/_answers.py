@@ -264,6 +264,12 @@ def _rule_glob(url: str) -> str:
     return urlunsplit(parts._replace(query=query)).replace("[", "[[]")
 
 
+def _rule(method: str, url: str, part: bool = False) -> str:
+    """The ``--may-send`` rule for ``method url`` (:func:`_rule_glob`), with ``*PART*`` for a
+    part of its body if ``part``, quoted for a shell."""
+    return shlex.quote(f"{method} {_rule_glob(url)}" + (" *PART*" if part else ""))
+
+
 def _rule_for(outcome: StepOutcome) -> str:
     """The ``--may-send`` rule that names the request ``outcome`` was refused, quoted for a shell
     (to be made a glob that matches its kind: ``PUT */tiddlers/Draft*``), if there is one; of
@@ -271,7 +277,7 @@ def _rule_for(outcome: StepOutcome) -> str:
     operator to choose the page's own: the first is often the call's."""
     rules = list(
         dict.fromkeys(
-            shlex.quote(f"{method} {_rule_glob(url)}")
+            _rule(method, url)
             for method, _, url in (sent.partition(" ") for sent in outcome.refused)
             if method != "WEBSOCKET"
         )
@@ -301,8 +307,8 @@ def sent_between(sent: Sequence[SentBetween]) -> list[str]:
         notes.append(
             f"the page sends {posts[0].method} {posts[0].url} by itself (a live preview as a field is typed "
             "into, an autosave); refused, it may leave the page broken. If it changes nothing you answer for, "
-            f"the server's operator can let it go: browserworker mcp --may-send '{posts[0].method} {_rule_glob(posts[0].url)} "
-            "*PART*', with a part of its body that tells it from what a submit sends to the same address"
+            f"the server's operator can let it go: browserworker mcp --may-send {_rule(posts[0].method, posts[0].url, True)}"
+            ", with a part of its body that tells it from what a submit sends to the same address"
         )
     for url in dict.fromkeys(s.url for s in sent if s.refused and s.method == "WEBSOCKET"):
         notes.append(

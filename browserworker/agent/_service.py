@@ -644,7 +644,7 @@ class AgentService:
         passes = s.live.passes
         before = partial(s.history, upto=call.seq)  # replayed only if the submit's outcome is in doubt
         outcome = await s.live.effect(s.step(call, live_selector=live), before)  # type: ignore[arg-type]
-        return await self._answer(s, call, outcome, reopened=s.live.passes != passes, told=undecided)
+        return await self._answer(s, call, outcome, reopened=s.live.passes != passes, note=undecided)
 
     async def _retry(self, s: AgentSession, call: Call) -> dict[str, Any]:
         latest = (await s.latest_attempts()).get(call.step_id)
@@ -663,7 +663,7 @@ class AgentService:
         return await self._answer(s, call, outcome)
 
     async def _answer(
-        self, s: AgentSession, call: Call, outcome: StepOutcome, *, reopened: bool = False, told: str | None = None
+        self, s: AgentSession, call: Call, outcome: StepOutcome, *, reopened: bool = False, note: str | None = None
     ) -> dict[str, Any]:
         base: dict[str, Any] = {"run_id": s.run_id, "effect_key": call.key, "seq": call.seq}
         if outcome.kind in ("review", "cancelled", "approval"):
@@ -686,8 +686,8 @@ class AgentService:
         attempts.sort(key=lambda a: a.attempt_no)
         answer = base | {"status": submit_status(attempts, call.epoch), "result": attempts[-1].result}
         notes = what_was_sent(attempts[-1], answer) + ([REOPENED] if reopened and s.live.is_open else [])
-        if told:
-            notes.append(told)
+        if note:
+            notes.append(note)
         if s.live.is_open:
             answer["url"] = s.page.url
             alerts, errors = await shown_messages(s.page)
