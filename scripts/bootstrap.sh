@@ -17,17 +17,31 @@ echo "==> installing browserworker, its test tools and its docs tools into .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,docs,mcp]"
 
+apt_install() {  # apt_install SUDO PACKAGE...: Debian's packages, quietly
+    local sudo=$1; shift
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
 if ! .venv/bin/python -c 'from browserworker.runtime import find_chromium; find_chromium()' >/dev/null 2>&1; then
-    echo "==> no Chromium found: installing Debian's chromium package"
+    echo "==> no Chromium found: installing Debian's chromium and chromium-headless-shell packages"
     if command -v apt-get >/dev/null 2>&1; then
-        SUDO=""
-        if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-        $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+        apt_install "$SUDO" chromium chromium-headless-shell
     else
         echo "no apt-get here: install Chromium yourself (e.g. '.venv/bin/playwright install chromium')," >&2
         echo "or set BROWSERWORKER_CHROMIUM=/path/to/chrome" >&2
         exit 1
     fi
 fi
-.venv/bin/python -c 'from browserworker.runtime import find_chromium; print("==> Chromium:", find_chromium())'
+# Headless runs use Chromium's headless shell where there is one (half the CPU per context):
+# added beside a Chromium already here when that takes no password.
+HEADLESS='from browserworker.runtime import find_chromium; print(find_chromium(headless=True))'
+if [ -z "${BROWSERWORKER_CHROMIUM:-}" ] && ! .venv/bin/python -c "$HEADLESS" | grep -q 'headless.shell'; then
+    if command -v apt-get >/dev/null 2>&1 && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
+        echo "==> installing Debian's chromium-headless-shell package (headless runs use it)"
+        apt_install "${SUDO:+sudo -n}" chromium-headless-shell || echo "==> could not install it: headless runs use the full Chromium" >&2
+    fi
+fi
+.venv/bin/python -c 'from browserworker.runtime import find_chromium; print("==> Chromium:", find_chromium(), "(headless:", find_chromium(headless=True) + ")")'

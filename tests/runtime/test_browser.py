@@ -61,6 +61,33 @@ def test_managed_browser_before_system(tmp_path: Path) -> None:
     )
 
 
+def test_a_headless_browser_is_the_headless_shell_where_there_is_one(tmp_path: Path) -> None:
+    """Headless, Chromium's headless shell comes first in each place: Playwright's download
+    (its newest revision, in either layout Playwright has used), else the system's; a headed
+    browser is never the shell, and without a shell the full Chromium is used."""
+    pw = tmp_path / "pw"
+    chromium = fake_exe(pw / "chromium-1200" / "chrome-linux" / "chrome")
+    old_shell = fake_exe(pw / "chromium_headless_shell-1100" / "chrome-linux" / "headless_shell")
+    shell = fake_exe(pw / "chromium_headless_shell-1200" / "chrome-headless-shell-linux64" / "chrome-headless-shell")
+    system = fake_exe(tmp_path / "bin" / "chromium")
+    system_shell = fake_exe(tmp_path / "bin" / "chromium-headless-shell")
+    env = {"PLAYWRIGHT_BROWSERS_PATH": str(pw), "PATH": str(system.parent)}
+    assert find_chromium(env, headless=True) == str(shell) != str(old_shell)
+    assert find_chromium(env, headless=False) == str(chromium)
+    assert BrowserSettings.discover(headless=True, env=env).executable_path == str(shell)
+    assert BrowserSettings.discover(headless=False, env=env).executable_path == str(chromium)
+
+    shell.unlink()
+    old_shell.unlink()  # Playwright's full Chromium, before the system's shell
+    assert find_chromium(env, headless=True) == str(chromium)
+    system_only = {"PLAYWRIGHT_BROWSERS_PATH": str(tmp_path / "none"), "PATH": str(system.parent)}
+    assert find_chromium(system_only, headless=True) == str(system_shell)
+    assert find_chromium(system_only, headless=False) == str(system)
+    system_shell.unlink()
+    assert find_chromium(system_only, headless=True) == str(system)
+    assert find_chromium({**system_only, "BROWSERWORKER_CHROMIUM": str(chromium)}, headless=True) == str(chromium)
+
+
 PDEATHSIG = """import ctypes
 sig = ctypes.c_int()
 ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
@@ -242,17 +269,21 @@ def _browser_processes(settings: BrowserSettings) -> tuple[list[str], int]:
 
 @pytest.mark.browser
 def test_chromium_starts_no_webui_renderer_per_context() -> None:
-    """A context opened by the kit has no renderer for Chromium's own omnibox WebUI (0.35 CPU-s
-    per context otherwise), and Playwright's disabled features are all still disabled: the
-    browser gets one --disable-features with both lists. With Playwright's flags alone (the
-    control) the same Chromium starts such a renderer for the context's window."""
-    switches, webui = _browser_processes(BrowserSettings.discover())
+    """A context opened by the kit in the full Chromium (headless; the headless shell, which
+    the kit prefers for headless, has no windows) has no renderer for Chromium's own omnibox
+    WebUI (0.35 CPU-s per context otherwise), and Playwright's disabled features are all still
+    disabled: the browser gets one --disable-features with both lists. With Playwright's flags
+    alone (the control) the same Chromium starts such a renderer for the context's window."""
+    full = BrowserSettings.discover()
+    full.executable_path = find_chromium()  # not headless: never the shell
+    switches, webui = _browser_processes(full)
     assert len(switches) == 1 and webui == 0
     features = switches[0].split("=", 1)[1].split(",")
     assert set(LEAN_FEATURES) <= set(features)
     assert {"AvoidCorsURLLoaderRestartOnRedirect", "PaintHolding"} <= set(features)  # Playwright's own
 
     plain = BrowserSettings.discover()
+    plain.executable_path = full.executable_path
     plain.disable_features = ()
     switches, webui = _browser_processes(plain)
     assert len(switches) == 1 and webui >= 1
