@@ -36,7 +36,7 @@ RESULTS = HERE / "results"
 def machine() -> dict[str, Any]:
     import psutil
 
-    chromium = find_chromium()
+    chromium = find_chromium(headless=True)  # what every side launches (BrowserSettings.discover())
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
