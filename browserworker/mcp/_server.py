@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator
 
 from ..agent import AgentService, AskPerson, PersonDecision
 from ..errors import BrowserworkerError
@@ -43,9 +43,25 @@ STAGING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 EFFECT = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True)
 SESSION = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 
+
+def _none_or_text(value: Any, handler: ValidatorFunctionWrapHandler) -> str | None:
+    return None if value is None else handler(value)
+
+
+if TYPE_CHECKING:
+    Text = str | None
+else:
+    Text = Annotated[
+        str, WrapValidator(_none_or_text), WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "null"}]})
+    ]
+"""A text argument that may be left out (None), taken exactly as the agent wrote it. Its annotation
+is ``str`` for the SDK, which first parses as JSON every argument not annotated ``str`` (for
+clients that send a list as a string): as ``str | None``, ``wait_for(text='{"ok": true}')``
+would reach the tool as a dict and be refused, and ``effect_key='null'`` would be None."""
+
 RunId = Annotated[str, Field(description="the run id open_session gave")]
-Ref = Annotated[str | None, Field(description="an element ref from the last snapshot, e.g. e12")]
-Selector = Annotated[str | None, Field(description="a CSS or Playwright selector, instead of a ref")]
+Ref = Annotated[Text, Field(description="an element ref from the last snapshot, e.g. e12")]
+Selector = Annotated[Text, Field(description="a CSS or Playwright selector, instead of a ref")]
 
 
 async def _answer(work: Awaitable[T]) -> T:
@@ -171,7 +187,7 @@ def _session_tools(server: MCPServer[Any], service: AgentService) -> None:
     async def open_session(
         site: Annotated[str, Field(description="the URL to start at")],
         session_key: Annotated[
-            str | None, Field(description="a saved login to start from (and save_login to save under)")
+            Text, Field(description="a saved login to start from (and save_login to save under)")
         ] = None,
     ) -> dict[str, Any]:
         """Open a durable browser session at `site`: a new run. Returns its run_id."""
@@ -219,8 +235,8 @@ def _read_tools(server: MCPServer[Any], service: AgentService) -> None:
     @server.tool(annotations=READ)
     async def wait_for(
         run_id: RunId,
-        text: Annotated[str | None, Field(description="wait until the page shows this text")] = None,
-        gone: Annotated[str | None, Field(description="or: wait until it no longer shows this text")] = None,
+        text: Annotated[Text, Field(description="wait until the page shows this text")] = None,
+        gone: Annotated[Text, Field(description="or: wait until it no longer shows this text")] = None,
         timeout: Annotated[float, Field(description="seconds, at most 30")] = 10.0,
     ) -> dict[str, Any]:
         """Wait for what a page shows later (results fetched as you typed, a message pushed over a
@@ -330,7 +346,7 @@ def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: 
         ref: Ref = None,
         selector: Selector = None,
         effect_key: Annotated[
-            str | None,
+            Text,
             Field(description="your key for this effect (default: derived from the run and the call's position)"),
         ] = None,
         verify: Annotated[
@@ -347,7 +363,7 @@ def _effect_tools(server: MCPServer[Any], service: AgentService, ask_in_client: 
             bool, Field(description="safe to repeat (a login, a search): re-run on replay, no effect key")
         ] = False,
         key: Annotated[
-            str | None,
+            Text,
             Field(
                 description="press this key in the element instead of clicking it: a message box that sends "
                 'on Enter ("Enter", "Control+Enter")'
