@@ -95,7 +95,7 @@ _MANAGED = {
 _SHELL_NAMES = ("chromium-headless-shell", "chrome-headless-shell")
 
 
-def _managed_chromium(env: Mapping[str, str], kind: str = "chromium") -> str | None:
+def _managed_chromium(env: Mapping[str, str], kind: Literal["chromium", "shell"] = "chromium") -> str | None:
     """The newest Chromium (``kind`` ``"chromium"``) or headless shell (``"shell"``) that
     ``playwright install`` downloaded, if any."""
     root = env.get("PLAYWRIGHT_BROWSERS_PATH") or str(Path.home() / ".cache" / "ms-playwright")
@@ -129,7 +129,7 @@ def find_chromium(env: Mapping[str, str] | None = None, *, headless: bool = Fals
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise BrowserNotFound(f"{ENV_EXECUTABLE}={override} is not an executable file; {_HOW_TO_FIX}")
         return str(path)
-    kinds = ("shell", "chromium") if headless else ("chromium",)
+    kinds: tuple[Literal["chromium", "shell"], ...] = ("shell", "chromium") if headless else ("chromium",)
     for kind in kinds:
         managed = _managed_chromium(env, kind)
         if managed:
