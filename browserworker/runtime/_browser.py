@@ -134,11 +134,10 @@ def find_chromium(env: Mapping[str, str] | None = None, *, headless: bool = Fals
         managed = _managed_chromium(env, kind)
         if managed:
             return managed
-    for names in (_SHELL_NAMES, _SYSTEM_NAMES) if headless else (_SYSTEM_NAMES,):
-        for name in names:
-            found = shutil.which(name, path=env.get("PATH"))
-            if found:
-                return found
+    for name in (*_SHELL_NAMES, *_SYSTEM_NAMES) if headless else _SYSTEM_NAMES:
+        found = shutil.which(name, path=env.get("PATH"))
+        if found:
+            return found
     raise BrowserNotFound(f"no Chromium found; {_HOW_TO_FIX}")
 
 
