@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from browserworker.states import RunState
 from browserworker.store import open_store
 from browserworker.store.records import RunRecord
 from tests.support.fleet import STARTED, start_worker
+from tests.support.hosts import wait_for
 from tests.support.paths import TEST_FLOWS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -41,13 +43,26 @@ def enqueue_sites(db: str, shop: Any, sites: list[str], prefix: str) -> list[str
         store.close()
 
 
+BUSY = {RunState.QUEUED, RunState.LEASED, RunState.RUNNING}
+"""The states of a run still in the workers' hands."""
+
+
 def drain(db: str, tmp_path: Path, workers: int = 3) -> None:
-    procs = [
-        start_worker(db, "--once", "-n", "2", log=tmp_path / f"w{i}.log")  # type: ignore[arg-type]
-        for i in range(workers)
-    ]
-    for i, p in enumerate(procs):
-        assert p.wait(timeout=300) == 0, (tmp_path / f"w{i}.log").read_text()[-3000:]
+    """``workers`` workers of 2 slots each until no run is left in their hands, then stopped
+    (SIGTERM): alive through a key's pause however soon the other runs are done (a ``--once``
+    worker with nothing it may claim stops, and leaves the paused key's runs queued)."""
+    logs = [tmp_path / f"w{i}.log" for i in range(workers)]
+    procs = [start_worker(db, "-n", "2", log=log) for log in logs]  # type: ignore[arg-type]
+    store = open_store(db)
+    try:
+        wait_for(
+            lambda: not any(c.n for c in store.runs_by_state() if c.state in BUSY), 300, "every run done", interval=0.2
+        )
+    finally:
+        store.close()
+    for p, log in zip(procs, logs, strict=True):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0, log.read_text()[-3000:]
         STARTED.remove(p)
 
 
