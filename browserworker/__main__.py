@@ -1,5 +1,5 @@
 """``python -m browserworker`` is the ``browserworker`` command."""
 
-from .cli import main
+from .cli.process import main
 
-main(prog_name="browserworker")
+main()

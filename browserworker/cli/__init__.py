@@ -3,6 +3,8 @@
 Each command parses its options, calls one library function and prints its result; the
 modules are one concern each:
 
+- :mod:`.process`: the console script: the process's garbage collector paced through start-up,
+  then settled (``settle``) as a command's work begins;
 - :mod:`.app`: the command group, which imports a command's module when the command is asked
   for; a browserworker error ends a command there;
 - :mod:`.failures`: the one place an error becomes a line and an exit code;
@@ -24,8 +26,13 @@ failure; resume with ``--run-id``), 6 (``enqueue``) the queue is full, 7 (``--re
 run SUCCEEDED but a verifier failed its self-test, 8 AWAITING_APPROVAL.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from .app import main
+from .._lazy import face
+
+if TYPE_CHECKING:  # the command group loads on first use: the console script paces the collector first
+    from .app import main
 
 __all__ = ["main"]
+
+__getattr__, __dir__ = face(__name__)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from . import process
 from .app import main
 from .invocation import invocation
 from .options import db_option
@@ -46,4 +47,5 @@ def console_command(host: str, port: int, recordings_dir: Path) -> None:
         if token:
             click.echo(f"console {role} token (shown once, keep it): {token}", err=True)
     click.echo(f"browserworker console on http://{host}:{port}/ ({s.location})", err=True)
+    process.settle()
     serve(store, keys, host=host, port=port, evidence_dir=s.evidence_dir, recordings_dir=recordings_dir)

@@ -27,6 +27,7 @@ from ..ops import Progress, broken_line, journal_view, outcome_line, run_summary
 from ..runtime import BrowserProcess, BrowserSettings
 from ..states import TERMINAL_RUN_STATES, RunState
 from ..store.records import RunRecord
+from . import process
 from .app import main
 from .failures import EXIT_STOPPED, stage
 from .invocation import invocation
@@ -92,6 +93,7 @@ def run(
             hint=f"; resume it with --run-id {record.id}",
             under_way=True,
         ):
+            process.settle()
             final, broken = _execute(runner, engine, request, record, browser, record_name, trace)
     ctx.exit(_report(engine, final, broken, as_json))
 
@@ -312,6 +314,7 @@ def worker(
         err=True,
     )
     with _metrics(metrics_port, metrics_host, *counters):
+        process.settle()
         stats = asyncio.run(on_signals(fleet.request_stop, fleet.run()))
     click.echo(worker_line(fleet.id, stats), err=True)
     emit(dataclasses.asdict(stats), as_json, lambda: None)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from . import process
 from .app import main
 from .invocation import invocation
 from .options import db_option
@@ -105,6 +106,7 @@ def mcp_command(
         )
     policy = _policy(approve_submits, approve_sites, may_send, files, downloads, ignore_https_errors, console_url)
     s = invocation()
+    process.settle()
     start(
         s.store,
         db=s.db,

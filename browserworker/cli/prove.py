@@ -11,6 +11,7 @@ import click
 from .._faults import CHAOS_POINTS
 from ..ops import Progress, print_chaos, terminal
 from ..runtime import BrowserSettings
+from . import process
 from .app import main
 from .options import FlowArgs, emit, flow_options, headed_option, json_option
 
@@ -50,6 +51,7 @@ def chaos(
     request = flow.request()
     chosen = list(CHAOS_POINTS) if points == "all" else [p.strip() for p in points.split(",") if p.strip()]
     progress = None if as_json else lambda item: click.echo(f"  {item.describe()}", err=True)
+    process.settle()
     report = run_chaos(
         request.loaded,
         request.inputs,
@@ -87,6 +89,7 @@ def replay(
     """
     from ..recording import replay as replay_recording
 
+    process.settle()
     result = replay_recording(
         recording,
         crash_at=crash_at,
@@ -117,4 +120,5 @@ def sandbox(host: str, port: int, db: Path, dedupe: bool) -> None:
     def ready(url: str) -> None:
         click.echo(f"sandbox listening on {url} (orders in {db}); Ctrl-C to stop")
 
+    process.settle()
     serve(host=host, port=port, db_path=str(db), dedupe=dedupe, ready=ready)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mcp.client.stdio  # noqa: F401  (see below)
 import pytest
 from click.testing import CliRunner, Result
 
@@ -20,6 +21,10 @@ from browserworker.store.testing import backdate
 from tests.support.paths import ROOT
 
 FLOW = ROOT / "flows" / "place_order.py"
+
+# The MCP SDK is imported above, not first by an `mcp` command under CliRunner: its stdio client
+# takes the sys.stderr of the moment it is imported as its default error log, and CliRunner's
+# stand-in (no file descriptor) would then break every later test that starts a stdio server.
 
 
 def bw(db: Path, *args: str) -> Result:
