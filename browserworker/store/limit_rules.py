@@ -14,7 +14,6 @@ Pure parsing and arithmetic here; the store applies them (:mod:`browserworker.st
 
 from __future__ import annotations
 
-import email.utils
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -111,6 +110,8 @@ def retry_after(headers: Mapping[str, str], now: float) -> float | None:
     if value.isdigit():
         seconds = float(value)
     else:
+        import email.utils  # here: an HTTP-date is rare, and the email package costs every start-up
+
         try:
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError):
