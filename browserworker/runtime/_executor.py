@@ -106,6 +106,8 @@ class Executor:
         self.scope.budget_since = requeued_at
         if any(a.kind == "effect" and a.state == AttemptState.SUCCEEDED for a in attempts):
             await self.kept.load()  # the passes start from what the done effects left
+        elif any(isinstance(step, Effect) for step in self.flow.steps[:-1]):
+            self.kept.look_ahead()  # an effect will leave a state to keep: its key found meanwhile
         if self.run.state != RunState.RUNNING:
             # committed while the first browser context opens; awaited before the first step
             self._starting = asyncio.ensure_future(self.journal.start())

@@ -44,8 +44,7 @@ class KeptState:
         self.journal = journal
         self.sessions = sessions
         self.state: dict[str, Any] | None = None
-        self._sealer: Sealer | None = None
-        self._looked = False  # whether the sealing key was looked for
+        self._sealer: asyncio.Future[Sealer | None] | None = None  # the sealing key, once looked for
 
     def options(self) -> dict[str, Any]:
         """The context options of a new pass: its storage state, if one is kept."""
@@ -79,11 +78,22 @@ class KeptState:
         except (SessionUnreadable, ValueError):
             log.warning("the browser state kept for this run is sealed with another key", run_id=self.journal.run_id)
 
+    def look_ahead(self) -> None:
+        """Start looking for the sealing key now, in the background, for the first :meth:`keep`
+        (a run whose effects leave a state): reading the key and loading the cipher take about
+        10 ms, which the steps before that effect hide."""
+        if self._sealer is None:
+            self._sealer = asyncio.ensure_future(self._find_sealer())
+            # a failure is raised where the sealer is asked for; never asked for, it is dropped
+            self._sealer.add_done_callback(lambda found: found.cancelled() or found.exception())
+
     async def _sealing(self) -> Sealer | None:
-        if not self._looked:
-            self._looked = True
-            try:
-                self._sealer = await asyncio.to_thread(sealer_for, self.journal.store, self.sessions)
-            except SessionKeyError:
-                self._sealer = None
-        return self._sealer
+        self.look_ahead()
+        assert self._sealer is not None
+        return await asyncio.shield(self._sealer)
+
+    async def _find_sealer(self) -> Sealer | None:
+        try:
+            return await asyncio.to_thread(sealer_for, self.journal.store, self.sessions)
+        except SessionKeyError:
+            return None
