@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import gc
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from browserworker.cli import process
+from tests.support.bw import BW
 
 PACE_FLOW = """
 import gc
@@ -28,12 +26,6 @@ async def look(ctx: StepContext) -> dict:
 """
 
 
-def _bw(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "browserworker", *args], capture_output=True, text=True, timeout=120, cwd=cwd
-    )
-
-
 def _looked(journal: list[dict[str, Any]]) -> dict[str, Any]:
     (step,) = [e for e in journal if e["step_id"] == "look"]
     assert step["state"] == "SUCCEEDED", step
@@ -41,12 +33,12 @@ def _looked(journal: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def test_a_run_loads_its_flow_at_the_start_up_pace_and_runs_its_steps_settled(tmp_path: Path) -> None:
+def test_a_run_loads_its_flow_at_the_start_up_pace_and_runs_its_steps_settled(bw: BW) -> None:
     """`browserworker run` loads the flow file while the collector runs rarely (start-up), and
     runs the flow's steps with Python's default pace back and the start-up's objects frozen
     (out of every later collection)."""
-    (tmp_path / "pace.py").write_text(PACE_FLOW)
-    done = _bw(tmp_path, "run", "pace.py", "--db", str(tmp_path / "bw.db"), "--json")
+    (bw.db.parent / "pace.py").write_text(PACE_FLOW)
+    done = bw.run("run", "pace.py", "--db", str(bw.db), "--json")
     assert done.returncode == 0, done.stderr
     looked = _looked(json.loads(done.stdout)["journal"])
     assert tuple(looked["loaded_at"]) == process.STARTUP_THRESHOLDS
@@ -54,16 +46,14 @@ def test_a_run_loads_its_flow_at_the_start_up_pace_and_runs_its_steps_settled(tm
     assert looked["frozen"] > 10_000  # click, pydantic, Playwright's API, the runtime, the flow
 
 
-def test_a_worker_settles_before_it_claims(tmp_path: Path) -> None:
+def test_a_worker_settles_before_it_claims(bw: BW) -> None:
     """`browserworker worker` runs what it claims settled too: default pace, start-up frozen."""
-    (tmp_path / "pace.py").write_text(PACE_FLOW)
-    db = str(tmp_path / "bw.db")
-    queued = _bw(tmp_path, "enqueue", "pace.py", "--db", db, "--run-id", "paced")
+    (bw.db.parent / "pace.py").write_text(PACE_FLOW)
+    queued = bw.run("enqueue", "pace.py", "--db", str(bw.db), "--run-id", "paced")
     assert queued.returncode == 0, queued.stderr
-    drained = _bw(tmp_path, "worker", "--once", "--db", db)
+    drained = bw.run("worker", "--once", "--db", str(bw.db))
     assert drained.returncode == 0, drained.stderr
-    shown = _bw(tmp_path, "show", "paced", "--db", db, "--json")
-    looked = _looked(json.loads(shown.stdout)["journal"])
+    looked = _looked(bw.show("paced")["journal"])
     assert tuple(looked["working_at"]) == (700, 10, 10)
     assert looked["frozen"] > 10_000
 
