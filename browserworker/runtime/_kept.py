@@ -78,19 +78,18 @@ class KeptState:
         except (SessionUnreadable, ValueError):
             log.warning("the browser state kept for this run is sealed with another key", run_id=self.journal.run_id)
 
-    def look_ahead(self) -> None:
+    def look_ahead(self) -> asyncio.Future[Sealer | None]:
         """Start looking for the sealing key now, in the background, for the first :meth:`keep`
         (a run whose effects leave a state): reading the key and loading the cipher take about
-        10 ms, which the steps before that effect hide."""
+        10 ms, which the steps before that effect hide. The key is looked for once."""
         if self._sealer is None:
             self._sealer = asyncio.ensure_future(self._find_sealer())
             # a failure is raised where the sealer is asked for; never asked for, it is dropped
             self._sealer.add_done_callback(lambda found: found.cancelled() or found.exception())
+        return self._sealer
 
     async def _sealing(self) -> Sealer | None:
-        self.look_ahead()
-        assert self._sealer is not None
-        return await asyncio.shield(self._sealer)
+        return await asyncio.shield(self.look_ahead())
 
     async def _find_sealer(self) -> Sealer | None:
         try:
