@@ -1,10 +1,12 @@
 """What the gate's route costs a page with many subresources: the time of a navigation with no
 route, with the kit's route in (nothing holding it, as between steps after a run's first
-effect), and with Chromium's HTTP cache off and no route (what the route also does).
+effect), and with no route but Chromium's HTTP cache off, as Playwright turns it off while any
+route is in. Each side also counts the requests that reach the site per load.
 
-``python benchmarks/route_subresources.py [ROUNDS]``: two pages served on loopback, each loaded
-10 times a side per round, the sides in ABBA order; prints a Markdown table of the medians
-(milliseconds a navigation) with the rounds' min-max. Not part of ``make bench``.
+``python benchmarks/route_subresources.py [ROUNDS]``: two pages served on loopback by a Python
+HTTP server, each loaded 10 times a side per round, the sides in ABBA order; prints a Markdown
+table of the medians (milliseconds a navigation) with the rounds' min-max. Not part of ``make
+bench``.
 
 Pages: 45 images; and 15 scripts, 15 stylesheets and 15 images (scripts block the parser, so
 their requests come one after another). Subresources are cacheable for an hour.
@@ -41,14 +43,16 @@ TYPES = {".png": "image/png", ".js": "application/javascript", ".css": "text/css
 
 
 @contextmanager
-def _site(body: str) -> Iterator[str]:
-    """A loopback site whose every ``/page…`` is ``body``, its subresources tiny and cacheable."""
+def _site(body: str, hits: list[int]) -> Iterator[str]:
+    """A loopback site whose every ``/page…`` is ``body``, its subresources tiny and cacheable;
+    ``hits[0]`` counts the requests it answers."""
     page = f"<!doctype html><title>many</title>{body}<p>done</p>".encode()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
+            hits[0] += 1
             kind = next((t for suffix, t in TYPES.items() if self.path.endswith(suffix)), "text/html")
             data = page if kind == "text/html" else b"/**/"
             self.send_response(200)
@@ -71,9 +75,9 @@ def _site(body: str) -> Iterator[str]:
         server.server_close()
 
 
-async def _side(browser: Browser, base: str, side: str) -> float:
+async def _side(browser: Browser, base: str, side: str, hits: list[int]) -> tuple[float, float]:
     """Milliseconds a navigation, median of :data:`LOADS`, in a fresh context whose cache the
-    page's first load has filled."""
+    page's first load has filled; and the requests that reached the site per navigation."""
     context = await browser.new_context()
     try:
         page = await context.new_page()
@@ -82,13 +86,15 @@ async def _side(browser: Browser, base: str, side: str) -> float:
             await ContextRoute(context).install()
         elif side == "cache off":
             session = await context.new_cdp_session(page)
+            await session.send("Network.enable")  # without it, setCacheDisabled does nothing
             await session.send("Network.setCacheDisabled", {"cacheDisabled": True})
+        hits[0] = 0
         times = []
         for i in range(LOADS):
             start = time.perf_counter()
             await page.goto(f"{base}/page-{i}")
             times.append((time.perf_counter() - start) * 1000)
-        return statistics.median(times)
+        return statistics.median(times), hits[0] / LOADS
     finally:
         await context.close()
 
@@ -96,15 +102,23 @@ async def _side(browser: Browser, base: str, side: str) -> float:
 async def main(rounds: int) -> None:
     sides = ["no route", "route", "cache off"]
     print("| page | no route | the kit's route | cache off, no route |\n|---|---|---|---|")
+    hits = [0]
     async with async_playwright() as p:
         browser = await p.chromium.launch(**await launch_options(p, BrowserSettings.discover()))
         for name, body in PAGES.items():
-            with _site(body) as base:
+            with _site(body, hits) as base:
                 ms: dict[str, list[float]] = {side: [] for side in sides}
+                sent: dict[str, list[float]] = {side: [] for side in sides}
                 for r in range(rounds):
                     for side in sides if r % 2 == 0 else sides[::-1]:
-                        ms[side].append(await _side(browser, base, side))
-                cells = [f"{statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f})" for v in ms.values()]
+                        took, requests = await _side(browser, base, side, hits)
+                        ms[side].append(took)
+                        sent[side].append(requests)
+                cells = [
+                    f"{statistics.median(v):.0f} ms ({min(v):.0f}-{max(v):.0f}); "
+                    f"{statistics.median(sent[side]):.0f} to the site"
+                    for side, v in ms.items()
+                ]
                 print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
         await browser.close()
 
