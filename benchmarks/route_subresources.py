@@ -8,8 +8,8 @@ HTTP server, each loaded 10 times a side per round, the sides in ABBA order; pri
 table of the medians (milliseconds a navigation) with the rounds' min-max. Not part of ``make
 bench``.
 
-Pages: 45 images; and 15 scripts, 15 stylesheets and 15 images (scripts block the parser, so
-their requests come one after another). Subresources are cacheable for an hour.
+Pages: 45 images; and 15 scripts, 15 stylesheets and 15 images (scripts block the parser,
+images do not). Subresources are cacheable for an hour.
 """
 
 from __future__ import annotations
